@@ -1,0 +1,73 @@
+package kubeinterface
+
+import corev1 "k8s.io/api/core/v1"
+
+// Domain is the prefix of every annotation, label and resource kubegpu owns.
+const Domain = "kubegpu.io/"
+
+// Resource names: what a container puts in its limits.
+const (
+	// ResourceGPU is the number of GPUs (or of GPU slices, with
+	// ResourceGPUMemory or ResourceGPUCores) a container asks for.
+	ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+	// ResourceGPUMemory is the device memory, in MiB, each slice needs.
+	ResourceGPUMemory corev1.ResourceName = Domain + "gpu-memory"
+	// ResourceGPUCores is the percentage (1..100) of a GPU's compute each
+	// slice needs.
+	ResourceGPUCores corev1.ResourceName = Domain + "gpu-cores"
+)
+
+// Pod annotations a user sets to constrain the pod's devices. Lists are
+// comma-separated.
+const (
+	// AnnotationModelInclude lists GPU models the pod may get.
+	AnnotationModelInclude = Domain + "gpu-model-include"
+	// AnnotationModelExclude lists GPU models the pod must not get.
+	AnnotationModelExclude = Domain + "gpu-model-exclude"
+	// AnnotationUUIDInclude lists GPU UUIDs the pod may get.
+	AnnotationUUIDInclude = Domain + "gpu-uuid-include"
+	// AnnotationUUIDExclude lists GPU UUIDs the pod must not get.
+	AnnotationUUIDExclude = Domain + "gpu-uuid-exclude"
+	// AnnotationTopology is the topology policy: required, preferred or none.
+	AnnotationTopology = Domain + "topology"
+	// AnnotationPlacement is the placement policy: binpack or spread.
+	AnnotationPlacement = Domain + "placement"
+)
+
+// Annotations written by kubegpu itself.
+const (
+	// AnnotationAllocation on a pod is the scheduler's signed PodAllocation
+	// (versioned JSON, see EncodeAllocation).
+	AnnotationAllocation = Domain + "allocation"
+	// AnnotationInventory on a node is the node's device Inventory
+	// (versioned JSON, see EncodeInventory), written by the advertiser.
+	AnnotationInventory = Domain + "inventory"
+)
+
+// Heartbeat: the advertiser on each node renews a coordination.k8s.io Lease
+// named LeasePrefix + node name in LeaseNamespace.
+const (
+	LeaseNamespace = corev1.NamespaceNodeLease
+	LeasePrefix    = "kubegpu-"
+)
+
+// LeaseName is the name of the advertiser's heartbeat Lease for a node.
+func LeaseName(node string) string { return LeasePrefix + node }
+
+// Kinds of the versioned JSON payloads.
+const (
+	KindInventory  = "NodeInventory"
+	KindAllocation = "PodAllocation"
+)
+
+// userAnnotations are the annotations a user may set on a pod; any other
+// annotation under Domain that is not written by kubegpu is a typo.
+var userAnnotations = map[string]bool{
+	AnnotationModelInclude: true,
+	AnnotationModelExclude: true,
+	AnnotationUUIDInclude:  true,
+	AnnotationUUIDExclude:  true,
+	AnnotationTopology:     true,
+	AnnotationPlacement:    true,
+	AnnotationAllocation:   true,
+}

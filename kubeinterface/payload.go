@@ -1,0 +1,234 @@
+package kubeinterface
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// MaxPayloadBytes bounds a kubegpu annotation. The API server allows 256 KiB
+// for all of an object's annotations together.
+const MaxPayloadBytes = 128 << 10
+
+var (
+	// ErrNoInventory means the node carries no inventory annotation: it is
+	// not a kubegpu node, or its advertiser has not published yet.
+	ErrNoInventory = errors.New("node has no " + AnnotationInventory + " annotation")
+	// ErrNoAllocation means the pod carries no allocation annotation.
+	ErrNoAllocation = errors.New("pod has no " + AnnotationAllocation + " annotation")
+)
+
+// header is the versioned envelope of every payload.
+type header struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// inventoryPayload is the wire form of a node inventory.
+type inventoryPayload struct {
+	header
+	types.Inventory
+}
+
+// EncodeInventory returns the annotation value for inv, which must be valid.
+func EncodeInventory(inv types.Inventory) (string, error) {
+	if err := inv.Validate(); err != nil {
+		return "", fmt.Errorf("encode inventory: %w", err)
+	}
+	b, err := json.Marshal(inventoryPayload{header{types.SchemaVersion, KindInventory}, inv})
+	if err != nil {
+		return "", fmt.Errorf("encode inventory: %w", err)
+	}
+	if len(b) > MaxPayloadBytes {
+		return "", fmt.Errorf("encode inventory: %d bytes is over the %d-byte limit for %s", len(b), MaxPayloadBytes, AnnotationInventory)
+	}
+	return string(b), nil
+}
+
+// DecodeInventory parses and validates an inventory annotation value.
+// Malformed input gives an error wrapping ErrInvalid.
+func DecodeInventory(value string) (types.Inventory, error) {
+	var p inventoryPayload
+	if err := decode(value, AnnotationInventory, KindInventory, &p.header, &p); err != nil {
+		return types.Inventory{}, err
+	}
+	if err := p.Inventory.Validate(); err != nil {
+		return types.Inventory{}, fmt.Errorf("%w: %s: %w", ErrInvalid, AnnotationInventory, err)
+	}
+	return p.Inventory, nil
+}
+
+// NodeInventory returns the inventory the node's advertiser published, or
+// ErrNoInventory.
+func NodeInventory(node *corev1.Node) (types.Inventory, error) {
+	value, ok := node.Annotations[AnnotationInventory]
+	if !ok {
+		return types.Inventory{}, ErrNoInventory
+	}
+	inv, err := DecodeInventory(value)
+	if err != nil {
+		return types.Inventory{}, fmt.Errorf("node %s: %w", node.Name, err)
+	}
+	return inv, nil
+}
+
+// SetNodeInventory writes inv onto the node's annotations.
+func SetNodeInventory(node *corev1.Node, inv types.Inventory) error {
+	value, err := EncodeInventory(inv)
+	if err != nil {
+		return err
+	}
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	node.Annotations[AnnotationInventory] = value
+	return nil
+}
+
+// PodRef binds an allocation to one incarnation of one pod.
+type PodRef struct {
+	Namespace string     `json:"namespace"`
+	Name      string     `json:"name"`
+	UID       ktypes.UID `json:"uid"`
+}
+
+// Allocation is the wire form of a pod's allocation: which devices each
+// container got, for which pod on which node, signed by the scheduler.
+type Allocation struct {
+	Pod PodRef `json:"pod"`
+	types.PodAllocation
+	// Signature is the scheduler's signature over SigningBytes, base64.
+	Signature string `json:"signature,omitempty"`
+}
+
+type allocationPayload struct {
+	header
+	Allocation
+}
+
+// SigningBytes is the canonical form that Signature signs: the payload
+// without its signature. encoding/json writes struct fields in a fixed order,
+// so equal allocations give equal bytes.
+func (a Allocation) SigningBytes() []byte {
+	a.Signature = ""
+	b, err := json.Marshal(allocationPayload{header{types.SchemaVersion, KindAllocation}, a})
+	if err != nil {
+		// Only plain strings and numbers: Marshal cannot fail.
+		panic(fmt.Sprintf("marshal allocation: %v", err))
+	}
+	return b
+}
+
+// Validate checks that the allocation names a pod and a node and that every
+// share is well formed.
+func (a Allocation) Validate() error {
+	c := &collector{object: AnnotationAllocation}
+	if a.Pod.Namespace == "" || a.Pod.Name == "" || a.Pod.UID == "" {
+		c.add("", "pod", fmt.Sprintf("%s/%s uid=%s", a.Pod.Namespace, a.Pod.Name, a.Pod.UID), "a namespace, name and uid")
+	}
+	if a.Node == "" {
+		c.add("", "node", "", "the name of the node")
+	}
+	names := map[string]bool{}
+	for _, list := range [][]types.ContainerAllocation{a.InitContainers, a.Containers} {
+		for _, ctr := range list {
+			if ctr.Name == "" || names[ctr.Name] {
+				c.add("", "containers[].name", ctr.Name, "a unique, non-empty container name")
+			}
+			names[ctr.Name] = true
+			for _, d := range ctr.Devices {
+				if d.ID == "" || d.UUID == "" {
+					c.add(ctr.Name, "devices[].id and uuid", d.ID+" "+d.UUID, "non-empty")
+				}
+				if d.MemoryMiB < 0 {
+					c.add(ctr.Name, "devices[].memoryMiB", fmt.Sprint(d.MemoryMiB), "zero or more")
+				}
+				if d.ComputePercent < 0 || d.ComputePercent > types.MaxComputePercent {
+					c.add(ctr.Name, "devices[].computePercent", fmt.Sprint(d.ComputePercent), fmt.Sprintf("0..%d", types.MaxComputePercent))
+				}
+			}
+		}
+	}
+	return c.err()
+}
+
+// EncodeAllocation returns the annotation value for a, which must be valid.
+func EncodeAllocation(a Allocation) (string, error) {
+	if err := a.Validate(); err != nil {
+		return "", fmt.Errorf("encode allocation: %w", err)
+	}
+	b, err := json.Marshal(allocationPayload{header{types.SchemaVersion, KindAllocation}, a})
+	if err != nil {
+		return "", fmt.Errorf("encode allocation: %w", err)
+	}
+	return string(b), nil
+}
+
+// DecodeAllocation parses and validates an allocation annotation value. It
+// does not check the signature. Malformed input gives an error wrapping
+// ErrInvalid.
+func DecodeAllocation(value string) (Allocation, error) {
+	var p allocationPayload
+	if err := decode(value, AnnotationAllocation, KindAllocation, &p.header, &p); err != nil {
+		return Allocation{}, err
+	}
+	if err := p.Allocation.Validate(); err != nil {
+		return Allocation{}, err
+	}
+	return p.Allocation, nil
+}
+
+// PodAllocation returns the allocation annotation on the pod, decoded but not
+// verified, or ErrNoAllocation.
+func PodAllocation(pod *corev1.Pod) (Allocation, error) {
+	value, ok := pod.Annotations[AnnotationAllocation]
+	if !ok {
+		return Allocation{}, ErrNoAllocation
+	}
+	a, err := DecodeAllocation(value)
+	if err != nil {
+		return Allocation{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return a, nil
+}
+
+// decode unmarshals a versioned payload into out after checking its size,
+// apiVersion and kind; hdr must point into out.
+func decode(value, key, kind string, hdr *header, out any) error {
+	if len(value) > MaxPayloadBytes {
+		return &FieldError{Field: key, Value: fmt.Sprintf("%d bytes", len(value)), Want: fmt.Sprintf("at most %d bytes", MaxPayloadBytes)}
+	}
+	dec := json.NewDecoder(bytes.NewReader([]byte(value)))
+	if err := dec.Decode(out); err != nil {
+		return &FieldError{Field: key, Value: abbreviate(value), Want: "a JSON object (" + err.Error() + ")"}
+	}
+	if dec.More() {
+		return &FieldError{Field: key, Value: abbreviate(value), Want: "a single JSON object"}
+	}
+	if hdr.APIVersion != types.SchemaVersion {
+		want := "apiVersion " + types.SchemaVersion
+		if hdr.APIVersion != "" {
+			want += " (written by a different kubegpu version: upgrade the older component)"
+		}
+		return &FieldError{Field: key + " apiVersion", Value: hdr.APIVersion, Want: want}
+	}
+	if hdr.Kind != kind {
+		return &FieldError{Field: key + " kind", Value: hdr.Kind, Want: kind}
+	}
+	return nil
+}
+
+// abbreviate keeps error messages short when the value is large.
+func abbreviate(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}

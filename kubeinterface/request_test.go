@@ -1,0 +1,203 @@
+package kubeinterface
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// container builds a container whose limits are the given name/value pairs.
+func container(name string, limits ...string) corev1.Container {
+	rl := corev1.ResourceList{}
+	for i := 0; i+1 < len(limits); i += 2 {
+		rl[corev1.ResourceName(limits[i])] = resource.MustParse(limits[i+1])
+	}
+	return corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Limits: rl}}
+}
+
+func pod(annotations map[string]string, containers ...corev1.Container) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "train", Annotations: annotations},
+		Spec:       corev1.PodSpec{Containers: containers},
+	}
+}
+
+func TestPodRequest(t *testing.T) {
+	gpu, mem, cores := string(ResourceGPU), string(ResourceGPUMemory), string(ResourceGPUCores)
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want types.PodRequest
+	}{
+		{
+			name: "no gpus, annotations ignored",
+			pod:  pod(map[string]string{AnnotationTopology: "bogus"}, container("web", "cpu", "1")),
+			want: types.PodRequest{},
+		},
+		{
+			name: "whole gpus",
+			pod:  pod(nil, container("train", gpu, "4")),
+			want: types.PodRequest{Containers: []types.ContainerRequest{{Name: "train", Count: 4}}},
+		},
+		{
+			name: "shared slice by memory and cores",
+			pod:  pod(nil, container("infer", gpu, "1", mem, "4096", cores, "30")),
+			want: types.PodRequest{Containers: []types.ContainerRequest{{Name: "infer", Count: 1, MemoryMiB: 4096, ComputePercent: 30}}},
+		},
+		{
+			name: "two slices on distinct gpus by cores only",
+			pod:  pod(nil, container("infer", gpu, "2", cores, "50")),
+			want: types.PodRequest{Containers: []types.ContainerRequest{{Name: "infer", Count: 2, ComputePercent: 50}}},
+		},
+		{
+			name: "constraints copied to every container",
+			pod: pod(map[string]string{
+				AnnotationModelInclude: "Tesla V100-SXM2-16GB, A100-SXM4-40GB,a100-sxm4-40gb",
+				AnnotationUUIDExclude:  "GPU-1",
+				AnnotationTopology:     "required",
+				AnnotationPlacement:    "spread",
+				"example.com/other":    "kept out of the way",
+			}, container("a", gpu, "2"), container("sidecar"), container("b", gpu, "1")),
+			want: func() types.PodRequest {
+				sel := types.Selector{IncludeModels: []string{"Tesla V100-SXM2-16GB", "A100-SXM4-40GB"}, ExcludeUUIDs: []string{"GPU-1"}}
+				return types.PodRequest{
+					Placement: types.PlacementSpread,
+					Containers: []types.ContainerRequest{
+						{Name: "a", Count: 2, Selector: sel, Topology: types.TopologyRequired},
+						{Name: "b", Count: 1, Selector: sel, Topology: types.TopologyRequired},
+					},
+				}
+			}(),
+		},
+		{
+			name: "init container",
+			pod: func() *corev1.Pod {
+				p := pod(nil, container("main", gpu, "1"))
+				p.Spec.InitContainers = []corev1.Container{container("warmup", gpu, "1")}
+				return p
+			}(),
+			want: types.PodRequest{
+				InitContainers: []types.ContainerRequest{{Name: "warmup", Count: 1}},
+				Containers:     []types.ContainerRequest{{Name: "main", Count: 1}},
+			},
+		},
+		{
+			name: "requests only",
+			pod: func() *corev1.Pod {
+				p := pod(nil, corev1.Container{Name: "r"})
+				p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{ResourceGPU: resource.MustParse("1")}
+				return p
+			}(),
+			want: types.PodRequest{Containers: []types.ContainerRequest{{Name: "r", Count: 1}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := PodRequest(tt.pod)
+			if err != nil {
+				t.Fatalf("PodRequest() error = %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("PodRequest() =\n%+v\nwant\n%+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPodRequestErrors(t *testing.T) {
+	gpu, mem, cores := string(ResourceGPU), string(ResourceGPUMemory), string(ResourceGPUCores)
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want []string // every FieldError message, in order
+	}{
+		{
+			name: "cores out of range",
+			pod:  pod(nil, container("train", gpu, "1", cores, "150")),
+			want: []string{`container "train": kubegpu.io/gpu-cores must be an integer 1..100 (percent of one GPU's compute), got "150"`},
+		},
+		{
+			name: "memory in bytes",
+			pod:  pod(nil, container("train", gpu, "1", mem, "4Gi")),
+			want: []string{`container "train": kubegpu.io/gpu-memory must be a whole number of MiB, 1..1048576 (e.g. 4096 for 4 GiB), got "4Gi"`},
+		},
+		{
+			name: "fractional memory",
+			pod:  pod(nil, container("train", gpu, "1", mem, "1500m")),
+			want: []string{`container "train": kubegpu.io/gpu-memory must be a whole number of MiB, 1..1048576 (e.g. 4096 for 4 GiB), got "1500m"`},
+		},
+		{
+			name: "too many gpus",
+			pod:  pod(nil, container("train", gpu, "65")),
+			want: []string{`container "train": nvidia.com/gpu must be an integer 1..64, got "65"`},
+		},
+		{
+			name: "slice without count",
+			pod:  pod(nil, container("train", cores, "20")),
+			want: []string{`container "train": nvidia.com/gpu must be set to the number of slices (usually 1) when kubegpu.io/gpu-cores is set, got ""`},
+		},
+		{
+			name: "bad annotations all reported",
+			pod: pod(map[string]string{
+				AnnotationTopology:     "strict",
+				AnnotationPlacement:    "pack",
+				AnnotationModelInclude: "T4,,V100",
+				AnnotationUUIDInclude:  "GPU-1",
+				AnnotationUUIDExclude:  "gpu-1",
+				Domain + "topolgy":     "required",
+			}, container("train", gpu, "1")),
+			want: []string{
+				`annotation kubegpu.io/gpu-model-include must be a comma-separated list with no empty entries, got "T4,,V100"`,
+				`annotation kubegpu.io/gpu-uuid-include must be disjoint from the matching -exclude annotation, got "GPU-1"`,
+				`annotation kubegpu.io/topology must be one of required, preferred, none, got "strict"`,
+				`annotation kubegpu.io/placement must be one of binpack, spread, got "pack"`,
+				`annotation kubegpu.io/topolgy must be one of the annotations kubegpu knows (kubegpu.io/allocation, kubegpu.io/gpu-model-exclude, kubegpu.io/gpu-model-include, kubegpu.io/gpu-uuid-exclude, kubegpu.io/gpu-uuid-include, kubegpu.io/placement, kubegpu.io/topology), got "required"`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := PodRequest(tt.pod)
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("PodRequest() error = %v, want ErrInvalid", err)
+			}
+			var inv *InvalidError
+			if !errors.As(err, &inv) {
+				t.Fatalf("PodRequest() error is %T, want *InvalidError", err)
+			}
+			var got []string
+			for _, f := range inv.Fields {
+				got = append(got, f.Error())
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("field errors =\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
+			}
+			if !strings.HasPrefix(err.Error(), "pod default/train: ") {
+				t.Errorf("error %q does not name the pod", err)
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Errorf("errors.As(*FieldError) failed on %v", err)
+			}
+		})
+	}
+}
+
+func TestWantsDevices(t *testing.T) {
+	if WantsDevices(pod(nil, container("web", "cpu", "2"))) {
+		t.Error("cpu-only pod wants devices")
+	}
+	if WantsDevices(pod(nil, container("zero", string(ResourceGPU), "0"))) {
+		t.Error("pod with nvidia.com/gpu: 0 wants devices")
+	}
+	if !WantsDevices(pod(nil, container("web"), container("gpu", string(ResourceGPU), "1"))) {
+		t.Error("gpu pod does not want devices")
+	}
+}

@@ -1,0 +1,130 @@
+package types
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func gpu(id, uuid string) Device {
+	return Device{ID: id, UUID: uuid, Vendor: VendorNVIDIA, Model: "Tesla T4", MemoryMiB: 15360, NUMANode: 0, Health: Healthy}
+}
+
+func TestInventoryValidate(t *testing.T) {
+	mig := gpu("gpu0-mig0", "MIG-0")
+	mig.Parent = "gpu0"
+	migOfMig := gpu("gpu0-mig1", "MIG-1")
+	migOfMig.Parent = "gpu0-mig0"
+	sick := gpu("gpu1", "GPU-1")
+	sick.Health = "Sick"
+
+	tests := []struct {
+		name    string
+		inv     Inventory
+		wantErr string
+	}{
+		{name: "empty", inv: Inventory{}},
+		{name: "two gpus linked", inv: Inventory{
+			Devices: []Device{gpu("gpu0", "GPU-0"), gpu("gpu1", "GPU-1")},
+			Links:   []Link{{A: "gpu0", B: "gpu1", Kind: LinkNVLink, Count: 2}},
+		}},
+		{name: "mig slice", inv: Inventory{Devices: []Device{gpu("gpu0", "GPU-0"), mig}}},
+		{name: "missing id", inv: Inventory{Devices: []Device{gpu("", "GPU-0")}}, wantErr: "device 0 has no id"},
+		{name: "duplicate id", inv: Inventory{Devices: []Device{gpu("gpu0", "GPU-0"), gpu("gpu0", "GPU-1")}}, wantErr: `device id "gpu0" appears twice`},
+		{name: "duplicate uuid", inv: Inventory{Devices: []Device{gpu("gpu0", "GPU-0"), gpu("gpu1", "GPU-0")}}, wantErr: `share uuid "GPU-0"`},
+		{name: "missing uuid", inv: Inventory{Devices: []Device{gpu("gpu0", "")}}, wantErr: `"gpu0" has no uuid`},
+		{name: "bad health", inv: Inventory{Devices: []Device{sick}}, wantErr: `health "Sick"`},
+		{name: "unknown parent", inv: Inventory{Devices: []Device{mig}}, wantErr: `unknown parent "gpu0"`},
+		{name: "nested slice", inv: Inventory{Devices: []Device{gpu("gpu0", "GPU-0"), mig, migOfMig}}, wantErr: "itself a slice"},
+		{name: "unknown link kind", inv: Inventory{
+			Devices: []Device{gpu("gpu0", "GPU-0"), gpu("gpu1", "GPU-1")},
+			Links:   []Link{{A: "gpu0", B: "gpu1", Kind: "Carrier pigeon"}},
+		}, wantErr: `unknown kind "Carrier pigeon"`},
+		{name: "self link", inv: Inventory{
+			Devices: []Device{gpu("gpu0", "GPU-0")},
+			Links:   []Link{{A: "gpu0", B: "gpu0", Kind: LinkNVLink}},
+		}, wantErr: "to itself"},
+		{name: "link to unknown", inv: Inventory{
+			Devices: []Device{gpu("gpu0", "GPU-0")},
+			Links:   []Link{{A: "gpu0", B: "gpu9", Kind: LinkNVLink}},
+		}, wantErr: `unknown device "gpu9"`},
+		{name: "link to slice", inv: Inventory{
+			Devices: []Device{gpu("gpu0", "GPU-0"), gpu("gpu1", "GPU-1"), mig},
+			Links:   []Link{{A: "gpu1", B: "gpu0-mig0", Kind: LinkNVLink}},
+		}, wantErr: "slices use their parent's links"},
+		{name: "pair twice", inv: Inventory{
+			Devices: []Device{gpu("gpu0", "GPU-0"), gpu("gpu1", "GPU-1")},
+			Links:   []Link{{A: "gpu0", B: "gpu1", Kind: LinkNVLink}, {A: "gpu1", B: "gpu0", Kind: LinkPCIeSwitch}},
+		}, wantErr: "appears twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.inv.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate() = nil, want error containing %q", tt.wantErr)
+			}
+			if !errors.Is(err, ErrInvalidInventory) {
+				t.Errorf("Validate() = %v, does not wrap ErrInvalidInventory", err)
+			}
+			if got := err.Error(); !strings.Contains(got, tt.wantErr) {
+				t.Errorf("Validate() = %q, want it to contain %q", got, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestLinkMatrix(t *testing.T) {
+	mig0 := gpu("gpu0-mig0", "MIG-0")
+	mig0.Parent = "gpu0"
+	mig1 := gpu("gpu0-mig1", "MIG-1")
+	mig1.Parent = "gpu0"
+	inv := Inventory{
+		Devices: []Device{gpu("gpu0", "GPU-0"), gpu("gpu1", "GPU-1"), gpu("gpu2", "GPU-2"), mig0, mig1},
+		Links:   []Link{{A: "gpu1", B: "gpu0", Kind: LinkNVLink, Count: 2}},
+	}
+	if err := inv.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m := inv.LinkMatrix()
+	check := func(i, j int, kind LinkKind, count int) {
+		t.Helper()
+		if m[i][j].Kind != kind || m[i][j].Count != count {
+			t.Errorf("m[%d][%d] = %+v, want %s x%d", i, j, m[i][j], kind, count)
+		}
+		if m[i][j].A != inv.Devices[i].ID || m[i][j].B != inv.Devices[j].ID {
+			t.Errorf("m[%d][%d] ends = %s-%s, want %s-%s", i, j, m[i][j].A, m[i][j].B, inv.Devices[i].ID, inv.Devices[j].ID)
+		}
+	}
+	check(0, 1, LinkNVLink, 2)
+	check(1, 0, LinkNVLink, 2)
+	check(0, 2, LinkCrossSocket, 0)
+	check(3, 1, LinkNVLink, 2) // slice of gpu0 inherits gpu0-gpu1
+	check(1, 4, LinkNVLink, 2)
+	check(3, 4, LinkNVSwitch, 0) // two slices of one GPU
+	check(3, 0, LinkNVSwitch, 0) // slice and its parent
+	if m[2][2] != (Link{}) {
+		t.Errorf("diagonal = %+v, want zero", m[2][2])
+	}
+}
+
+func TestPodAllocationContainer(t *testing.T) {
+	a := PodAllocation{
+		InitContainers: []ContainerAllocation{{Name: "init", Devices: []DeviceShare{{ID: "gpu1"}}}},
+		Containers:     []ContainerAllocation{{Name: "main", Devices: []DeviceShare{{ID: "gpu0"}}}},
+	}
+	if c, ok := a.Container("init"); !ok || c.Devices[0].ID != "gpu1" {
+		t.Errorf("Container(init) = %+v, %v", c, ok)
+	}
+	if c, ok := a.Container("main"); !ok || c.Devices[0].ID != "gpu0" {
+		t.Errorf("Container(main) = %+v, %v", c, ok)
+	}
+	if _, ok := a.Container("sidecar"); ok {
+		t.Error("Container(sidecar) found, want not found")
+	}
+}
