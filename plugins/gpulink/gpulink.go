@@ -1,0 +1,39 @@
+// Package gpulink rates the paths between GPUs for the allocation engine. It
+// is shared by the GPU device modules (NVIDIA and simulated) so that both
+// rank interconnects the same way: NVLink, more links first, then NVSwitch,
+// a shared PCIe switch, a host bridge, and last a path across CPU sockets.
+package gpulink
+
+import "github.com/kubegpu/kubegpu/types"
+
+// Weights of each kind of path, on the scale 0..types.MaxLinkWeight.
+const (
+	WeightCrossSocket = 0
+	WeightHostBridge  = 10
+	WeightPCIeSwitch  = 30
+	WeightNVSwitch    = 60
+	// WeightNVLinkBase is the weight of a single NVLink; each further link
+	// adds WeightPerNVLink, up to types.MaxLinkWeight.
+	WeightNVLinkBase = 70
+	WeightPerNVLink  = 10
+)
+
+// Weight rates the path l. It is pure and does not allocate.
+func Weight(l types.Link) int {
+	switch l.Kind {
+	case types.LinkNVLink:
+		n := l.Count
+		if n < 1 {
+			n = 1
+		}
+		return min(WeightNVLinkBase+(n-1)*WeightPerNVLink, types.MaxLinkWeight)
+	case types.LinkNVSwitch:
+		return WeightNVSwitch
+	case types.LinkPCIeSwitch:
+		return WeightPCIeSwitch
+	case types.LinkHostBridge:
+		return WeightHostBridge
+	default:
+		return WeightCrossSocket
+	}
+}
