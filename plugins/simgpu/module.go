@@ -217,6 +217,6 @@ func readHealthFile(path string, gpus int) (map[int]bool, error) {
 // scheduler is the scheduler side.
 type scheduler struct{}
 
-func (scheduler) Vendor() string                                 { return Vendor }
-func (scheduler) LinkWeight(l types.Link) int                    { return gpulink.Weight(l) }
+func (scheduler) Vendor() string                                   { return Vendor }
+func (scheduler) LinkWeight(l types.Link) int                      { return gpulink.Weight(l) }
 func (scheduler) Admit(types.Device, types.ContainerRequest) error { return nil }
