@@ -3,13 +3,13 @@ package pluginload
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/kubegpu/kubegpu/utils/plugintest"
 )
 
 // These tests build real plugins with go build -buildmode=plugin and load
@@ -18,61 +18,11 @@ import (
 // under "go test" with or without -trimpath or -race; the mismatch tests then
 // change one thing on purpose.
 
-// moduleRoot is the directory holding go.mod.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command(goTool(t), "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out)))
-}
-
-func goTool(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("these tests build plugins and need the go command on PATH: %v", err)
-	}
-	return p
-}
-
-// hostFlags are the go build flags that reproduce this test binary's build
-// settings.
-func hostFlags(t *testing.T) []string {
-	t.Helper()
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		t.Fatal("test binary has no build info")
-	}
-	s := settings(bi)
-	var flags []string
-	for _, b := range []string{"-trimpath", "-race", "-msan", "-asan"} {
-		if s[b] == "true" {
-			flags = append(flags, b)
-		}
-	}
-	for _, v := range []string{"-tags", "-gcflags", "-asmflags"} {
-		if s[v] != "" {
-			flags = append(flags, v+"="+s[v])
-		}
-	}
-	return flags
-}
-
-// buildPlugin builds the package pkg of the module in dir into a .so in a
-// new temp directory and returns its path.
+// buildPlugin builds package pkg of the module in dir into a .so in a new
+// temp directory and returns its path.
 func buildPlugin(t *testing.T, dir, pkg string, flags []string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), filepath.Base(pkg)+".so")
-	args := append([]string{"build", "-buildmode=plugin", "-buildvcs=false", "-o", out}, flags...)
-	cmd := exec.Command(goTool(t), append(args, pkg)...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "GOFLAGS=")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
-	}
-	return out
+	return plugintest.Build(t, dir, pkg, flags, t.TempDir(), filepath.Base(pkg)+".so")
 }
 
 var (
@@ -100,7 +50,7 @@ func TestMain(m *testing.M) {
 func goodPlugin(t *testing.T) string {
 	t.Helper()
 	goodOnce.Do(func() {
-		built := buildPlugin(t, moduleRoot(t), "./utils/pluginload/testdata/good", hostFlags(t))
+		built := buildPlugin(t, plugintest.ModuleRoot(t), "./utils/pluginload/testdata/good", plugintest.HostFlags(t))
 		dir := filepath.Join(sharedDir, "good")
 		copyFile(t, built, filepath.Join(dir, "testmod.so"))
 		goodPath = filepath.Join(dir, "testmod.so")
@@ -157,9 +107,9 @@ func TestLoadCopyOfLoadedPlugin(t *testing.T) {
 }
 
 func TestLoadFailures(t *testing.T) {
-	root := moduleRoot(t)
+	root := plugintest.ModuleRoot(t)
 	// Built without -trimpath when the host has it, or the other way round.
-	flipped := hostFlags(t)
+	flipped := plugintest.HostFlags(t)
 	wantFlip := "build setting -trimpath: host true, plugin (unset)"
 	if i := slices.Index(flipped, "-trimpath"); i >= 0 {
 		flipped = append(flipped[:i], flipped[i+1:]...)
@@ -193,13 +143,13 @@ func TestLoadFailures(t *testing.T) {
 		},
 		{
 			name:    "no constructor",
-			path:    buildPlugin(t, root, "./utils/pluginload/testdata/nosymbol", hostFlags(t)),
+			path:    buildPlugin(t, root, "./utils/pluginload/testdata/nosymbol", plugintest.HostFlags(t)),
 			wantIs:  ErrNotModule,
 			wantMsg: []string{"nosymbol.so", "does not export NewModule"},
 		},
 		{
 			name:    "constructor of the wrong type",
-			path:    buildPlugin(t, root, "./utils/pluginload/testdata/wrongtype", hostFlags(t)),
+			path:    buildPlugin(t, root, "./utils/pluginload/testdata/wrongtype", plugintest.HostFlags(t)),
 			wantIs:  ErrNotModule,
 			wantMsg: []string{"wrongtype.so", "NewModule is a func() string, want func() types.Module"},
 		},
@@ -254,7 +204,7 @@ func buildChangedTypesPlugin(t *testing.T, root string) string {
 	}
 	f.Close()
 	copyFile(t, filepath.Join(root, "utils/pluginload/testdata/good/main.go"), filepath.Join(tmp, "plug/good/main.go"))
-	return buildPlugin(t, tmp, "./plug/good", hostFlags(t))
+	return buildPlugin(t, tmp, "./plug/good", plugintest.HostFlags(t))
 }
 
 func copyFile(t *testing.T, src, dst string) {

@@ -1,0 +1,161 @@
+package app
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kubegpu/kubegpu/crishim/nodeplugins"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// pluginOptions are the flags every command that starts device modules takes.
+type pluginOptions struct {
+	PluginDir string
+	NodeName  string
+	Options   []string
+}
+
+func (o *pluginOptions) addFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.PluginDir, "plugin-dir", "/usr/lib/kubegpu/plugins", "directory of device module .so files")
+	cmd.Flags().StringVar(&o.NodeName, "node-name", defaultNodeName(), "name of this node in Kubernetes")
+	cmd.Flags().StringArrayVar(&o.Options, "plugin-option", nil, "a device module's option as MODULE.KEY=VALUE, e.g. simgpu.preset=dgx1 (repeatable)")
+}
+
+type devicesOptions struct {
+	pluginOptions
+	Output string
+}
+
+func newDevicesCommand() *cobra.Command {
+	o := &devicesOptions{}
+	cmd := &cobra.Command{
+		Use:   "devices",
+		Short: "Discover this node's devices through the device modules and print them",
+		Long: `Loads every device module in --plugin-dir, discovers this node's devices
+and prints them with the link matrix between them: what the advertiser
+would publish. Exits non-zero if a module fails to load or to discover.`,
+		Example: `  kubegpu-crishim devices --plugin-dir _output/plugins --plugin-option simgpu.preset=dgx1`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd)
+		},
+	}
+	o.addFlags(cmd)
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func (o *devicesOptions) run(cmd *cobra.Command) error {
+	if o.Output != "table" && o.Output != "json" {
+		return fmt.Errorf("--output must be table or json, got %q", o.Output)
+	}
+	ctx := cmd.Context()
+	plugins, openErr := nodeplugins.Open(ctx, o.PluginDir, o.NodeName, o.Options)
+	defer nodeplugins.Close(plugins) //nolint:errcheck // nothing to do about it on the way out
+
+	type result struct {
+		Module    string          `json:"module"`
+		Inventory types.Inventory `json:"inventory"`
+	}
+	var (
+		results []result
+		errs    = []error{openErr}
+	)
+	for _, p := range plugins {
+		inv, err := p.Discover(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("device module %s: discover: %w", p.Module, err))
+			continue
+		}
+		if err := inv.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("device module %s: discover: %w", p.Module, err))
+			continue
+		}
+		results = append(results, result{Module: p.Module, Inventory: inv})
+	}
+
+	out := cmd.OutOrStdout()
+	if o.Output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(results); err != nil {
+			return err
+		}
+	} else {
+		if len(plugins) == 0 && openErr == nil {
+			fmt.Fprintf(out, "No device modules in %s.\n", o.PluginDir)
+		}
+		for _, r := range results {
+			if err := printInventory(out, r.Module, r.Inventory); err != nil {
+				return err
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// printInventory prints the devices as a table and the links as nvidia-smi
+// topo -m does.
+func printInventory(w io.Writer, module string, inv types.Inventory) error {
+	fmt.Fprintf(w, "Module %s: %d devices\n\n", module, len(inv.Devices))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INDEX\tID\tUUID\tMODEL\tMEMORY\tSMS\tNUMA\tPCI\tHEALTH")
+	for _, d := range inv.Devices {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d MiB\t%d\t%d\t%s\t%s\n",
+			d.Index, d.ID, d.UUID, d.Model, d.MemoryMiB, d.ComputeUnits, d.NUMANode, d.PCIBusID, d.Health)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(inv.Devices) < 2 {
+		fmt.Fprintln(w)
+		return nil
+	}
+	fmt.Fprintln(w, "\nLinks:")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	header := []string{""}
+	for _, d := range inv.Devices {
+		header = append(header, d.ID)
+	}
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	m := inv.LinkMatrix()
+	for i, row := range m {
+		cells := []string{inv.Devices[i].ID}
+		for j, l := range row {
+			if i == j {
+				cells = append(cells, "X")
+				continue
+			}
+			cells = append(cells, LinkLabel(l))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nNV# = NVLink with # links, NVS = NVSwitch, PIX = same PCIe switch, PHB = host bridge, SYS = across CPU sockets")
+	fmt.Fprintln(w)
+	return nil
+}
+
+// LinkLabel is the short name nvidia-smi topo -m uses for a link.
+func LinkLabel(l types.Link) string {
+	switch l.Kind {
+	case types.LinkNVLink:
+		return fmt.Sprintf("NV%d", l.Count)
+	case types.LinkNVSwitch:
+		return "NVS"
+	case types.LinkPCIeSwitch:
+		return "PIX"
+	case types.LinkHostBridge:
+		return "PHB"
+	default:
+		return "SYS"
+	}
+}

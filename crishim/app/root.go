@@ -1,0 +1,55 @@
+package app
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/kubegpu/kubegpu/utils/version"
+)
+
+// NewCommand returns the kubegpu-crishim root command. Only main exits.
+func NewCommand(ctx context.Context) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:           "kubegpu-crishim",
+		Short:         "Device-aware CRI shim and device advertiser for kubegpu nodes",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmd.Help()
+		},
+	}
+	cmd.SetContext(ctx)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	cmd.PersistentFlags().AddGoFlagSet(klogFlags)
+
+	cmd.AddCommand(newDevicesCommand(), newVersionCommand())
+	return cmd
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "kubegpu-crishim", version.Get())
+			return err
+		},
+	}
+}
+
+// defaultNodeName is the host name, lower-cased as Kubernetes node names are.
+func defaultNodeName() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(h)
+}
