@@ -58,7 +58,7 @@ func DecodeInventory(value string) (types.Inventory, error) {
 	if err := decode(value, AnnotationInventory, KindInventory, &p.header, &p); err != nil {
 		return types.Inventory{}, err
 	}
-	if err := p.Inventory.Validate(); err != nil {
+	if err := p.Validate(); err != nil {
 		return types.Inventory{}, fmt.Errorf("%w: %s: %w", ErrInvalid, AnnotationInventory, err)
 	}
 	return p.Inventory, nil
@@ -178,7 +178,7 @@ func DecodeAllocation(value string) (Allocation, error) {
 	if err := decode(value, AnnotationAllocation, KindAllocation, &p.header, &p); err != nil {
 		return Allocation{}, err
 	}
-	if err := p.Allocation.Validate(); err != nil {
+	if err := p.Validate(); err != nil {
 		return Allocation{}, err
 	}
 	return p.Allocation, nil

@@ -5,13 +5,13 @@ package types
 type TopologyPolicy string
 
 const (
-	// TopologyRequired: every pair of the chosen devices must be connected by
+	// TopologyRequired means every pair of the chosen devices must be connected by
 	// NVLink or NVSwitch, or the request does not fit.
 	TopologyRequired TopologyPolicy = "required"
-	// TopologyPreferred: the best-connected set available, falling back to
-	// worse paths rather than not fitting.
+	// TopologyPreferred asks for the best-connected set available, falling
+	// back to worse paths rather than not fitting.
 	TopologyPreferred TopologyPolicy = "preferred"
-	// TopologyNone: connectivity does not matter.
+	// TopologyNone means connectivity does not matter.
 	TopologyNone TopologyPolicy = "none"
 )
 

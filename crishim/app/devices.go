@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 
 	"github.com/kubegpu/kubegpu/crishim/nodeplugins"
 	"github.com/kubegpu/kubegpu/types"
@@ -57,7 +58,11 @@ func (o *devicesOptions) run(cmd *cobra.Command) error {
 	}
 	ctx := cmd.Context()
 	plugins, openErr := nodeplugins.Open(ctx, o.PluginDir, o.NodeName, o.Options)
-	defer nodeplugins.Close(plugins) //nolint:errcheck // nothing to do about it on the way out
+	defer func() {
+		if err := nodeplugins.Close(plugins); err != nil {
+			klog.FromContext(ctx).Error(err, "Closing device modules")
+		}
+	}()
 
 	type result struct {
 		Module    string          `json:"module"`

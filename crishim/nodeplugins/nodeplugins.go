@@ -1,5 +1,3 @@
-// Package nodeplugins starts the node side of every device module in a
-// plugin directory, for kubegpu-crishim's commands.
 package nodeplugins
 
 import (

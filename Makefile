@@ -1,0 +1,84 @@
+# kubegpu's front door. `make help` lists the targets.
+#
+# Host binaries and device-module plugins must be built by the same toolchain
+# with the same flags, or the plugins do not load: every go command here runs
+# with the GOFLAGS and CGO_ENABLED below, tests included.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO ?= go
+OUT := _output
+BIN := $(OUT)/bin
+PLUGIN_DIR := $(OUT)/plugins
+TOOLS := $(CURDIR)/$(OUT)/tools/bin
+
+export CGO_ENABLED := 1
+export GOFLAGS := -trimpath -buildvcs=false
+export PATH := $(TOOLS):$(PATH)
+
+VERSION ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo "v0.0.0-$$(git rev-parse --short HEAD 2>/dev/null || echo dev)")
+LDFLAGS := -X github.com/kubegpu/kubegpu/utils/version.gitVersion=$(VERSION)
+
+# Host binaries: name -> main package.
+BINARIES := kubegpu-crishim
+kubegpu-crishim_PKG := ./crishim/cmd/kubegpu-crishim
+
+# Device modules: name -> the .so's main package.
+PLUGINS := simgpu
+simgpu_PKG := ./plugins/simgpu/plugin
+
+OPENB ?= $(abspath ../shared/data/openb)
+GOTEST_FLAGS ?=
+FUZZTIME ?= 30s
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: deps
+deps: ## Install what building and testing need (Debian packages, Go tools)
+	@hack/install-deps.sh
+
+.PHONY: build
+build: deps ## Build the binaries into _output/bin
+	@mkdir -p $(BIN)
+	$(foreach b,$(BINARIES),$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/$(b) $($(b)_PKG) &&) true
+
+.PHONY: plugins
+plugins: deps ## Build the device modules into _output/plugins/*.so
+	@mkdir -p $(PLUGIN_DIR)
+	$(foreach p,$(PLUGINS),$(GO) build -buildmode=plugin -o $(PLUGIN_DIR)/$(p).so $($(p)_PKG) &&) true
+
+.PHONY: test
+test: unit integration ## Run every test: unit, fuzz seed corpora, integration
+
+.PHONY: unit
+unit: deps ## Run unit tests and the fuzz seed corpora
+	$(GO) test $(GOTEST_FLAGS) ./...
+
+.PHONY: integration
+integration: build plugins ## Run the built binaries against the built plugins
+	hack/test-integration.sh
+
+.PHONY: fuzz
+fuzz: deps ## Fuzz every decoder for FUZZTIME each (default 30s)
+	@hack/fuzz.sh $(FUZZTIME)
+
+.PHONY: bench
+bench: deps ## Run the benchmarks
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: verify
+verify: deps ## gofmt, go vet, go mod tidy diff, golangci-lint
+	@hack/verify.sh
+
+.PHONY: demo
+demo: ## Run the local demo cluster (not built yet)
+	@echo "make demo: the demo cluster is not built yet; see the README's status section." >&2
+	@exit 2
+
+.PHONY: clean
+clean: ## Remove _output
+	rm -rf $(OUT)
