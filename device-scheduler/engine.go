@@ -1,0 +1,301 @@
+package devicescheduler
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// ErrDoesNotFit is wrapped by Evaluate's error when the pod does not fit on
+// the node. The error's text is the reason, for the user.
+var ErrDoesNotFit = errors.New("does not fit")
+
+// Names of the built-in policies.
+const (
+	// PolicyKubegpu is the default: fragmentation-aware placement that
+	// minimises the GPU capacity left stranded for the workload mix.
+	PolicyKubegpu = "kubegpu"
+	// PolicyBinpack prefers busy nodes and, within a node, busy devices.
+	PolicyBinpack = "binpack"
+	// PolicySpread prefers idle nodes and, within a node, idle devices.
+	PolicySpread = "spread"
+)
+
+// Policy ranks the nodes a pod fits on and the devices of a node that could
+// serve a slice. Implementations must be safe for concurrent use and should
+// not allocate.
+type Policy interface {
+	// ScoreDevices rates, for every device d in cand, giving d to one slice
+	// of container c, into scores[d]; s is node n's free capacity. Higher
+	// is better.
+	ScoreDevices(n *Node, s *State, c *Container, cand uint64, scores *[MaxDevices]int64)
+	// ScoreNode rates node n for pod r: before is the node's state, after
+	// is the state once the pod's chosen devices are taken. Higher is better.
+	ScoreNode(n *Node, before, after *State, r *Request) int64
+}
+
+// policies maps each built-in policy's name to its constructor.
+var policies = map[string]func(e *Engine) Policy{
+	PolicyKubegpu: func(e *Engine) Policy { return &fragPolicy{engine: e} },
+	PolicyBinpack: func(*Engine) Policy { return binpack{} },
+	PolicySpread:  func(*Engine) Policy { return spread{} },
+}
+
+// Policies lists the built-in policies' names.
+func Policies() []string {
+	out := make([]string, 0, len(policies))
+	for k := range policies {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Config configures an Engine.
+type Config struct {
+	// Plugins are the scheduler sides of the device modules; each rates the
+	// devices of its vendor. Devices of a vendor without a plugin are never
+	// allocated.
+	Plugins []types.SchedulerPlugin
+	// Policy names a built-in policy (default PolicyKubegpu).
+	Policy string
+	// CustomPolicy replaces the named policy when set (used by the
+	// placement simulator for its baselines).
+	CustomPolicy Policy
+	// DefaultTopology applies to requests that set none (default
+	// types.TopologyPreferred).
+	DefaultTopology types.TopologyPolicy
+	// Workload is the workload mix the kubegpu policy minimises
+	// fragmentation for. Nil: the engine learns it from the requests passed
+	// to Observe.
+	Workload *Workload
+}
+
+// Engine evaluates requests against nodes. It is immutable after New except
+// for its learned workload, which is swapped atomically.
+type Engine struct {
+	vendors         map[string]types.SchedulerPlugin
+	policy          Policy
+	binpack, spread Policy
+	defaultTopology types.TopologyPolicy
+	workload        atomic.Pointer[Workload]
+	learner         *workloadLearner
+}
+
+// New checks cfg and builds an Engine.
+func New(cfg Config) (*Engine, error) {
+	e := &Engine{vendors: map[string]types.SchedulerPlugin{}, binpack: binpack{}, spread: spread{}}
+	for _, p := range cfg.Plugins {
+		if other, dup := e.vendors[p.Vendor()]; dup {
+			return nil, fmt.Errorf("two scheduler plugins (%T and %T) rate vendor %q", other, p, p.Vendor())
+		}
+		e.vendors[p.Vendor()] = p
+	}
+	name := cfg.Policy
+	if name == "" {
+		name = PolicyKubegpu
+	}
+	newPolicy, ok := policies[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown policy %q (known: %s)", name, strings.Join(Policies(), ", "))
+	}
+	e.policy = newPolicy(e)
+	if cfg.CustomPolicy != nil {
+		e.policy = cfg.CustomPolicy
+	}
+	switch cfg.DefaultTopology {
+	case "":
+		e.defaultTopology = types.TopologyPreferred
+	case types.TopologyRequired, types.TopologyPreferred, types.TopologyNone:
+		e.defaultTopology = cfg.DefaultTopology
+	default:
+		return nil, fmt.Errorf("unknown default topology policy %q", cfg.DefaultTopology)
+	}
+	if cfg.Workload != nil {
+		e.workload.Store(cfg.Workload)
+	} else {
+		e.learner = newWorkloadLearner()
+		e.workload.Store(e.learner.snapshot())
+	}
+	return e, nil
+}
+
+// Placement is the result of Evaluate: the devices chosen for each container
+// and the node's score. It is a reusable buffer; its zero value is ready.
+type Placement struct {
+	node          *Node
+	req           *Request
+	score         int64
+	numContainers int
+	numShares     int
+	containers    [MaxContainers]struct{ first, count int }
+	shares        [MaxDevices]share
+	after         State
+	scores        [MaxDevices]int64 // scratch for device scores
+}
+
+// Node is the node the placement is for.
+func (p *Placement) Node() *Node { return p.node }
+
+// Score is the node's score for the pod; higher is better. Scores of one
+// pod on different nodes compare; absolute values mean nothing.
+func (p *Placement) Score() int64 { return p.score }
+
+// After is the node's state with the placement applied.
+func (p *Placement) After() *State { return &p.after }
+
+// Devices appends the indexes of the devices container i got to dst.
+func (p *Placement) Devices(i int, dst []int) []int {
+	c := p.containers[i]
+	for _, s := range p.shares[c.first : c.first+c.count] {
+		dst = append(dst, s.dev)
+	}
+	return dst
+}
+
+// Allocation converts the placement into the API's form.
+func (p *Placement) Allocation() types.PodAllocation {
+	a := types.PodAllocation{Node: p.node.name}
+	for i := 0; i < p.numContainers; i++ {
+		rc := &p.req.Containers[i]
+		c := p.containers[i]
+		ca := types.ContainerAllocation{Name: rc.Name, Devices: make([]types.DeviceShare, 0, c.count)}
+		for _, s := range p.shares[c.first : c.first+c.count] {
+			ca.Devices = append(ca.Devices, types.DeviceShare{
+				ID: p.node.ids[s.dev], UUID: p.node.inv.Devices[s.dev].UUID, Exclusive: s.exclusive,
+				MemoryMiB: s.mem, ComputePercent: int(s.milli / 10),
+			})
+		}
+		if rc.Init {
+			a.InitContainers = append(a.InitContainers, ca)
+		} else {
+			a.Containers = append(a.Containers, ca)
+		}
+	}
+	return a
+}
+
+// Evaluate decides whether pod r fits on node n and, if it does, fills p with
+// the devices chosen for each container and the node's score. It returns an
+// error wrapping ErrDoesNotFit, with the reason, when it does not fit.
+func (e *Engine) Evaluate(n *Node, r *Request, p *Placement) error {
+	p.node, p.req, p.score, p.numContainers, p.numShares = n, r, 0, 0, 0
+	p.after = n.state
+	s := &p.after
+	if n.host.CPUMilli > 0 && r.Host.CPUMilli > s.Host.CPUMilli {
+		return notFit("insufficient CPU: %d m free, %d m asked", s.Host.CPUMilli, r.Host.CPUMilli)
+	}
+	if n.host.MemoryMiB > 0 && r.Host.MemoryMiB > s.Host.MemoryMiB {
+		return notFit("insufficient memory: %d MiB free, %d MiB asked", s.Host.MemoryMiB, r.Host.MemoryMiB)
+	}
+	pol := e.policyFor(r)
+	for ci := range r.Containers {
+		c := &r.Containers[ci]
+		cand := candidates(n, s, c)
+		if popcount(cand) < c.Count {
+			return e.explain(n, s, c, cand)
+		}
+		var chosen uint64
+		if c.Exclusive {
+			chosen = chooseWhole(n, s, c, cand)
+		} else {
+			chosen = chooseSlices(n, s, c, cand, pol, &p.scores)
+		}
+		if chosen == 0 {
+			return notFit("container %q: no %d devices are all joined by NVLink or NVSwitch (topology required)", c.Name, c.Count)
+		}
+		if p.numShares+c.Count > MaxDevices {
+			return notFit("the pod asks for more than %d device shares", MaxDevices)
+		}
+		p.containers[ci] = struct{ first, count int }{p.numShares, c.Count}
+		for m := chosen; m != 0; m &= m - 1 {
+			d := trailing(m)
+			sh := share{dev: d, milli: c.Milli, mem: c.MemoryMiB, exclusive: c.Exclusive}
+			if c.Exclusive {
+				sh.milli, sh.mem = WholeMilli, n.memCap[d]
+				s.Exclusive |= 1 << d
+			}
+			s.MilliFree[d] -= sh.milli
+			s.MemFree[d] -= sh.mem
+			s.Used |= 1 << d
+			p.shares[p.numShares] = sh
+			p.numShares++
+		}
+		p.numContainers++
+	}
+	if n.host.CPUMilli > 0 {
+		s.Host.CPUMilli -= r.Host.CPUMilli
+	}
+	if n.host.MemoryMiB > 0 {
+		s.Host.MemoryMiB -= r.Host.MemoryMiB
+	}
+	p.score = pol.ScoreNode(n, &n.state, s, r)
+	return nil
+}
+
+func (e *Engine) policyFor(r *Request) Policy {
+	switch r.Placement {
+	case types.PlacementBinpack:
+		return e.binpack
+	case types.PlacementSpread:
+		return e.spread
+	}
+	return e.policy
+}
+
+// candidates is the mask of devices that could serve one device of c now.
+func candidates(n *Node, s *State, c *Container) uint64 {
+	m := n.Allocatable() &^ s.Exclusive
+	if c.Exclusive {
+		m &^= s.Used
+	}
+	selective := len(c.includeModels)+len(c.excludeModels)+len(c.includeUUIDs)+len(c.excludeUUIDs) > 0
+	for rest := m; rest != 0; rest &= rest - 1 {
+		d := trailing(rest)
+		if !c.Exclusive && (s.MilliFree[d] < c.Milli || s.MemFree[d] < c.MemoryMiB) {
+			m &^= 1 << d
+			continue
+		}
+		if selective && !c.admits(n, d) {
+			m &^= 1 << d
+		}
+	}
+	return m
+}
+
+// explain says why fewer than c.Count devices could serve c.
+func (e *Engine) explain(n *Node, s *State, c *Container, cand uint64) error {
+	what := "whole devices"
+	if !c.Exclusive {
+		what = fmt.Sprintf("devices with %d‰ compute and %d MiB free", c.Milli, c.MemoryMiB)
+	}
+	healthy := n.Allocatable()
+	var selected int
+	for m := healthy; m != 0; m &= m - 1 {
+		if c.admits(n, trailing(m)) {
+			selected++
+		}
+	}
+	switch {
+	case healthy == 0:
+		return notFit("container %q: no healthy devices", c.Name)
+	case popcount(healthy) < c.Count:
+		return notFit("container %q: %d healthy devices, %d needed", c.Name, popcount(healthy), c.Count)
+	case selected < c.Count:
+		return notFit("container %q: %d of %d healthy devices match the pod's model/UUID selectors, %d needed", c.Name, selected, popcount(healthy), c.Count)
+	default:
+		return notFit("container %q: %d %s free, %d needed", c.Name, popcount(cand), what, c.Count)
+	}
+}
+
+func notFit(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrDoesNotFit, fmt.Sprintf(format, args...))
+}
+
+// trailing is the index of the lowest set bit.
+func trailing(m uint64) int { return bits.TrailingZeros64(m) }

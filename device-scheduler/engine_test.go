@@ -1,0 +1,388 @@
+package devicescheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+func newEngine(t testing.TB, policy string) *Engine {
+	t.Helper()
+	sp, err := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Plugins: []types.SchedulerPlugin{sp}, Policy: policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// simNode builds a node from a simgpu preset; unhealthy lists GPU indexes.
+func simNode(t testing.TB, e *Engine, preset string, unhealthy ...int) *Node {
+	t.Helper()
+	topo, err := simgpu.Preset(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := simgpu.Inventory(topo, "node-"+preset)
+	for _, i := range unhealthy {
+		inv.Devices[i].Health = types.Unhealthy
+	}
+	n, err := e.NewNode("node-"+preset, inv, Host{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func whole(count int) types.ContainerRequest {
+	return types.ContainerRequest{Name: "c", Count: count}
+}
+
+func slice(percent int, memMiB int64) types.ContainerRequest {
+	return types.ContainerRequest{Name: "c", Count: 1, ComputePercent: percent, MemoryMiB: memMiB}
+}
+
+func request(t testing.TB, e *Engine, cs ...types.ContainerRequest) *Request {
+	t.Helper()
+	for i := range cs {
+		if cs[i].Name == "c" && len(cs) > 1 {
+			cs[i].Name = fmt.Sprintf("c%d", i)
+		}
+	}
+	r, err := e.NewRequest(types.PodRequest{Containers: cs}, Host{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// place evaluates r on n, assumes it under key and returns each container's
+// device indexes.
+func place(t testing.TB, e *Engine, n *Node, key string, r *Request) [][]int {
+	t.Helper()
+	var p Placement
+	if err := e.Evaluate(n, r, &p); err != nil {
+		t.Fatalf("Evaluate(%s) error = %v", key, err)
+	}
+	if err := n.Assume(key, p.Allocation(), r.Host); err != nil {
+		t.Fatalf("Assume(%s) error = %v", key, err)
+	}
+	var out [][]int
+	for i := range r.Containers {
+		d := p.Devices(i, nil)
+		slices.Sort(d)
+		out = append(out, d)
+	}
+	return out
+}
+
+func TestDGX1Quads(t *testing.T) {
+	e := newEngine(t, PolicyKubegpu)
+	n := simNode(t, e, "dgx1")
+	first := place(t, e, n, "a", request(t, e, whole(4)))[0]
+	quads := [][]int{{0, 1, 2, 3}, {4, 5, 6, 7}}
+	if !slices.ContainsFunc(quads, func(q []int) bool { return slices.Equal(q, first) }) {
+		t.Fatalf("4-GPU pod on an empty DGX-1 got %v, want an all-NVLink quad", first)
+	}
+	second := place(t, e, n, "b", request(t, e, whole(4)))[0]
+	if slices.Equal(first, second) || !slices.ContainsFunc(quads, func(q []int) bool { return slices.Equal(q, second) }) {
+		t.Errorf("second 4-GPU pod got %v, want the other quad", second)
+	}
+}
+
+func TestDGX1Pairs(t *testing.T) {
+	e := newEngine(t, PolicyKubegpu)
+	n := simNode(t, e, "dgx1")
+	// Two links beat one: the pairs joined by NV2.
+	nv2 := [][]int{{0, 3}, {0, 4}, {1, 2}, {1, 5}, {2, 3}, {4, 7}, {5, 6}, {6, 7}}
+	for i := 0; i < 4; i++ {
+		got := place(t, e, n, fmt.Sprint(i), request(t, e, whole(2)))[0]
+		if !slices.ContainsFunc(nv2, func(p []int) bool { return slices.Equal(p, got) }) {
+			t.Errorf("pair %d got %v, want an NV2 pair", i, got)
+		}
+	}
+	if s := n.State(); s.Exclusive != 0xff {
+		t.Errorf("four pairs left %08b taken, want all", s.Exclusive)
+	}
+}
+
+func TestSingleGPUsKeepQuadsWhole(t *testing.T) {
+	e := newEngine(t, PolicyKubegpu)
+	n := simNode(t, e, "dgx1")
+	var taken []int
+	for i := 0; i < 4; i++ {
+		taken = append(taken, place(t, e, n, fmt.Sprint(i), request(t, e, whole(1)))[0]...)
+	}
+	slices.Sort(taken)
+	// Four single GPUs fill one quad, leaving the other for a 4-GPU job.
+	if !slices.Equal(taken, []int{0, 1, 2, 3}) && !slices.Equal(taken, []int{4, 5, 6, 7}) {
+		t.Errorf("four single-GPU pods took %v, want one whole quad", taken)
+	}
+	req := request(t, e, whole(4))
+	req.Containers[0].Topology = types.TopologyRequired
+	place(t, e, n, "quad", req)
+}
+
+func TestTopologyRequiredVsPreferred(t *testing.T) {
+	e := newEngine(t, PolicyKubegpu)
+	n := simNode(t, e, "dgx1")
+	// Break both quads.
+	alloc := func(ids ...string) types.PodAllocation {
+		var shares []types.DeviceShare
+		for _, id := range ids {
+			d, _ := n.Inventory().DeviceByID(id)
+			shares = append(shares, types.DeviceShare{ID: id, UUID: d.UUID, Exclusive: true})
+		}
+		return types.PodAllocation{Node: n.Name(), Containers: []types.ContainerAllocation{{Name: "c", Devices: shares}}}
+	}
+	if err := n.Assume("blocker", alloc("gpu0", "gpu4"), Host{}); err != nil {
+		t.Fatal(err)
+	}
+	required := request(t, e, whole(4))
+	required.Containers[0].Topology = types.TopologyRequired
+	var p Placement
+	err := e.Evaluate(n, required, &p)
+	if !errors.Is(err, ErrDoesNotFit) || !strings.Contains(err.Error(), "no 4 devices are all joined by NVLink or NVSwitch") {
+		t.Errorf("required quad on a broken DGX-1: error = %v", err)
+	}
+	preferred := request(t, e, whole(4))
+	preferred.Containers[0].Topology = types.TopologyPreferred
+	got := place(t, e, n, "p", preferred)[0]
+	if len(got) != 4 || slices.Contains(got, 0) || slices.Contains(got, 4) {
+		t.Errorf("preferred quad got %v", got)
+	}
+	// PCIe-only box: required pairs never fit; preferred takes a PCIe-switch pair.
+	t4 := simNode(t, e, "t4x4")
+	req2 := request(t, e, whole(2))
+	req2.Containers[0].Topology = types.TopologyRequired
+	if err := e.Evaluate(t4, req2, &p); !errors.Is(err, ErrDoesNotFit) {
+		t.Errorf("required pair on t4x4: error = %v, want ErrDoesNotFit", err)
+	}
+	pair := place(t, e, t4, "pair", request(t, e, whole(2)))[0]
+	if !slices.Equal(pair, []int{0, 1}) && !slices.Equal(pair, []int{2, 3}) {
+		t.Errorf("preferred pair on t4x4 got %v, want a same-switch pair", pair)
+	}
+}
+
+func TestSlices(t *testing.T) {
+	for _, tt := range []struct {
+		policy string
+		want   [][]int // device of each of three 30% slices
+	}{
+		{PolicyBinpack, [][]int{{0}, {0}, {0}}},
+		{PolicySpread, [][]int{{0}, {1}, {2}}},
+	} {
+		t.Run(tt.policy, func(t *testing.T) {
+			e := newEngine(t, tt.policy)
+			n := simNode(t, e, "t4x4")
+			var got [][]int
+			for i := 0; i < 3; i++ {
+				got = append(got, place(t, e, n, fmt.Sprint(i), request(t, e, slice(30, 4096)))...)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("slices went to %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSliceCapacityAndExclusivity(t *testing.T) {
+	e := newEngine(t, PolicyBinpack)
+	n := simNode(t, e, "t4x4", 1, 2, 3) // only gpu0 is healthy
+	place(t, e, n, "a", request(t, e, slice(60, 8192)))
+	var p Placement
+	// Compute would overflow.
+	if err := e.Evaluate(n, request(t, e, slice(50, 1024)), &p); !errors.Is(err, ErrDoesNotFit) {
+		t.Errorf("60%%+50%% on one GPU: error = %v, want ErrDoesNotFit", err)
+	}
+	// Memory would overflow (15360 MiB per T4).
+	if err := e.Evaluate(n, request(t, e, slice(10, 8192)), &p); !errors.Is(err, ErrDoesNotFit) {
+		t.Errorf("8192+8192 MiB on a 15360 MiB GPU: error = %v, want ErrDoesNotFit", err)
+	}
+	// A whole GPU cannot be taken while a slice uses it.
+	if err := e.Evaluate(n, request(t, e, whole(1)), &p); !errors.Is(err, ErrDoesNotFit) ||
+		!strings.Contains(err.Error(), "0 whole devices free, 1 needed") {
+		t.Errorf("whole GPU over a slice: error = %v", err)
+	}
+	place(t, e, n, "b", request(t, e, slice(40, 7168)))
+	n.Release("a")
+	n.Release("b")
+	// Everything back: a whole GPU fits, and then no slice does.
+	place(t, e, n, "w", request(t, e, whole(1)))
+	if err := e.Evaluate(n, request(t, e, slice(1, 1)), &p); !errors.Is(err, ErrDoesNotFit) {
+		t.Errorf("slice on an exclusive GPU: error = %v, want ErrDoesNotFit", err)
+	}
+}
+
+func TestSelectorsAndHealth(t *testing.T) {
+	e := newEngine(t, PolicyKubegpu)
+	n := simNode(t, e, "t4x4", 0)
+	uuid1 := n.Inventory().Devices[1].UUID
+	tests := []struct {
+		name    string
+		sel     types.Selector
+		count   int
+		want    []int
+		wantErr string
+	}{
+		{name: "unhealthy skipped", count: 3, want: []int{1, 2, 3}},
+		{name: "too many for healthy", count: 4, wantErr: "3 healthy devices, 4 needed"},
+		{name: "model included (case-insensitive)", sel: types.Selector{IncludeModels: []string{"tesla t4"}}, count: 1},
+		{name: "model excluded", sel: types.Selector{ExcludeModels: []string{"Tesla T4"}}, count: 1,
+			wantErr: "0 of 3 healthy devices match the pod's model/UUID selectors, 1 needed"},
+		{name: "uuid included", sel: types.Selector{IncludeUUIDs: []string{strings.ToUpper(uuid1)}}, count: 1, want: []int{1}},
+		{name: "uuid excluded", sel: types.Selector{ExcludeUUIDs: []string{uuid1}}, count: 2, want: []int{2, 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := whole(tt.count)
+			c.Selector = tt.sel
+			r := request(t, e, c)
+			var p Placement
+			err := e.Evaluate(n, r, &p)
+			if tt.wantErr != "" {
+				if !errors.Is(err, ErrDoesNotFit) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := p.Devices(0, nil)
+			slices.Sort(got)
+			if tt.want != nil && !slices.Equal(got, tt.want) {
+				t.Errorf("devices = %v, want %v", got, tt.want)
+			}
+			if slices.Contains(got, 0) {
+				t.Errorf("got the unhealthy gpu0")
+			}
+		})
+	}
+}
+
+func TestMultipleContainers(t *testing.T) {
+	e := newEngine(t, PolicyKubegpu)
+	n := simNode(t, e, "dgx1")
+	got := place(t, e, n, "pod", request(t, e, whole(4), whole(3), slice(50, 1024)))
+	all := append(append(slices.Clone(got[0]), got[1]...), got[2]...)
+	slices.Sort(all)
+	if !slices.Equal(all, []int{0, 1, 2, 3, 4, 5, 6, 7}) {
+		t.Errorf("containers got %v, want disjoint devices covering the node", got)
+	}
+	var p Placement
+	if err := e.Evaluate(n, request(t, e, slice(10, 1)), &p); err != nil {
+		t.Errorf("a slice beside the pod's own slice: %v", err)
+	}
+}
+
+func TestAssumeIsDerivedFromAllocations(t *testing.T) {
+	e := newEngine(t, PolicyKubegpu)
+	n := simNode(t, e, "dgx1")
+	var p Placement
+	r := request(t, e, whole(2), slice(25, 2048))
+	if err := e.Evaluate(n, r, &p); err != nil {
+		t.Fatal(err)
+	}
+	a := p.Allocation()
+	if err := n.Assume("pod", a, Host{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Assume("pod", a, Host{}); err != nil {
+		t.Fatalf("re-assuming the same pod: %v", err)
+	}
+	if err := n.Assume("thief", a, Host{}); !errors.Is(err, ErrConflict) {
+		t.Errorf("the same whole GPUs for a second pod: error = %v, want ErrConflict", err)
+	}
+	other := simNode(t, e, "dgx1")
+	if err := other.AssumePlacement("pod", &p, Host{}); err == nil {
+		t.Error("AssumePlacement on another node succeeded")
+	}
+	// Rebuilt from the same allocation, a fresh node has the same state.
+	fresh := simNode(t, e, "dgx1")
+	if err := fresh.Assume("pod", a, Host{}); err != nil {
+		t.Fatal(err)
+	}
+	if fresh.State() != n.State() {
+		t.Error("state rebuilt from the allocation differs")
+	}
+	n.Release("pod")
+	n.Release("pod")
+	if n.State() != simNode(t, e, "dgx1").State() {
+		t.Error("releasing the pod did not give everything back")
+	}
+	bad := a
+	bad.Containers = []types.ContainerAllocation{{Name: "c", Devices: []types.DeviceShare{{ID: "gpu9", UUID: "x"}}}}
+	if err := n.Assume("bad", bad, Host{}); !errors.Is(err, ErrConflict) {
+		t.Errorf("unknown device: error = %v", err)
+	}
+}
+
+func TestHostResources(t *testing.T) {
+	e := newEngine(t, PolicyKubegpu)
+	topo, _ := simgpu.Preset("t4x4")
+	n, err := e.NewNode("n", simgpu.Inventory(topo, "n"), Host{CPUMilli: 4000, MemoryMiB: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := e.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{whole(1)}}, Host{CPUMilli: 3000, MemoryMiB: 1024})
+	var p Placement
+	if err := e.Evaluate(n, r, &p); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.AssumePlacement("a", &p, r.Host); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Evaluate(n, r, &p); !errors.Is(err, ErrDoesNotFit) || !strings.Contains(err.Error(), "insufficient CPU") {
+		t.Errorf("second pod: error = %v, want insufficient CPU", err)
+	}
+}
+
+func TestFragmentationPolicyPacksSlices(t *testing.T) {
+	// With whole-GPU jobs in the mix, slices should share a GPU rather than
+	// strand a second one.
+	sp, _ := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
+	w, err := NewWorkload([]TaskType{
+		{Count: 1, Exclusive: true, Weight: 1},
+		{Count: 1, Milli: 300, Weight: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Plugins: []types.SchedulerPlugin{sp}, Workload: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := simNode(t, e, "t4x4")
+	a := place(t, e, n, "a", request(t, e, slice(30, 0)))[0]
+	b := place(t, e, n, "b", request(t, e, slice(30, 0)))[0]
+	if !slices.Equal(a, b) {
+		t.Errorf("two slices went to %v and %v, want the same GPU", a, b)
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	sp, _ := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
+	for _, tt := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Policy: "fastest"}, `unknown policy "fastest" (known: binpack, kubegpu, spread)`},
+		{Config{DefaultTopology: "strict"}, `unknown default topology policy "strict"`},
+		{Config{Plugins: []types.SchedulerPlugin{sp, sp}}, "rate vendor"},
+	} {
+		if _, err := New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New(%+v) error = %v, want %q", tt.cfg, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,295 @@
+package devicescheduler
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// MaxDevices is the most schedulable devices one node may have.
+const MaxDevices = 64
+
+// WholeMilli is a whole device's compute share.
+const WholeMilli = 1000
+
+// Host is a node's host resources (CPU and memory), or a pod's request of
+// them. Zero capacity means "not tracked": host resources then never limit
+// fit (in Kubernetes the stock NodeResourcesFit plugin checks them).
+type Host struct {
+	CPUMilli  int64
+	MemoryMiB int64
+}
+
+// Node is one node's devices compiled for fast evaluation, with the state of
+// what its pods hold. Build it with Engine.NewNode.
+type Node struct {
+	name string
+	inv  types.Inventory
+
+	n        int
+	ids      []string
+	uuids    []string // lower-case
+	models   []string // lower-case
+	memCap   [MaxDevices]int64
+	vendor   [MaxDevices]types.SchedulerPlugin
+	healthy  uint64 // mask of healthy, allocatable devices
+	parents  uint64 // mask of GPUs in MIG mode: allocated only through their slices
+	parentOf [MaxDevices]int8
+	// weight[i*n+j] is the link weight between devices i and j.
+	weight []uint8
+	// fastAdj[i] is the mask of devices joined to i by NVLink or NVSwitch.
+	fastAdj [MaxDevices]uint64
+	host    Host
+
+	state State
+	pods  map[string]podUsage
+
+	compat atomic.Pointer[compatCache]
+	mu     sync.Mutex // guards compat computation and fragCache
+	// version counts changes of state, keying fragCache.
+	version   uint64
+	fragCache struct {
+		workload *Workload
+		version  uint64
+		value    float64
+	}
+}
+
+// State is what is free on a node. Policies read it; only the engine writes it.
+type State struct {
+	// MilliFree and MemFree are each device's free compute share and memory.
+	MilliFree [MaxDevices]int32
+	MemFree   [MaxDevices]int64
+	// Exclusive is the mask of devices taken whole.
+	Exclusive uint64
+	// Used is the mask of devices with any share taken.
+	Used uint64
+	// Host is the free host resources (when tracked).
+	Host Host
+}
+
+type podUsage struct {
+	shares []share
+	host   Host
+}
+
+type share struct {
+	dev       int
+	milli     int32
+	mem       int64
+	exclusive bool
+}
+
+// NewNode compiles a node's inventory. host is the node's allocatable CPU
+// and memory, or zero to leave them to the caller.
+func (e *Engine) NewNode(name string, inv types.Inventory, host Host) (*Node, error) {
+	if err := inv.Validate(); err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	if len(inv.Devices) > MaxDevices {
+		return nil, fmt.Errorf("node %s: %d devices, at most %d are supported", name, len(inv.Devices), MaxDevices)
+	}
+	n := len(inv.Devices)
+	nd := &Node{
+		name: name, inv: inv, n: n, host: host,
+		ids: make([]string, n), uuids: make([]string, n), models: make([]string, n),
+		weight: make([]uint8, n*n),
+		pods:   map[string]podUsage{},
+	}
+	pos := make(map[string]int, n)
+	for i, d := range inv.Devices {
+		pos[d.ID] = i
+		nd.ids[i], nd.uuids[i], nd.models[i] = d.ID, strings.ToLower(d.UUID), strings.ToLower(d.Model)
+		nd.memCap[i] = d.MemoryMiB
+		nd.parentOf[i] = -1
+		nd.vendor[i] = e.vendors[d.Vendor]
+		if d.Health == types.Healthy && nd.vendor[i] != nil {
+			nd.healthy |= 1 << i
+		}
+		nd.state.MilliFree[i] = WholeMilli
+		nd.state.MemFree[i] = d.MemoryMiB
+	}
+	for i, d := range inv.Devices {
+		if d.Parent != "" {
+			p := pos[d.Parent]
+			nd.parentOf[i] = int8(p)
+			nd.parents |= 1 << p
+		}
+	}
+	nd.state.Host = host
+	m := inv.LinkMatrix()
+	for i := 0; i < n; i++ {
+		for j := 0; j < n; j++ {
+			if i == j || nd.vendor[i] == nil {
+				continue
+			}
+			w := nd.vendor[i].LinkWeight(m[i][j])
+			nd.weight[i*n+j] = uint8(max(0, min(w, types.MaxLinkWeight)))
+			if k := m[i][j].Kind; k == types.LinkNVLink || k == types.LinkNVSwitch {
+				nd.fastAdj[i] |= 1 << j
+			}
+		}
+	}
+	return nd, nil
+}
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.name }
+
+// Inventory is the inventory the node was built from.
+func (n *Node) Inventory() types.Inventory { return n.inv }
+
+// State returns a copy of what is free on the node.
+func (n *Node) State() State { return n.state }
+
+// NumDevices is the number of devices on the node.
+func (n *Node) NumDevices() int { return n.n }
+
+// MemoryMiB is device d's memory.
+func (n *Node) MemoryMiB(d int) int64 { return n.memCap[d] }
+
+// HostCapacity is the node's host resources as given to NewNode.
+func (n *Node) HostCapacity() Host { return n.host }
+
+// Weight is the link weight between devices i and j.
+func (n *Node) Weight(i, j int) int { return int(n.weight[i*n.n+j]) }
+
+// Allocatable is the mask of devices that can be given out at all: healthy,
+// rated by a loaded plugin, and not a GPU in MIG mode.
+func (n *Node) Allocatable() uint64 { return n.healthy &^ n.parents }
+
+// Pods is the number of pods assumed on the node.
+func (n *Node) Pods() int { return len(n.pods) }
+
+// ErrConflict is wrapped by Assume errors for allocations that do not fit the
+// node's current state (a device given twice, or a device the node lacks).
+var ErrConflict = errors.New("allocation conflicts with the node's state")
+
+// Assume records that pod key holds alloc (and host resources) on this node.
+// Assuming the same key again replaces its previous allocation. An
+// allocation that names unknown devices or over-commits one is refused
+// whole, leaving the state unchanged.
+func (n *Node) Assume(key string, alloc types.PodAllocation, host Host) error {
+	var shares []share
+	for _, list := range [][]types.ContainerAllocation{alloc.InitContainers, alloc.Containers} {
+		for _, c := range list {
+			for _, d := range c.Devices {
+				i := n.index(d.ID)
+				if i < 0 || !strings.EqualFold(n.uuids[i], d.UUID) {
+					return fmt.Errorf("%w: pod %s: device %s (%s) is not on node %s", ErrConflict, key, d.ID, d.UUID, n.name)
+				}
+				s := share{dev: i, milli: int32(d.ComputePercent) * 10, mem: d.MemoryMiB, exclusive: d.Exclusive}
+				if d.Exclusive {
+					s.milli, s.mem = WholeMilli, n.memCap[i]
+				}
+				shares = append(shares, s)
+			}
+		}
+	}
+	return n.assume(key, podUsage{shares: shares, host: host})
+}
+
+// AssumePlacement is Assume for a Placement this engine chose, without the
+// round trip through types.PodAllocation.
+func (n *Node) AssumePlacement(key string, p *Placement, host Host) error {
+	if p.node != n {
+		return fmt.Errorf("pod %s: the placement was not evaluated on node %s", key, n.name)
+	}
+	u := podUsage{host: host, shares: append([]share(nil), p.shares[:p.numShares]...)}
+	return n.assume(key, u)
+}
+
+func (n *Node) assume(key string, u podUsage) error {
+	old, had := n.pods[key]
+	if had {
+		n.apply(old, -1)
+	}
+	next := n.state
+	if err := applyTo(&next, n, u, 1); err != nil {
+		if had {
+			n.apply(old, 1)
+		}
+		return fmt.Errorf("pod %s on node %s: %w", key, n.name, err)
+	}
+	n.state = next
+	n.pods[key] = u
+	n.version++
+	return nil
+}
+
+// Release forgets pod key's allocation; releasing an unknown key does nothing.
+func (n *Node) Release(key string) {
+	if u, ok := n.pods[key]; ok {
+		n.apply(u, -1)
+		delete(n.pods, key)
+		n.version++
+	}
+}
+
+// Holds reports whether pod key is assumed on the node.
+func (n *Node) Holds(key string) bool {
+	_, ok := n.pods[key]
+	return ok
+}
+
+func (n *Node) apply(u podUsage, sign int) {
+	if err := applyTo(&n.state, n, u, sign); err != nil {
+		panic(fmt.Sprintf("reverting a recorded allocation failed: %v", err)) // state corrupted: a bug
+	}
+}
+
+// applyTo adds (sign 1) or removes (sign -1) a pod's usage to s, checking
+// capacity when adding.
+func applyTo(s *State, n *Node, u podUsage, sign int) error {
+	for _, sh := range u.shares {
+		d := sh.dev
+		if sign > 0 {
+			switch {
+			case sh.exclusive && (s.Used&(1<<d) != 0):
+				return fmt.Errorf("%w: device %s is in use and cannot be taken whole", ErrConflict, n.ids[d])
+			case s.Exclusive&(1<<d) != 0:
+				return fmt.Errorf("%w: device %s is taken whole", ErrConflict, n.ids[d])
+			case s.MilliFree[d] < sh.milli || s.MemFree[d] < sh.mem:
+				return fmt.Errorf("%w: device %s has %d‰ compute and %d MiB free, %d‰ and %d MiB asked", ErrConflict,
+					n.ids[d], s.MilliFree[d], s.MemFree[d], sh.milli, sh.mem)
+			}
+		}
+		s.MilliFree[d] -= int32(sign) * sh.milli
+		s.MemFree[d] -= int64(sign) * sh.mem
+		if sh.exclusive {
+			s.Exclusive ^= 1 << d
+		}
+		if s.MilliFree[d] < WholeMilli || s.MemFree[d] < n.memCap[d] {
+			s.Used |= 1 << d
+		} else {
+			s.Used &^= 1 << d
+		}
+	}
+	if n.host.CPUMilli > 0 {
+		s.Host.CPUMilli -= int64(sign) * u.host.CPUMilli
+	}
+	if n.host.MemoryMiB > 0 {
+		s.Host.MemoryMiB -= int64(sign) * u.host.MemoryMiB
+	}
+	if sign > 0 && (s.Host.CPUMilli < 0 || s.Host.MemoryMiB < 0) {
+		return fmt.Errorf("%w: host CPU or memory over-committed", ErrConflict)
+	}
+	return nil
+}
+
+func (n *Node) index(id string) int {
+	for i, x := range n.ids {
+		if x == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// popcount is the number of set bits.
+func popcount(m uint64) int { return bits.OnesCount64(m) }

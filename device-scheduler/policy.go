@@ -1,0 +1,251 @@
+package devicescheduler
+
+// binpack prefers the busiest node and, for slices, the fullest device that
+// still fits (best fit).
+type binpack struct{}
+
+func (binpack) ScoreDevices(_ *Node, s *State, _ *Container, cand uint64, scores *[MaxDevices]int64) {
+	for m := cand; m != 0; m &= m - 1 {
+		d := trailing(m)
+		scores[d] = -int64(s.MilliFree[d])
+	}
+}
+
+func (binpack) ScoreNode(n *Node, _, after *State, _ *Request) int64 {
+	return usedMilli(n, after)
+}
+
+// spread prefers the idlest node and, for slices, the emptiest device.
+type spread struct{}
+
+func (spread) ScoreDevices(_ *Node, s *State, _ *Container, cand uint64, scores *[MaxDevices]int64) {
+	for m := cand; m != 0; m &= m - 1 {
+		d := trailing(m)
+		scores[d] = int64(s.MilliFree[d])
+	}
+}
+
+func (spread) ScoreNode(n *Node, _, after *State, _ *Request) int64 {
+	return -usedMilli(n, after)
+}
+
+// usedMilli is the compute share in use on the node's allocatable devices,
+// as a fraction of their capacity scaled to 1e6 so that nodes of different
+// sizes compare.
+func usedMilli(n *Node, s *State) int64 {
+	alloc := n.Allocatable()
+	if alloc == 0 {
+		return 0
+	}
+	var used int64
+	for m := alloc; m != 0; m &= m - 1 {
+		used += int64(WholeMilli - s.MilliFree[trailing(m)])
+	}
+	return used * 1e6 / (int64(popcount(alloc)) * WholeMilli)
+}
+
+// fragPolicy is the kubegpu policy: it places each pod where it increases
+// fragmentation least. A node's fragmentation, for a workload mix, is the
+// popularity-weighted GPU capacity that each task type of the mix could not
+// use (FGD's measure, Weng et al., USENIX ATC 2023).
+type fragPolicy struct {
+	engine *Engine
+}
+
+// fragScale turns fragmentation (‰ of a device, weighted) into integer scores.
+const fragScale = 1000
+
+func (f *fragPolicy) ScoreDevices(n *Node, s *State, c *Container, cand uint64, scores *[MaxDevices]int64) {
+	w := f.engine.workload.Load()
+	compat := n.compatFor(w)
+	var agg fragAggregate
+	agg.compute(n, w, compat, s)
+	for m := cand; m != 0; m &= m - 1 {
+		d := trailing(m)
+		scores[d] = -int64(agg.deltaSlice(n, w, compat, s, d, c.Milli, c.MemoryMiB) * fragScale)
+	}
+}
+
+func (f *fragPolicy) ScoreNode(n *Node, before, after *State, _ *Request) int64 {
+	w := f.engine.workload.Load()
+	compat := n.compatFor(w)
+	var fBefore float64
+	if before == &n.state {
+		fBefore = n.currentFragmentation(w, compat)
+	} else {
+		fBefore = fragmentation(n, w, compat, before)
+	}
+	return -int64((fragmentation(n, w, compat, after) - fBefore) * fragScale)
+}
+
+// currentFragmentation is the node's fragmentation now, cached until its
+// state or the workload changes.
+func (n *Node) currentFragmentation(w *Workload, compat []uint64) float64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := &n.fragCache
+	if c.workload != w || c.version != n.version {
+		c.workload, c.version, c.value = w, n.version, fragmentation(n, w, compat, &n.state)
+	}
+	return c.value
+}
+
+// fragAggregate holds, for one state, each task type's count of usable
+// devices and the free share of the devices it cannot use.
+type fragAggregate struct {
+	usable  [maxAggTypes]int16
+	unused  [maxAggTypes]int64
+	hostOK  [maxAggTypes]bool
+	total   int64
+	ntypes  int
+	partial bool // more types than maxAggTypes: fall back to full recomputation
+}
+
+const maxAggTypes = 256
+
+// freeShare is device d's free compute share, 0 when taken whole.
+func freeShare(s *State, d int) int64 {
+	if s.Exclusive&(1<<d) != 0 {
+		return 0
+	}
+	return int64(s.MilliFree[d])
+}
+
+// serves reports whether device d, in state s, can serve one device of type t.
+func serves(n *Node, s *State, d int, t *TaskType, compat uint64) bool {
+	if compat&(1<<d) == 0 || s.Exclusive&(1<<d) != 0 {
+		return false
+	}
+	if t.Exclusive {
+		return s.Used&(1<<d) == 0
+	}
+	return s.MilliFree[d] >= t.Milli && s.MemFree[d] >= t.MemoryMiB
+}
+
+func hostFits(n *Node, s *State, h Host) bool {
+	return (n.host.CPUMilli == 0 || s.Host.CPUMilli >= h.CPUMilli) &&
+		(n.host.MemoryMiB == 0 || s.Host.MemoryMiB >= h.MemoryMiB)
+}
+
+func (a *fragAggregate) compute(n *Node, w *Workload, compat []uint64, s *State) {
+	alloc := n.Allocatable()
+	a.total = 0
+	for m := alloc; m != 0; m &= m - 1 {
+		a.total += freeShare(s, trailing(m))
+	}
+	a.ntypes = len(w.types)
+	a.partial = a.ntypes > maxAggTypes
+	for t := 0; t < a.ntypes && t < maxAggTypes; t++ {
+		tt := &w.types[t]
+		a.hostOK[t] = hostFits(n, s, tt.Host)
+		var usable int16
+		var unused int64
+		for m := alloc; m != 0; m &= m - 1 {
+			d := trailing(m)
+			if serves(n, s, d, tt, compat[t]) {
+				usable++
+			} else {
+				unused += freeShare(s, d)
+			}
+		}
+		a.usable[t], a.unused[t] = usable, unused
+	}
+}
+
+// value is the fragmentation of the aggregated state.
+func (a *fragAggregate) value(w *Workload) float64 {
+	var f float64
+	for t := 0; t < a.ntypes; t++ {
+		tt := &w.types[t]
+		if !a.hostOK[t] || int(a.usable[t]) < tt.Count {
+			f += tt.Weight * float64(a.total)
+		} else {
+			f += tt.Weight * float64(a.unused[t])
+		}
+	}
+	return f
+}
+
+// deltaSlice is the change of fragmentation if a slice (milli, mem) is taken
+// from device d of state s. Only device d changes, so each type's aggregate
+// is adjusted rather than recomputed.
+func (a *fragAggregate) deltaSlice(n *Node, w *Workload, compat []uint64, s *State, d int, milli int32, mem int64) float64 {
+	if a.partial {
+		next := *s
+		next.MilliFree[d] -= milli
+		next.MemFree[d] -= mem
+		next.Used |= 1 << d
+		return fragmentation(n, w, compat, &next) - fragmentation(n, w, compat, s)
+	}
+	before, after := freeShare(s, d), freeShare(s, d)-int64(milli)
+	milliAfter, memAfter := s.MilliFree[d]-milli, s.MemFree[d]-mem
+	excluded := s.Exclusive&(1<<d) != 0
+	total := a.total - before + after
+	var delta float64
+	for t := 0; t < a.ntypes; t++ {
+		tt := &w.types[t]
+		wasServing := serves(n, s, d, tt, compat[t])
+		// After the slice the device is in use: it serves only slices that
+		// still fit.
+		isServing := compat[t]&(1<<d) != 0 && !excluded && !tt.Exclusive &&
+			milliAfter >= tt.Milli && memAfter >= tt.MemoryMiB
+		usable, unused := int(a.usable[t]), a.unused[t]
+		if !wasServing {
+			unused -= before
+		} else {
+			usable--
+		}
+		if !isServing {
+			unused += after
+		} else {
+			usable++
+		}
+		var old, cur float64
+		if !a.hostOK[t] || int(a.usable[t]) < tt.Count {
+			old = float64(a.total)
+		} else {
+			old = float64(a.unused[t])
+		}
+		if !a.hostOK[t] || usable < tt.Count {
+			cur = float64(total)
+		} else {
+			cur = float64(unused)
+		}
+		delta += tt.Weight * (cur - old)
+	}
+	return delta
+}
+
+// fragmentation is the node's fragmentation in state s for workload w.
+func fragmentation(n *Node, w *Workload, compat []uint64, s *State) float64 {
+	var a fragAggregate
+	if len(w.types) <= maxAggTypes {
+		a.compute(n, w, compat, s)
+		return a.value(w)
+	}
+	// Many types: compute without the fixed-size aggregate.
+	alloc := n.Allocatable()
+	var total int64
+	for m := alloc; m != 0; m &= m - 1 {
+		total += freeShare(s, trailing(m))
+	}
+	var f float64
+	for t := range w.types {
+		tt := &w.types[t]
+		usable, unused := 0, int64(0)
+		for m := alloc; m != 0; m &= m - 1 {
+			d := trailing(m)
+			if serves(n, s, d, tt, compat[t]) {
+				usable++
+			} else {
+				unused += freeShare(s, d)
+			}
+		}
+		if !hostFits(n, s, tt.Host) || usable < tt.Count {
+			f += tt.Weight * float64(total)
+		} else {
+			f += tt.Weight * float64(unused)
+		}
+	}
+	return f
+}

@@ -1,0 +1,190 @@
+package devicescheduler
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// TaskType is one kind of request in a workload mix: a container asking for
+// Count devices, each whole or a slice of Milli compute and MemoryMiB memory,
+// with host resources and a selector.
+type TaskType struct {
+	Count     int
+	Exclusive bool
+	Milli     int32
+	MemoryMiB int64
+	Host      Host
+	Selector  types.Selector
+	// Weight is the type's share of the mix; weights are normalised by
+	// NewWorkload.
+	Weight float64
+}
+
+// Workload is a workload mix: the task types the kubegpu policy keeps
+// capacity usable for, with their popularity. It is immutable.
+type Workload struct {
+	id    uint64
+	types []TaskType
+	ctrs  []Container // each type as a container, for selector checks
+}
+
+var workloadIDs atomic.Uint64
+
+// NewWorkload normalises the types' weights and builds a Workload. Types
+// with zero weight are dropped.
+func NewWorkload(tts []TaskType) (*Workload, error) {
+	var sum float64
+	for _, t := range tts {
+		if t.Weight < 0 {
+			return nil, fmt.Errorf("task type weight must not be negative, got %v", t.Weight)
+		}
+		if t.Count < 1 || t.Count > MaxDevices {
+			return nil, fmt.Errorf("task type count must be 1..%d, got %d", MaxDevices, t.Count)
+		}
+		if !t.Exclusive && (t.Milli < 0 || t.Milli > WholeMilli) {
+			return nil, fmt.Errorf("task type share must be 0..%d‰, got %d", WholeMilli, t.Milli)
+		}
+		sum += t.Weight
+	}
+	w := &Workload{id: workloadIDs.Add(1)}
+	for _, t := range tts {
+		if t.Weight == 0 {
+			continue
+		}
+		t.Weight /= sum
+		if t.Exclusive {
+			t.Milli = WholeMilli
+		}
+		c := Container{Count: t.Count, Exclusive: t.Exclusive, Milli: t.Milli, MemoryMiB: t.MemoryMiB}
+		c.SetSelector(t.Selector)
+		w.types = append(w.types, t)
+		w.ctrs = append(w.ctrs, c)
+	}
+	return w, nil
+}
+
+// Types returns the workload's task types with normalised weights.
+func (w *Workload) Types() []TaskType { return slices.Clone(w.types) }
+
+// compatCache holds, for one workload, the devices of a node each task type
+// may use by its selector.
+type compatCache struct {
+	workload *Workload
+	masks    []uint64
+}
+
+// compatFor returns node n's selector masks for workload w, computing them
+// once per workload.
+func (n *Node) compatFor(w *Workload) []uint64 {
+	if c := n.compat.Load(); c != nil && c.workload == w {
+		return c.masks
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if c := n.compat.Load(); c != nil && c.workload == w {
+		return c.masks
+	}
+	masks := make([]uint64, len(w.types))
+	for t := range w.types {
+		for m := n.Allocatable(); m != 0; m &= m - 1 {
+			if d := trailing(m); w.ctrs[t].admits(n, d) {
+				masks[t] |= 1 << d
+			}
+		}
+	}
+	n.compat.Store(&compatCache{workload: w, masks: masks})
+	return masks
+}
+
+// Observe adds a pod's request to the mix the engine learns. It does nothing
+// when the engine was given a fixed Workload.
+func (e *Engine) Observe(r *Request) {
+	if e.learner == nil {
+		return
+	}
+	if w := e.learner.observe(r); w != nil {
+		e.workload.Store(w)
+	}
+}
+
+// Workload returns the mix the kubegpu policy currently works for.
+func (e *Engine) Workload() *Workload { return e.workload.Load() }
+
+// workloadLearner counts the task types seen and publishes a new Workload
+// when the mix has changed enough to matter.
+type workloadLearner struct {
+	mu       sync.Mutex
+	counts   map[string]*TaskType
+	seen     int
+	lastSeen int
+}
+
+// maxLearnedTypes bounds the learned mix to its most popular types, so that
+// scoring stays cheap.
+const maxLearnedTypes = 32
+
+func newWorkloadLearner() *workloadLearner {
+	return &workloadLearner{counts: map[string]*TaskType{}}
+}
+
+func (l *workloadLearner) observe(r *Request) *Workload {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range r.Containers {
+		c := &r.Containers[i]
+		key := fmt.Sprintf("%d/%t/%d/%d/%d/%d/%s", c.Count, c.Exclusive, c.Milli, c.MemoryMiB, r.Host.CPUMilli, r.Host.MemoryMiB, selectorKey(c.Selector()))
+		t, ok := l.counts[key]
+		if !ok {
+			t = &TaskType{Count: c.Count, Exclusive: c.Exclusive, Milli: c.Milli, MemoryMiB: c.MemoryMiB, Host: r.Host, Selector: c.Selector()}
+			l.counts[key] = t
+		}
+		t.Weight++
+	}
+	l.seen++
+	// Publish often at first, then every 10% more observations.
+	if l.seen-l.lastSeen < max(1, l.lastSeen/10) {
+		return nil
+	}
+	l.lastSeen = l.seen
+	return l.snapshotLocked()
+}
+
+func (l *workloadLearner) snapshot() *Workload {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.snapshotLocked()
+}
+
+func (l *workloadLearner) snapshotLocked() *Workload {
+	all := make([]TaskType, 0, len(l.counts))
+	for _, t := range l.counts {
+		all = append(all, *t)
+	}
+	slices.SortFunc(all, func(a, b TaskType) int {
+		if a.Weight != b.Weight {
+			if a.Weight > b.Weight {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(fmt.Sprint(a), fmt.Sprint(b))
+	})
+	if len(all) > maxLearnedTypes {
+		all = all[:maxLearnedTypes]
+	}
+	w, err := NewWorkload(all)
+	if err != nil {
+		panic(fmt.Sprintf("learned workload is invalid: %v", err)) // counts are positive: a bug
+	}
+	return w
+}
+
+func selectorKey(s types.Selector) string {
+	return strings.Join(s.IncludeModels, "|") + ";" + strings.Join(s.ExcludeModels, "|") + ";" +
+		strings.Join(s.IncludeUUIDs, "|") + ";" + strings.Join(s.ExcludeUUIDs, "|")
+}
