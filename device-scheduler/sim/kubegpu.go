@@ -1,0 +1,111 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// engineScheduler replays pods through the allocation engine: every node is
+// an engine Node built from a simulated inventory, every pod an engine
+// Request, and the pod goes to the node with the highest score (ties to the
+// first in rank order, as for the baselines).
+type engineScheduler struct {
+	engine   *devicescheduler.Engine
+	nodes    []*devicescheduler.Node
+	requests map[string]*devicescheduler.Request
+	cur      devicescheduler.Placement
+	best     devicescheduler.Placement
+}
+
+// newEngineScheduler builds the engine with the named built-in policy; the
+// kubegpu policy gets the trace's workload mix, as fgd does.
+func newEngineScheduler(x *Experiment, policy string) (Scheduler, error) {
+	sp, err := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
+	if err != nil {
+		return nil, err
+	}
+	cfg := devicescheduler.Config{Plugins: []types.SchedulerPlugin{sp}, Policy: policy}
+	if policy == devicescheduler.PolicyKubegpu {
+		w, err := workloadOf(typicalTypes(x.Original))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Workload = w
+	}
+	e, err := devicescheduler.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &engineScheduler{engine: e, requests: map[string]*devicescheduler.Request{}}
+	for _, spec := range x.Nodes {
+		topo := simgpu.Topology{Name: spec.Model, Model: spec.Model, GPUs: spec.GPUs, MemoryMiB: 16384, NUMANodes: min(2, spec.GPUs), GPUsPerPCIeSwitch: min(2, spec.GPUs)}
+		if preset, err := simgpu.Preset(strings.ToLower(spec.Model)); err == nil {
+			topo = preset.WithGPUs(spec.GPUs)
+		}
+		n, err := e.NewNode(spec.Name, simgpu.Inventory(topo, spec.Name), devicescheduler.Host{CPUMilli: spec.CPUMilli, MemoryMiB: spec.MemoryMiB})
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", spec.Name, err)
+		}
+		s.nodes = append(s.nodes, n)
+	}
+	return s, nil
+}
+
+// workloadOf converts the trace's typical pods into the engine's mix.
+func workloadOf(tts []taskType) (*devicescheduler.Workload, error) {
+	out := make([]devicescheduler.TaskType, 0, len(tts))
+	for _, t := range tts {
+		if t.num == 0 {
+			continue // CPU-only pods strand no GPUs by themselves
+		}
+		out = append(out, devicescheduler.TaskType{
+			Count: t.num, Exclusive: t.milli >= 1000, Milli: t.milli,
+			Host:     devicescheduler.Host{CPUMilli: t.cpu},
+			Selector: types.Selector{IncludeModels: t.spec},
+			Weight:   t.weight,
+		})
+	}
+	return devicescheduler.NewWorkload(out)
+}
+
+// request compiles (and caches by shape) the engine request of a pod.
+func (s *engineScheduler) request(p *PodSpec) *devicescheduler.Request {
+	key := fmt.Sprintf("%d/%d/%d/%d/%s", p.CPUMilli, p.MemoryMiB, p.NumGPU, p.GPUMilli, strings.Join(p.GPUSpec, "|"))
+	if r, ok := s.requests[key]; ok {
+		return r
+	}
+	r := &devicescheduler.Request{Host: devicescheduler.Host{CPUMilli: p.CPUMilli, MemoryMiB: p.MemoryMiB}}
+	if p.NumGPU > 0 {
+		c := devicescheduler.Container{Name: "main", Count: p.NumGPU, Exclusive: p.GPUMilli >= 1000, Milli: p.GPUMilli, Topology: types.TopologyPreferred}
+		c.SetSelector(types.Selector{IncludeModels: slices.Clone(p.GPUSpec)})
+		r.Containers = []devicescheduler.Container{c}
+	}
+	s.requests[key] = r
+	return r
+}
+
+func (s *engineScheduler) Schedule(p *PodSpec) bool {
+	r := s.request(p)
+	found := false
+	for _, n := range s.nodes {
+		if err := s.engine.Evaluate(n, r, &s.cur); err != nil {
+			continue
+		}
+		if !found || s.cur.Score() > s.best.Score() {
+			s.best, found = s.cur, true
+		}
+	}
+	if !found {
+		return false
+	}
+	if err := s.best.Node().AssumePlacement(p.Name, &s.best, r.Host); err != nil {
+		panic(fmt.Sprintf("assume the engine's own placement: %v", err)) // a bug in the engine
+	}
+	return true
+}
