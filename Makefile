@@ -22,14 +22,18 @@ VERSION ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo 
 LDFLAGS := -X github.com/kubegpu/kubegpu/utils/version.gitVersion=$(VERSION)
 
 # Host binaries: name -> main package.
-BINARIES := kubegpu-crishim
+BINARIES := kubegpu-crishim kubegpu-sim
 kubegpu-crishim_PKG := ./crishim/cmd/kubegpu-crishim
+kubegpu-sim_PKG := ./device-scheduler/cmd/kubegpu-sim
 
 # Device modules: name -> the .so's main package.
 PLUGINS := simgpu
 simgpu_PKG := ./plugins/simgpu/plugin
 
 OPENB ?= $(abspath ../shared/data/openb)
+SIM_PODS ?= openb_pod_list_default.csv
+SIM_SEEDS ?= 10
+BENCH_COUNT ?= 6
 GOTEST_FLAGS ?=
 FUZZTIME ?= 30s
 
@@ -56,7 +60,7 @@ test: unit integration ## Run every test: unit, fuzz seed corpora, integration
 
 .PHONY: unit
 unit: deps ## Run unit tests and the fuzz seed corpora
-	$(GO) test $(GOTEST_FLAGS) ./...
+	KUBEGPU_OPENB=$(OPENB) $(GO) test $(GOTEST_FLAGS) ./...
 
 .PHONY: integration
 integration: build plugins ## Run the built binaries against the built plugins
@@ -67,8 +71,13 @@ fuzz: deps ## Fuzz every decoder for FUZZTIME each (default 30s)
 	@hack/fuzz.sh $(FUZZTIME)
 
 .PHONY: bench
-bench: deps ## Run the benchmarks
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+bench: deps ## Run the benchmarks (BENCH_COUNT runs each, compared with benchstat)
+	@hack/bench.sh $(BENCH_COUNT)
+
+.PHONY: sim
+sim: build ## Replay the openb trace under every policy (OPENB=dir, SIM_PODS=file, SIM_SEEDS=n)
+	$(BIN)/kubegpu-sim placement --nodes $(OPENB)/openb_node_list_gpu_node.csv \
+		--pods $(OPENB)/$(SIM_PODS) --seeds $(SIM_SEEDS) --plot $(OUT)/sim-$(basename $(SIM_PODS)).png
 
 .PHONY: verify
 verify: deps ## gofmt, go vet, go mod tidy diff, golangci-lint

@@ -35,9 +35,18 @@ type Policy interface {
 	// is better.
 	ScoreDevices(n *Node, s *State, c *Container, cand uint64, scores *[MaxDevices]int64)
 	// ScoreNode rates node n for pod r: before is the node's state, after
-	// is the state once the pod's chosen devices are taken. Higher is better.
+	// is the state once the pod's chosen devices are taken. Higher is
+	// better. Scores must lie within ±MaxPolicyScore: the engine appends a
+	// stable per-node tie-break below them.
 	ScoreNode(n *Node, before, after *State, r *Request) int64
 }
+
+// MaxPolicyScore bounds the scores a Policy's ScoreNode returns.
+const MaxPolicyScore = 1 << 38
+
+// tieBreakBits is the width of the per-node tie-break the engine appends to
+// every policy score.
+const tieBreakBits = 24
 
 // policies maps each built-in policy's name to its constructor.
 var policies = map[string]func(e *Engine) Policy{
@@ -74,6 +83,11 @@ type Config struct {
 	// fragmentation for. Nil: the engine learns it from the requests passed
 	// to Observe.
 	Workload *Workload
+	// TieBreakSeed seeds the stable order in which nodes with equal policy
+	// scores are preferred. Nodes are then filled first-fit in that order,
+	// which leaves the others whole for large pods; a caller that broke ties
+	// at random on every decision would spread pods instead.
+	TieBreakSeed uint64
 }
 
 // Engine evaluates requests against nodes. It is immutable after New except
@@ -83,13 +97,14 @@ type Engine struct {
 	policy          Policy
 	binpack, spread Policy
 	defaultTopology types.TopologyPolicy
+	tieBreakSeed    uint64
 	workload        atomic.Pointer[Workload]
 	learner         *workloadLearner
 }
 
 // New checks cfg and builds an Engine.
 func New(cfg Config) (*Engine, error) {
-	e := &Engine{vendors: map[string]types.SchedulerPlugin{}, binpack: binpack{}, spread: spread{}}
+	e := &Engine{vendors: map[string]types.SchedulerPlugin{}, binpack: binpack{}, spread: spread{}, tieBreakSeed: cfg.TieBreakSeed}
 	for _, p := range cfg.Plugins {
 		if other, dup := e.vendors[p.Vendor()]; dup {
 			return nil, fmt.Errorf("two scheduler plugins (%T and %T) rate vendor %q", other, p, p.Vendor())
@@ -143,7 +158,9 @@ type Placement struct {
 func (p *Placement) Node() *Node { return p.node }
 
 // Score is the node's score for the pod; higher is better. Scores of one
-// pod on different nodes compare; absolute values mean nothing.
+// pod on different nodes compare; absolute values mean nothing. Two nodes
+// never score the same unless their names hash alike: the policy's score
+// comes first, then a stable per-node preference (see Config.TieBreakSeed).
 func (p *Placement) Score() int64 { return p.score }
 
 // After is the node's state with the placement applied.
@@ -234,7 +251,8 @@ func (e *Engine) Evaluate(n *Node, r *Request, p *Placement) error {
 	if n.host.MemoryMiB > 0 {
 		s.Host.MemoryMiB -= r.Host.MemoryMiB
 	}
-	p.score = pol.ScoreNode(n, &n.state, s, r)
+	sc := max(-MaxPolicyScore, min(pol.ScoreNode(n, &n.state, s, r), MaxPolicyScore))
+	p.score = sc<<tieBreakBits | int64(n.tieBreak)
 	return nil
 }
 

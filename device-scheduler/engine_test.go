@@ -386,3 +386,68 @@ func TestNewErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestKubegpuPolicyNodeScores(t *testing.T) {
+	sp, _ := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
+	w, err := NewWorkload([]TaskType{
+		{Count: 1, Exclusive: true, Weight: 2},
+		{Count: 1, Milli: 500, Weight: 1},
+		{Count: 0, Host: Host{CPUMilli: 1000}, Weight: 1}, // CPU-only pods
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Plugins: []types.SchedulerPlugin{sp}, Workload: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, _ := simgpu.Preset("t4x4")
+	newNode := func(name string) *Node {
+		n, err := e.NewNode(name, simgpu.Inventory(topo, name), Host{CPUMilli: 32000, MemoryMiB: 65536})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	busy, idle := newNode("busy"), newNode("idle")
+	for i := 0; i < 3; i++ {
+		place(t, e, busy, fmt.Sprint(i), request(t, e, whole(1)))
+	}
+	// score is the policy's part of the node's score, without the tie-break.
+	score := func(n *Node, r *Request) int64 {
+		var p Placement
+		if err := e.Evaluate(n, r, &p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Score() >> tieBreakBits
+	}
+	cpuOnly, err := e.NewRequest(types.PodRequest{}, Host{CPUMilli: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb, si := score(busy, cpuOnly), score(idle, cpuOnly); sb <= si {
+		t.Errorf("CPU-only pod: busy node scores %d, idle node %d; want it kept off the idle GPUs", sb, si)
+	}
+	// A half-GPU slice on the busy node's last GPU or on a fresh GPU of the
+	// idle node strands the other half for whole-GPU pods either way: the
+	// fragmentation grows alike, and the scores tie.
+	sl := request(t, e, slice(50, 0))
+	if sb, si := score(busy, sl), score(idle, sl); sb != si {
+		t.Errorf("slice: busy node scores %d, idle node %d; want a tie", sb, si)
+	}
+	// Scores come in FragQuantum buckets: equal placements tie exactly, and
+	// the per-node tie-break orders them.
+	other := newNode("other")
+	if a, b := score(idle, sl), score(other, sl); a != b {
+		t.Errorf("identical nodes score %d and %d", a, b)
+	}
+	idle.SetPreference(2)
+	other.SetPreference(1)
+	var pi, po Placement
+	if e.Evaluate(idle, sl, &pi) != nil || e.Evaluate(other, sl, &po) != nil || pi.Score() <= po.Score() {
+		t.Errorf("the preferred of two equal nodes scores %d, the other %d", pi.Score(), po.Score())
+	}
+	if _, err := NewWorkload([]TaskType{{Count: -1, Weight: 1}}); err == nil {
+		t.Error("a negative count was accepted")
+	}
+}

@@ -1,8 +1,10 @@
 package devicescheduler
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/bits"
 	"strings"
 	"sync"
@@ -45,6 +47,8 @@ type Node struct {
 	// fastAdj[i] is the mask of devices joined to i by NVLink or NVSwitch.
 	fastAdj [MaxDevices]uint64
 	host    Host
+	// tieBreak is the node's stable preference among equal scores.
+	tieBreak uint32
 
 	state State
 	pods  map[string]podUsage
@@ -101,6 +105,7 @@ func (e *Engine) NewNode(name string, inv types.Inventory, host Host) (*Node, er
 		weight: make([]uint8, n*n),
 		pods:   map[string]podUsage{},
 	}
+	nd.tieBreak = tieBreak(name, e.tieBreakSeed)
 	pos := make(map[string]int, n)
 	for i, d := range inv.Devices {
 		pos[d.ID] = i
@@ -140,6 +145,11 @@ func (e *Engine) NewNode(name string, inv types.Inventory, host Host) (*Node, er
 
 // Name is the node's name.
 func (n *Node) Name() string { return n.name }
+
+// SetPreference overrides the node's place in the order that breaks ties
+// between equal policy scores (higher is preferred; only the low 24 bits
+// count). By default the order is a seeded hash of the node names.
+func (n *Node) SetPreference(p uint32) { n.tieBreak = p & (1<<tieBreakBits - 1) }
 
 // Inventory is the inventory the node was built from.
 func (n *Node) Inventory() types.Inventory { return n.inv }
@@ -289,6 +299,16 @@ func (n *Node) index(id string) int {
 		}
 	}
 	return -1
+}
+
+// tieBreak hashes a node name (FNV-1a, seeded) into tieBreakBits bits.
+func tieBreak(name string, seed uint64) uint32 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], seed)
+	h.Write(b[:])
+	h.Write([]byte(name))
+	return uint32(h.Sum64() >> (64 - tieBreakBits))
 }
 
 // popcount is the number of set bits.

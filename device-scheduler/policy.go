@@ -1,5 +1,7 @@
 package devicescheduler
 
+import "math"
+
 // binpack prefers the busiest node and, for slices, the fullest device that
 // still fits (best fit).
 type binpack struct{}
@@ -44,15 +46,31 @@ func usedMilli(n *Node, s *State) int64 {
 	return used * 1e6 / (int64(popcount(alloc)) * WholeMilli)
 }
 
-// fragPolicy is the kubegpu policy: it places each pod where it increases
-// fragmentation least. A node's fragmentation, for a workload mix, is the
-// popularity-weighted GPU capacity that each task type of the mix could not
-// use (FGD's measure, Weng et al., USENIX ATC 2023).
+// fragPolicy is the kubegpu policy. A node's fragmentation, for a workload
+// mix, is the popularity-weighted GPU share that each task type of the mix
+// could not use there (the measure of FGD, Weng et al., USENIX ATC 2023).
+//
+//   - A pod with devices goes where it increases fragmentation least. The
+//     change is measured in buckets of FragQuantum: placements closer than
+//     that tie, and the caller breaks ties at random (kube-scheduler does).
+//     On the Alibaba openb trace, ranking by the exact change strands a
+//     full point more of the cluster than bucketed ranking does: the
+//     small differences steer pods the same way again and again.
+//   - Inside a node, a slice takes the device whose fragmentation change is
+//     exactly smallest.
+//   - A pod without devices goes where it strands the least idle GPU share,
+//     so that CPU-only pods do not eat the CPU that idle GPUs need.
 type fragPolicy struct {
 	engine *Engine
 }
 
-// fragScale turns fragmentation (‰ of a device, weighted) into integer scores.
+// FragQuantum is the size, in thousandths of a device (weighted by the
+// workload mix), of the buckets in which the kubegpu policy compares
+// fragmentation changes.
+const FragQuantum = 40
+
+// fragScale turns fragmentation (thousandths of a device, weighted) into
+// integer device scores.
 const fragScale = 1000
 
 func (f *fragPolicy) ScoreDevices(n *Node, s *State, c *Container, cand uint64, scores *[MaxDevices]int64) {
@@ -66,7 +84,15 @@ func (f *fragPolicy) ScoreDevices(n *Node, s *State, c *Container, cand uint64, 
 	}
 }
 
-func (f *fragPolicy) ScoreNode(n *Node, before, after *State, _ *Request) int64 {
+func (f *fragPolicy) ScoreNode(n *Node, before, after *State, r *Request) int64 {
+	if len(r.Containers) == 0 {
+		// Idle GPU share left beside the pod, in whole buckets.
+		var idle int64
+		for m := n.Allocatable(); m != 0; m &= m - 1 {
+			idle += freeShare(after, trailing(m))
+		}
+		return -idle / FragQuantum
+	}
 	w := f.engine.workload.Load()
 	compat := n.compatFor(w)
 	var fBefore float64
@@ -75,7 +101,8 @@ func (f *fragPolicy) ScoreNode(n *Node, before, after *State, _ *Request) int64 
 	} else {
 		fBefore = fragmentation(n, w, compat, before)
 	}
-	return -int64((fragmentation(n, w, compat, after) - fBefore) * fragScale)
+	increase := fragmentation(n, w, compat, after) - fBefore
+	return -int64(math.Floor(increase / FragQuantum))
 }
 
 // currentFragmentation is the node's fragmentation now, cached until its
@@ -113,7 +140,7 @@ func freeShare(s *State, d int) int64 {
 
 // serves reports whether device d, in state s, can serve one device of type t.
 func serves(n *Node, s *State, d int, t *TaskType, compat uint64) bool {
-	if compat&(1<<d) == 0 || s.Exclusive&(1<<d) != 0 {
+	if t.Count == 0 || compat&(1<<d) == 0 || s.Exclusive&(1<<d) != 0 {
 		return false
 	}
 	if t.Exclusive {
@@ -187,7 +214,7 @@ func (a *fragAggregate) deltaSlice(n *Node, w *Workload, compat []uint64, s *Sta
 		wasServing := serves(n, s, d, tt, compat[t])
 		// After the slice the device is in use: it serves only slices that
 		// still fit.
-		isServing := compat[t]&(1<<d) != 0 && !excluded && !tt.Exclusive &&
+		isServing := tt.Count > 0 && compat[t]&(1<<d) != 0 && !excluded && !tt.Exclusive &&
 			milliAfter >= tt.Milli && memAfter >= tt.MemoryMiB
 		usable, unused := int(a.usable[t]), a.unused[t]
 		if !wasServing {

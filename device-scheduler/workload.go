@@ -12,7 +12,8 @@ import (
 
 // TaskType is one kind of request in a workload mix: a container asking for
 // Count devices, each whole or a slice of Milli compute and MemoryMiB memory,
-// with host resources and a selector.
+// with host resources and a selector. A type with Count 0 uses no devices
+// (a CPU-only pod): every idle device share is unusable to it.
 type TaskType struct {
 	Count     int
 	Exclusive bool
@@ -43,8 +44,8 @@ func NewWorkload(tts []TaskType) (*Workload, error) {
 		if t.Weight < 0 {
 			return nil, fmt.Errorf("task type weight must not be negative, got %v", t.Weight)
 		}
-		if t.Count < 1 || t.Count > MaxDevices {
-			return nil, fmt.Errorf("task type count must be 1..%d, got %d", MaxDevices, t.Count)
+		if t.Count < 0 || t.Count > MaxDevices {
+			return nil, fmt.Errorf("task type count must be 0..%d, got %d", MaxDevices, t.Count)
 		}
 		if !t.Exclusive && (t.Milli < 0 || t.Milli > WholeMilli) {
 			return nil, fmt.Errorf("task type share must be 0..%d‰, got %d", WholeMilli, t.Milli)
@@ -59,6 +60,9 @@ func NewWorkload(tts []TaskType) (*Workload, error) {
 		t.Weight /= sum
 		if t.Exclusive {
 			t.Milli = WholeMilli
+		}
+		if t.Count == 0 {
+			t.Milli = WholeMilli + 1 // no device serves it
 		}
 		c := Container{Count: t.Count, Exclusive: t.Exclusive, Milli: t.Milli, MemoryMiB: t.MemoryMiB}
 		c.SetSelector(t.Selector)

@@ -111,9 +111,8 @@ func (f *fgd) fragmentation(model string, cpuLeft int64, idle []int32) float64 {
 		for _, v := range idle {
 			if v >= tt.milli {
 				cnt++
-			} else {
-				under += int64(v)
 			}
+			under += waste(v, tt)
 		}
 		if cnt >= tt.num {
 			sum += tt.weight * float64(under)
@@ -129,6 +128,14 @@ func (f *fgd) current(n *cnode) float64 {
 		n.frag, n.fragOK = f.fragmentation(n.spec.Model, n.cpuLeft, n.idle), true
 	}
 	return n.frag
+}
+
+// waste is the share of a GPU with v free that type t cannot use.
+func waste(v int32, t *taskType) int64 {
+	if v < t.milli {
+		return int64(v)
+	}
+	return 0
 }
 
 func sigmoidScore(delta float64) int64 {
@@ -176,9 +183,8 @@ func (f *fgd) scoreSharing(n *cnode, p *PodSpec, before float64, cpuAfter int64)
 		for _, v := range n.idle {
 			if v >= tt.milli {
 				cnt++
-			} else {
-				under += int64(v)
 			}
+			under += waste(v, tt)
 		}
 		f.cnt[t], f.under[t] = cnt, under
 	}
@@ -195,16 +201,12 @@ func (f *fgd) scoreSharing(n *cnode, p *PodSpec, before float64, cpuAfter int64)
 				after += tt.weight * float64(total-int64(p.GPUMilli))
 				continue
 			}
-			cnt, under := f.cnt[t], f.under[t]
+			cnt, under := f.cnt[t], f.under[t]-waste(v, tt)+waste(w, tt)
 			if v >= tt.milli {
 				cnt--
-			} else {
-				under -= int64(v)
 			}
 			if w >= tt.milli {
 				cnt++
-			} else {
-				under += int64(w)
 			}
 			if cnt >= tt.num {
 				after += tt.weight * float64(under)

@@ -13,8 +13,9 @@ import (
 
 // engineScheduler replays pods through the allocation engine: every node is
 // an engine Node built from a simulated inventory, every pod an engine
-// Request, and the pod goes to the node with the highest score (ties to the
-// first in rank order, as for the baselines).
+// Request, and the pod goes to the node with the highest score. Equal
+// placements are ordered by the experiment's node ranks, as for the
+// baselines, so that policies are compared on the same order.
 type engineScheduler struct {
 	engine   *devicescheduler.Engine
 	nodes    []*devicescheduler.Node
@@ -43,7 +44,7 @@ func newEngineScheduler(x *Experiment, policy string) (Scheduler, error) {
 		return nil, err
 	}
 	s := &engineScheduler{engine: e, requests: map[string]*devicescheduler.Request{}}
-	for _, spec := range x.Nodes {
+	for rank, spec := range x.Nodes {
 		topo := simgpu.Topology{Name: spec.Model, Model: spec.Model, GPUs: spec.GPUs, MemoryMiB: 16384, NUMANodes: min(2, spec.GPUs), GPUsPerPCIeSwitch: min(2, spec.GPUs)}
 		if preset, err := simgpu.Preset(strings.ToLower(spec.Model)); err == nil {
 			topo = preset.WithGPUs(spec.GPUs)
@@ -52,6 +53,7 @@ func newEngineScheduler(x *Experiment, policy string) (Scheduler, error) {
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", spec.Name, err)
 		}
+		n.SetPreference(uint32(len(x.Nodes) - rank))
 		s.nodes = append(s.nodes, n)
 	}
 	return s, nil
@@ -61,9 +63,6 @@ func newEngineScheduler(x *Experiment, policy string) (Scheduler, error) {
 func workloadOf(tts []taskType) (*devicescheduler.Workload, error) {
 	out := make([]devicescheduler.TaskType, 0, len(tts))
 	for _, t := range tts {
-		if t.num == 0 {
-			continue // CPU-only pods strand no GPUs by themselves
-		}
 		out = append(out, devicescheduler.TaskType{
 			Count: t.num, Exclusive: t.milli >= 1000, Milli: t.milli,
 			Host:     devicescheduler.Host{CPUMilli: t.cpu},
