@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -449,5 +450,32 @@ func TestKubegpuPolicyNodeScores(t *testing.T) {
 	}
 	if _, err := NewWorkload([]TaskType{{Count: -1, Weight: 1}}); err == nil {
 		t.Error("a negative count was accepted")
+	}
+}
+
+func TestLearnedWorkload(t *testing.T) {
+	e := newEngine(t, PolicyKubegpu)
+	if got := len(e.Workload().Types()); got != 0 {
+		t.Fatalf("a new engine knows %d task types, want none", got)
+	}
+	sl := request(t, e, slice(30, 0))
+	cpuOnly, _ := e.NewRequest(types.PodRequest{}, Host{CPUMilli: 500})
+	for i := 0; i < 60; i++ {
+		e.Observe(sl)
+	}
+	for i := 0; i < 40; i++ {
+		e.Observe(cpuOnly)
+	}
+	e.Observe(request(t, e, whole(8))) // 1% of the pods: below the 95% cut
+	// The mix is published every 10% more observations, so it may trail.
+	ts := e.Workload().Types()
+	if len(ts) != 2 {
+		t.Fatalf("learned %d types (%+v), want the slice and the CPU-only pod", len(ts), ts)
+	}
+	if ts[0].Count != 1 || ts[0].Milli != 300 || math.Abs(ts[0].Weight-0.6) > 0.05 {
+		t.Errorf("first type = %+v, want 1 slice of 300‰ at weight about 0.6", ts[0])
+	}
+	if ts[1].Count != 0 || ts[1].Host.CPUMilli != 500 || math.Abs(ts[1].Weight-0.4) > 0.05 {
+		t.Errorf("second type = %+v, want a CPU-only pod of 500m at weight about 0.4", ts[1])
 	}
 }

@@ -129,8 +129,12 @@ type workloadLearner struct {
 }
 
 // maxLearnedTypes bounds the learned mix to its most popular types, so that
-// scoring stays cheap.
-const maxLearnedTypes = 32
+// scoring stays cheap; learnedCoverage is the share of the pods seen that
+// the published types must cover.
+const (
+	maxLearnedTypes = 64
+	learnedCoverage = 0.95
+)
 
 func newWorkloadLearner() *workloadLearner {
 	return &workloadLearner{counts: map[string]*TaskType{}}
@@ -139,15 +143,24 @@ func newWorkloadLearner() *workloadLearner {
 func (l *workloadLearner) observe(r *Request) *Workload {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// Types are keyed, as FGD's typical pods are, by CPU, device count,
+	// share and selector; a pod without devices is a type of its own.
+	host := Host{CPUMilli: r.Host.CPUMilli}
+	add := func(t TaskType) {
+		key := fmt.Sprintf("%d/%t/%d/%d/%d/%s", t.Count, t.Exclusive, t.Milli, t.MemoryMiB, host.CPUMilli, selectorKey(t.Selector))
+		if c, ok := l.counts[key]; ok {
+			c.Weight++
+			return
+		}
+		t.Host, t.Weight = host, 1
+		l.counts[key] = &t
+	}
+	if len(r.Containers) == 0 {
+		add(TaskType{})
+	}
 	for i := range r.Containers {
 		c := &r.Containers[i]
-		key := fmt.Sprintf("%d/%t/%d/%d/%d/%d/%s", c.Count, c.Exclusive, c.Milli, c.MemoryMiB, r.Host.CPUMilli, r.Host.MemoryMiB, selectorKey(c.Selector()))
-		t, ok := l.counts[key]
-		if !ok {
-			t = &TaskType{Count: c.Count, Exclusive: c.Exclusive, Milli: c.Milli, MemoryMiB: c.MemoryMiB, Host: r.Host, Selector: c.Selector()}
-			l.counts[key] = t
-		}
-		t.Weight++
+		add(TaskType{Count: c.Count, Exclusive: c.Exclusive, Milli: c.Milli, MemoryMiB: c.MemoryMiB, Selector: c.Selector()})
 	}
 	l.seen++
 	// Publish often at first, then every 10% more observations.
@@ -164,10 +177,15 @@ func (l *workloadLearner) snapshot() *Workload {
 	return l.snapshotLocked()
 }
 
+// snapshotLocked publishes the most popular types that together make up
+// learnedCoverage of what was seen (FGD's "typical pods"), at most
+// maxLearnedTypes of them.
 func (l *workloadLearner) snapshotLocked() *Workload {
 	all := make([]TaskType, 0, len(l.counts))
+	var total float64
 	for _, t := range l.counts {
 		all = append(all, *t)
+		total += t.Weight
 	}
 	slices.SortFunc(all, func(a, b TaskType) int {
 		if a.Weight != b.Weight {
@@ -178,8 +196,13 @@ func (l *workloadLearner) snapshotLocked() *Workload {
 		}
 		return strings.Compare(fmt.Sprint(a), fmt.Sprint(b))
 	})
-	if len(all) > maxLearnedTypes {
-		all = all[:maxLearnedTypes]
+	var covered float64
+	for i, t := range all {
+		covered += t.Weight
+		if covered >= learnedCoverage*total || i+1 == maxLearnedTypes {
+			all = all[:i+1]
+			break
+		}
 	}
 	w, err := NewWorkload(all)
 	if err != nil {

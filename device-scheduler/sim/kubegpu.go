@@ -17,22 +17,26 @@ import (
 // placements are ordered by the experiment's node ranks, as for the
 // baselines, so that policies are compared on the same order.
 type engineScheduler struct {
-	engine   *devicescheduler.Engine
+	engine *devicescheduler.Engine
+	// learn makes the engine learn the workload mix from the pods as they
+	// arrive instead of being given the trace's.
+	learn    bool
 	nodes    []*devicescheduler.Node
 	requests map[string]*devicescheduler.Request
 	cur      devicescheduler.Placement
 	best     devicescheduler.Placement
 }
 
-// newEngineScheduler builds the engine with the named built-in policy; the
-// kubegpu policy gets the trace's workload mix, as fgd does.
-func newEngineScheduler(x *Experiment, policy string) (Scheduler, error) {
+// newEngineScheduler builds the engine with the named built-in policy. With
+// learn, the kubegpu policy learns the workload mix from the arriving pods,
+// as it does in a cluster; otherwise it gets the trace's mix, as fgd does.
+func newEngineScheduler(x *Experiment, policy string, learn bool) (Scheduler, error) {
 	sp, err := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
 	if err != nil {
 		return nil, err
 	}
 	cfg := devicescheduler.Config{Plugins: []types.SchedulerPlugin{sp}, Policy: policy}
-	if policy == devicescheduler.PolicyKubegpu {
+	if policy == devicescheduler.PolicyKubegpu && !learn {
 		w, err := workloadOf(typicalTypes(x.Original))
 		if err != nil {
 			return nil, err
@@ -43,7 +47,7 @@ func newEngineScheduler(x *Experiment, policy string) (Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &engineScheduler{engine: e, requests: map[string]*devicescheduler.Request{}}
+	s := &engineScheduler{engine: e, learn: learn, requests: map[string]*devicescheduler.Request{}}
 	for rank, spec := range x.Nodes {
 		topo := simgpu.Topology{Name: spec.Model, Model: spec.Model, GPUs: spec.GPUs, MemoryMiB: 16384, NUMANodes: min(2, spec.GPUs), GPUsPerPCIeSwitch: min(2, spec.GPUs)}
 		if preset, err := simgpu.Preset(strings.ToLower(spec.Model)); err == nil {
@@ -91,6 +95,9 @@ func (s *engineScheduler) request(p *PodSpec) *devicescheduler.Request {
 
 func (s *engineScheduler) Schedule(p *PodSpec) bool {
 	r := s.request(p)
+	if s.learn {
+		s.engine.Observe(r)
+	}
 	found := false
 	for _, n := range s.nodes {
 		if err := s.engine.Evaluate(n, r, &s.cur); err != nil {

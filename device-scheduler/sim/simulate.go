@@ -23,6 +23,8 @@ const (
 	PolicyBestFit       = "bestfit"
 	PolicyFGD           = "fgd"
 	PolicyKubegpu       = "kubegpu"
+	// PolicyKubegpuOnline is the engine learning the workload mix online.
+	PolicyKubegpuOnline = "kubegpu-online"
 )
 
 // policies maps each policy to its constructor: the FGD paper's baselines
@@ -39,20 +41,25 @@ var policies = map[string]func(*Experiment) (Scheduler, error){
 	},
 	PolicyFGD: func(x *Experiment) (Scheduler, error) { return newFGD(x), nil },
 	PolicyKubegpu: func(x *Experiment) (Scheduler, error) {
-		return newEngineScheduler(x, devicescheduler.PolicyKubegpu)
+		return newEngineScheduler(x, devicescheduler.PolicyKubegpu, false)
+	},
+	PolicyKubegpuOnline: func(x *Experiment) (Scheduler, error) {
+		return newEngineScheduler(x, devicescheduler.PolicyKubegpu, true)
 	},
 }
 
-// Policies lists the policies in the order of the FGD paper's figures.
+// Policies lists the policies compared by default, in the order of the FGD
+// paper's figures, then kubegpu's.
 func Policies() []string {
 	return []string{PolicyRandom, PolicyDotProduct, PolicyGPUClustering, PolicyGPUPacking, PolicyBestFit, PolicyFGD, PolicyKubegpu}
 }
 
 // CheckPolicies rejects unknown policy names.
+
 func CheckPolicies(names []string) error {
 	for _, n := range names {
 		if _, ok := policies[n]; !ok {
-			return fmt.Errorf("unknown policy %q (known: %s)", n, strings.Join(Policies(), ", "))
+			return fmt.Errorf("unknown policy %q (known: %s)", n, strings.Join(append(Policies(), PolicyKubegpuOnline), ", "))
 		}
 	}
 	return nil
@@ -198,7 +205,7 @@ feed:
 
 func cost(policy string) int {
 	switch policy {
-	case PolicyKubegpu, PolicyFGD:
+	case PolicyKubegpu, PolicyKubegpuOnline, PolicyFGD:
 		return 1
 	}
 	return 0
