@@ -59,10 +59,13 @@ func usedMilli(n *Node, s *State) int64 {
 //     ranking by the exact change strands a full point more of the cluster,
 //     and linear buckets strand more than these when whole-GPU pods
 //     dominate.
-//   - Inside a node, a slice takes the device whose fragmentation change is
-//     exactly smallest.
-//   - A pod without devices goes where it strands the least idle GPU share,
-//     so that CPU-only pods do not eat the CPU that idle GPUs need.
+//   - Inside a node, a slice takes the device whose change, quantised the
+//     same way, is smallest, the lowest-numbered among equals: first-fit
+//     across devices too.
+//   - A pod without devices goes where its CPU and memory strand the least
+//     GPU share (the fragmentation change, in FragQuantum buckets), and
+//     among those where the least idle GPU share is left beside it, so that
+//     CPU-only pods do not eat the CPU that idle GPUs need.
 type fragPolicy struct {
 	engine *Engine
 }
@@ -77,10 +80,6 @@ const FragQuantum = 40
 // 0..100 integer score.
 const fragBuckets = 100
 
-// fragScale turns fragmentation (thousandths of a device, weighted) into
-// integer device scores.
-const fragScale = 1000
-
 func (f *fragPolicy) ScoreDevices(n *Node, s *State, c *Container, cand uint64, scores *[MaxDevices]int64) {
 	w := f.engine.workload.Load()
 	compat := n.compatFor(w)
@@ -88,28 +87,33 @@ func (f *fragPolicy) ScoreDevices(n *Node, s *State, c *Container, cand uint64, 
 	agg.compute(n, w, compat, s)
 	for m := cand; m != 0; m &= m - 1 {
 		d := trailing(m)
-		scores[d] = -int64(agg.deltaSlice(n, w, compat, s, d, c.Milli, c.MemoryMiB) * fragScale)
+		scores[d] = fragBucket(agg.deltaSlice(n, w, compat, s, d, c.Milli, c.MemoryMiB))
 	}
 }
 
 func (f *fragPolicy) ScoreNode(n *Node, before, after *State, r *Request) int64 {
+	w := f.engine.workload.Load()
+	compat := n.compatFor(w)
 	if len(r.Containers) == 0 {
-		// Idle GPU share left beside the pod, in whole buckets.
 		var idle int64
 		for m := n.Allocatable(); m != 0; m &= m - 1 {
 			idle += freeShare(after, trailing(m))
 		}
-		return -idle / FragQuantum
+		increase := fragmentation(n, w, compat, after) - n.currentFragmentation(w, compat)
+		return -int64(math.Ceil(increase/FragQuantum))<<20 - idle/FragQuantum
 	}
-	w := f.engine.workload.Load()
-	compat := n.compatFor(w)
 	var fBefore float64
 	if before == &n.state {
 		fBefore = n.currentFragmentation(w, compat)
 	} else {
 		fBefore = fragmentation(n, w, compat, before)
 	}
-	increase := fragmentation(n, w, compat, after) - fBefore
+	return fragBucket(fragmentation(n, w, compat, after) - fBefore)
+}
+
+// fragBucket quantises a fragmentation increase as FGD scores it:
+// int(100·sigmoid(-increase/1000)); higher is better.
+func fragBucket(increase float64) int64 {
 	return int64(fragBuckets / (1 + math.Exp(increase/1000)))
 }
 
