@@ -3,6 +3,7 @@ package devicescheduler
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/bits"
 	"slices"
 	"strings"
@@ -56,14 +57,7 @@ var policies = map[string]func(e *Engine) Policy{
 }
 
 // Policies lists the built-in policies' names.
-func Policies() []string {
-	out := make([]string, 0, len(policies))
-	for k := range policies {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func Policies() []string { return slices.Sorted(maps.Keys(policies)) }
 
 // Config configures an Engine.
 type Config struct {

@@ -132,14 +132,15 @@ func (n *Node) currentFragmentation(w *Workload, compat []uint64) float64 {
 // fragAggregate holds, for one state, each task type's count of usable
 // devices and the free share of the devices it cannot use.
 type fragAggregate struct {
-	usable  [maxAggTypes]int16
-	unused  [maxAggTypes]int64
-	hostOK  [maxAggTypes]bool
-	total   int64
-	ntypes  int
-	partial bool // more types than maxAggTypes: fall back to full recomputation
+	usable [maxAggTypes]int16
+	unused [maxAggTypes]int64
+	hostOK [maxAggTypes]bool
+	total  int64
+	ntypes int
 }
 
+// maxAggTypes bounds a workload's task types (NewWorkload checks), so that
+// the aggregate fits in fixed arrays and scoring does not allocate.
 const maxAggTypes = 256
 
 // freeShare is device d's free compute share, 0 when taken whole.
@@ -173,8 +174,7 @@ func (a *fragAggregate) compute(n *Node, w *Workload, compat []uint64, s *State)
 		a.total += freeShare(s, trailing(m))
 	}
 	a.ntypes = len(w.types)
-	a.partial = a.ntypes > maxAggTypes
-	for t := 0; t < a.ntypes && t < maxAggTypes; t++ {
+	for t := 0; t < a.ntypes; t++ {
 		tt := &w.types[t]
 		a.hostOK[t] = hostFits(n, s, tt.Host)
 		var usable int16
@@ -209,13 +209,6 @@ func (a *fragAggregate) value(w *Workload) float64 {
 // from device d of state s. Only device d changes, so each type's aggregate
 // is adjusted rather than recomputed.
 func (a *fragAggregate) deltaSlice(n *Node, w *Workload, compat []uint64, s *State, d int, milli int32, mem int64) float64 {
-	if a.partial {
-		next := *s
-		next.MilliFree[d] -= milli
-		next.MemFree[d] -= mem
-		next.Used |= 1 << d
-		return fragmentation(n, w, compat, &next) - fragmentation(n, w, compat, s)
-	}
 	before, after := freeShare(s, d), freeShare(s, d)-int64(milli)
 	milliAfter, memAfter := s.MilliFree[d]-milli, s.MemFree[d]-mem
 	excluded := s.Exclusive&(1<<d) != 0
@@ -258,33 +251,6 @@ func (a *fragAggregate) deltaSlice(n *Node, w *Workload, compat []uint64, s *Sta
 // fragmentation is the node's fragmentation in state s for workload w.
 func fragmentation(n *Node, w *Workload, compat []uint64, s *State) float64 {
 	var a fragAggregate
-	if len(w.types) <= maxAggTypes {
-		a.compute(n, w, compat, s)
-		return a.value(w)
-	}
-	// Many types: compute without the fixed-size aggregate.
-	alloc := n.Allocatable()
-	var total int64
-	for m := alloc; m != 0; m &= m - 1 {
-		total += freeShare(s, trailing(m))
-	}
-	var f float64
-	for t := range w.types {
-		tt := &w.types[t]
-		usable, unused := 0, int64(0)
-		for m := alloc; m != 0; m &= m - 1 {
-			d := trailing(m)
-			if serves(n, s, d, tt, compat[t]) {
-				usable++
-			} else {
-				unused += freeShare(s, d)
-			}
-		}
-		if !hostFits(n, s, tt.Host) || usable < tt.Count {
-			f += tt.Weight * float64(total)
-		} else {
-			f += tt.Weight * float64(unused)
-		}
-	}
-	return f
+	a.compute(n, w, compat, s)
+	return a.value(w)
 }

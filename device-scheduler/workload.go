@@ -39,6 +39,9 @@ var workloadIDs atomic.Uint64
 // NewWorkload normalises the types' weights and builds a Workload. Types
 // with zero weight are dropped.
 func NewWorkload(tts []TaskType) (*Workload, error) {
+	if len(tts) > maxAggTypes {
+		return nil, fmt.Errorf("a workload has at most %d task types, got %d", maxAggTypes, len(tts))
+	}
 	var sum float64
 	for _, t := range tts {
 		if t.Weight < 0 {

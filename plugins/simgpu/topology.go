@@ -3,6 +3,7 @@ package simgpu
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -179,11 +180,4 @@ func Preset(name string) (Topology, error) {
 }
 
 // Presets lists the built-in topologies' names.
-func Presets() []string {
-	names := make([]string, 0, len(presets))
-	for n := range presets {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
+func Presets() []string { return slices.Sorted(maps.Keys(presets)) }
