@@ -36,9 +36,11 @@ func BenchmarkEvaluate(b *testing.B) {
 		{"whole2", whole(2)},
 		{"whole4", whole(4)},
 	}
-	for _, policy := range []string{PolicyKubegpu, PolicyBinpack} {
+	// Named policy=.../req=... so that benchstat -col /policy sets the
+	// policies side by side, with binpack (the cheapest) as the baseline.
+	for _, policy := range []string{PolicyBinpack, PolicyKubegpu} {
 		for _, shape := range shapes {
-			b.Run(fmt.Sprintf("%s/%s", policy, shape.name), func(b *testing.B) {
+			b.Run(fmt.Sprintf("policy=%s/req=%s", policy, shape.name), func(b *testing.B) {
 				e := newEngine(b, policy)
 				if policy == PolicyKubegpu {
 					e.workload.Store(benchWorkload(b))
