@@ -255,7 +255,7 @@ func (gpuClustering) score(n *cnode, p *PodSpec) (int64, int) {
 	if p.GPUMilli >= 1000 {
 		tag = 1 << min(p.NumGPU, 63)
 	}
-	s := int64(25 * (8000 - n.idleTotal()) / 8000)
+	s := 25 * (8000 - n.idleTotal()) / 8000
 	switch {
 	case n.tags == tag:
 		s += 75

@@ -55,7 +55,6 @@ func Policies() []string {
 }
 
 // CheckPolicies rejects unknown policy names.
-
 func CheckPolicies(names []string) error {
 	for _, n := range names {
 		if _, ok := policies[n]; !ok {

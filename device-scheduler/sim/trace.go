@@ -170,14 +170,21 @@ type row struct {
 	err     error
 }
 
-func (r *row) fail(col string, err error) error {
+// note records err against column col, unless an earlier error is recorded.
+func (r *row) note(col string, err error) {
+	if r.err != nil {
+		return
+	}
 	e := &TraceError{File: r.file, Line: r.line, Name: col, Err: err}
 	if i, ok := r.columns[col]; ok {
 		e.Column = i + 1
 	}
-	if r.err == nil {
-		r.err = e
-	}
+	r.err = e
+}
+
+// fail records err against column col and returns the row's first error.
+func (r *row) fail(col string, err error) error {
+	r.note(col, err)
 	return r.err
 }
 
@@ -197,11 +204,11 @@ func (r *row) int(col string, lo, hi int64) int64 {
 	s := r.str(col)
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		r.fail(col, fmt.Errorf("want an integer, got %q", s))
+		r.note(col, fmt.Errorf("want an integer, got %q", s))
 		return 0
 	}
 	if v < lo || v > hi {
-		r.fail(col, fmt.Errorf("want %d..%d, got %d", lo, hi, v))
+		r.note(col, fmt.Errorf("want %d..%d, got %d", lo, hi, v))
 		return 0
 	}
 	return v
