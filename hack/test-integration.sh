@@ -40,5 +40,30 @@ GOFLAGS=-buildvcs=false go build -buildmode=plugin -o "$tmp/simgpu.so" ./plugins
 want='build setting -trimpath: host true, plugin (unset); rebuild the binaries and the plugins together with "make build plugins"'
 check "crishim refuses a mismatched plugin" bash -c "! $BIN/kubegpu-crishim devices --plugin-dir $tmp --plugin-option simgpu.preset=dgx1"
 
+# The placement simulator on a small trace of its own: JSON fields, a plot,
+# and a malformed line reported with file, line and column.
+cat >"$tmp/nodes.csv" <<'CSV'
+sn,cpu_milli,memory_mib,gpu,model
+n0,64000,262144,8,G2
+n1,32000,131072,4,T4
+n2,32000,131072,0,
+CSV
+cat >"$tmp/pods.csv" <<'CSV'
+name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec
+p0,4000,8192,1,500,
+p1,8000,16384,1,1000,G2
+p2,16000,32768,4,1000,
+p3,2000,4096,1,250,T4
+p4,1000,1024,0,0,
+CSV
+want='"policy":"kubegpu","alloc_at_100":'
+check "sim placement json" $BIN/kubegpu-sim placement --nodes "$tmp/nodes.csv" --pods "$tmp/pods.csv" \
+	--policies fgd,kubegpu --seeds 2 --json --plot "$tmp/alloc.png"
+want="PNG"
+check "sim placement plot" head -c 4 "$tmp/alloc.png"
+printf 'p5,abc,1,1,1000,\n' >>"$tmp/pods.csv"
+want="pods.csv:7:2 (column cpu_milli): want an integer, got \"abc\""
+check "sim rejects a malformed trace line" bash -c "! $BIN/kubegpu-sim placement --nodes $tmp/nodes.csv --pods $tmp/pods.csv --seeds 1"
+
 echo "integration: $passed passed, $failed failed"
 [ "$failed" = 0 ]
