@@ -138,6 +138,7 @@ func New(cfg Config) (*Engine, error) {
 // and the node's score. It is a reusable buffer; its zero value is ready.
 type Placement struct {
 	node          *Node
+	ok            bool // the last Evaluate succeeded
 	req           *Request
 	score         int64
 	numContainers int
@@ -195,7 +196,7 @@ func (p *Placement) Allocation() types.PodAllocation {
 // the devices chosen for each container and the node's score. It returns an
 // error wrapping ErrDoesNotFit, with the reason, when it does not fit.
 func (e *Engine) Evaluate(n *Node, r *Request, p *Placement) error {
-	p.node, p.req, p.score, p.numContainers, p.numShares = n, r, 0, 0, 0
+	p.node, p.req, p.score, p.numContainers, p.numShares, p.ok = n, r, 0, 0, 0, false
 	p.after = n.state
 	s := &p.after
 	if n.host.CPUMilli > 0 && r.Host.CPUMilli > s.Host.CPUMilli {
@@ -247,6 +248,7 @@ func (e *Engine) Evaluate(n *Node, r *Request, p *Placement) error {
 	}
 	sc := max(-MaxPolicyScore, min(pol.ScoreNode(n, &n.state, s, r), MaxPolicyScore))
 	p.score = sc<<tieBreakBits | int64(n.tieBreak)
+	p.ok = true
 	return nil
 }
 

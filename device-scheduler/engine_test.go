@@ -322,10 +322,29 @@ func TestAssumeIsDerivedFromAllocations(t *testing.T) {
 	if n.State() != simNode(t, e, "dgx1").State() {
 		t.Error("releasing the pod did not give everything back")
 	}
-	bad := a
-	bad.Containers = []types.ContainerAllocation{{Name: "c", Devices: []types.DeviceShare{{ID: "gpu9", UUID: "x"}}}}
-	if err := n.Assume("bad", bad, Host{}); !errors.Is(err, ErrConflict) {
-		t.Errorf("unknown device: error = %v", err)
+	uuid0 := n.Inventory().Devices[0].UUID
+	for name, d := range map[string]types.DeviceShare{
+		"unknown device":  {ID: "gpu9", UUID: "x", Exclusive: true},
+		"empty share":     {ID: "gpu0", UUID: uuid0},
+		"negative share":  {ID: "gpu0", UUID: uuid0, ComputePercent: -50, MemoryMiB: 1},
+		"oversized share": {ID: "gpu0", UUID: uuid0, ComputePercent: 1 << 30},
+	} {
+		bad := a
+		bad.Containers = []types.ContainerAllocation{{Name: "c", Devices: []types.DeviceShare{d}}}
+		if err := n.Assume("bad", bad, Host{}); !errors.Is(err, ErrConflict) {
+			t.Errorf("%s: error = %v, want ErrConflict", name, err)
+		}
+	}
+	if n.State() != simNode(t, e, "dgx1").State() {
+		t.Error("refused allocations changed the state")
+	}
+	// A failed evaluation cannot be assumed.
+	var failed Placement
+	if err := e.Evaluate(n, request(t, e, whole(9)), &failed); !errors.Is(err, ErrDoesNotFit) {
+		t.Fatalf("9 GPUs on a DGX-1: error = %v", err)
+	}
+	if err := n.AssumePlacement("failed", &failed, Host{}); err == nil {
+		t.Error("a failed placement was assumed")
 	}
 }
 
@@ -448,8 +467,10 @@ func TestKubegpuPolicyNodeScores(t *testing.T) {
 	if e.Evaluate(idle, sl, &pi) != nil || e.Evaluate(other, sl, &po) != nil || pi.Score() <= po.Score() {
 		t.Errorf("the preferred of two equal nodes scores %d, the other %d", pi.Score(), po.Score())
 	}
-	if _, err := NewWorkload([]TaskType{{Count: -1, Weight: 1}}); err == nil {
-		t.Error("a negative count was accepted")
+	for _, bad := range []TaskType{{Count: -1, Weight: 1}, {Count: 1, Weight: math.NaN()}, {Count: 1, Weight: math.Inf(1)}, {Count: 1, MemoryMiB: -1, Weight: 1}} {
+		if _, err := NewWorkload([]TaskType{bad}); err == nil {
+			t.Errorf("task type %+v was accepted", bad)
+		}
 	}
 }
 

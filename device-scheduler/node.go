@@ -193,6 +193,13 @@ func (n *Node) Assume(key string, alloc types.PodAllocation, host Host) error {
 				if i < 0 || !strings.EqualFold(n.uuids[i], d.UUID) {
 					return fmt.Errorf("%w: pod %s: device %s (%s) is not on node %s", ErrConflict, key, d.ID, d.UUID, n.name)
 				}
+				if n.parents&(1<<i) != 0 {
+					return fmt.Errorf("%w: pod %s: device %s is in MIG mode and is allocated only through its slices", ErrConflict, key, d.ID)
+				}
+				if !d.Exclusive && (d.ComputePercent < 0 || d.ComputePercent > types.MaxComputePercent || d.MemoryMiB < 0 ||
+					(d.ComputePercent == 0 && d.MemoryMiB == 0)) {
+					return fmt.Errorf("%w: pod %s: device %s has an invalid share (%d%%, %d MiB)", ErrConflict, key, d.ID, d.ComputePercent, d.MemoryMiB)
+				}
 				s := share{dev: i, milli: int32(d.ComputePercent) * 10, mem: d.MemoryMiB, exclusive: d.Exclusive}
 				if d.Exclusive {
 					s.milli, s.mem = WholeMilli, n.memCap[i]
@@ -207,8 +214,8 @@ func (n *Node) Assume(key string, alloc types.PodAllocation, host Host) error {
 // AssumePlacement is Assume for a Placement this engine chose, without the
 // round trip through types.PodAllocation.
 func (n *Node) AssumePlacement(key string, p *Placement, host Host) error {
-	if p.node != n {
-		return fmt.Errorf("pod %s: the placement was not evaluated on node %s", key, n.name)
+	if p.node != n || !p.ok {
+		return fmt.Errorf("pod %s: no successful evaluation on node %s to assume", key, n.name)
 	}
 	u := podUsage{host: host, shares: append([]share(nil), p.shares[:p.numShares]...)}
 	return n.assume(key, u)

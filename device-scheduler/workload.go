@@ -2,6 +2,7 @@ package devicescheduler
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -44,8 +45,11 @@ func NewWorkload(tts []TaskType) (*Workload, error) {
 	}
 	var sum float64
 	for _, t := range tts {
-		if t.Weight < 0 {
-			return nil, fmt.Errorf("task type weight must not be negative, got %v", t.Weight)
+		if t.Weight < 0 || math.IsNaN(t.Weight) || math.IsInf(t.Weight, 0) {
+			return nil, fmt.Errorf("task type weight must be a finite number >= 0, got %v", t.Weight)
+		}
+		if t.MemoryMiB < 0 {
+			return nil, fmt.Errorf("task type memory must not be negative, got %d", t.MemoryMiB)
 		}
 		if t.Count < 0 || t.Count > MaxDevices {
 			return nil, fmt.Errorf("task type count must be 0..%d, got %d", MaxDevices, t.Count)
@@ -114,9 +118,7 @@ func (e *Engine) Observe(r *Request) {
 	if e.learner == nil {
 		return
 	}
-	if w := e.learner.observe(r); w != nil {
-		e.workload.Store(w)
-	}
+	e.learner.observe(r, &e.workload)
 }
 
 // Workload returns the mix the kubegpu policy currently works for.
@@ -143,7 +145,10 @@ func newWorkloadLearner() *workloadLearner {
 	return &workloadLearner{counts: map[string]*TaskType{}}
 }
 
-func (l *workloadLearner) observe(r *Request) *Workload {
+// observe counts r and, when the mix has changed enough, publishes a new
+// Workload to dst while still holding the lock, so that publications never
+// go out of order.
+func (l *workloadLearner) observe(r *Request, dst *atomic.Pointer[Workload]) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	// Types are keyed, as FGD's typical pods are, by CPU, device count,
@@ -168,10 +173,10 @@ func (l *workloadLearner) observe(r *Request) *Workload {
 	l.seen++
 	// Publish often at first, then every 10% more observations.
 	if l.seen-l.lastSeen < max(1, l.lastSeen/10) {
-		return nil
+		return
 	}
 	l.lastSeen = l.seen
-	return l.snapshotLocked()
+	dst.Store(l.snapshotLocked())
 }
 
 func (l *workloadLearner) snapshot() *Workload {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 
 	corev1 "k8s.io/api/core/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
@@ -152,6 +153,9 @@ func (a Allocation) Validate() error {
 				if d.ComputePercent < 0 || d.ComputePercent > types.MaxComputePercent {
 					c.add(ctr.Name, "devices[].computePercent", fmt.Sprint(d.ComputePercent), fmt.Sprintf("0..%d", types.MaxComputePercent))
 				}
+				if !d.Exclusive && d.ComputePercent == 0 && d.MemoryMiB == 0 {
+					c.add(ctr.Name, "devices[] share of "+d.ID, "0% and 0 MiB", "exclusive, or a computePercent or memoryMiB above zero")
+				}
 			}
 		}
 	}
@@ -208,7 +212,7 @@ func decode(value, key, kind string, hdr *header, out any) error {
 	if err := dec.Decode(out); err != nil {
 		return &FieldError{Field: key, Value: abbreviate(value), Want: "a JSON object (" + err.Error() + ")"}
 	}
-	if dec.More() {
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return &FieldError{Field: key, Value: abbreviate(value), Want: "a single JSON object"}
 	}
 	if hdr.APIVersion != types.SchemaVersion {

@@ -77,6 +77,7 @@ func TestDecodeInventoryErrors(t *testing.T) {
 	}{
 		{"not json", "{devices:", `kubegpu.io/inventory must be a JSON object`},
 		{"trailing data", `{"apiVersion":"kubegpu.io/v1","kind":"NodeInventory"} {}`, "must be a single JSON object"},
+		{"trailing bracket", `{"apiVersion":"kubegpu.io/v1","kind":"NodeInventory"}]]`, "must be a single JSON object"},
 		{"no version", `{"kind":"NodeInventory","devices":[]}`, `kubegpu.io/inventory apiVersion must be apiVersion kubegpu.io/v1, got ""`},
 		{"future version", `{"apiVersion":"kubegpu.io/v9","kind":"NodeInventory"}`, "written by a different kubegpu version"},
 		{"wrong kind", `{"apiVersion":"kubegpu.io/v1","kind":"PodAllocation"}`, `kind must be NodeInventory, got "PodAllocation"`},
@@ -165,6 +166,8 @@ func TestDecodeAllocationErrors(t *testing.T) {
 		{"no node", `{"apiVersion":"kubegpu.io/v1","kind":"PodAllocation","pod":{"namespace":"a","name":"b","uid":"c"}}`, "node must be the name of the node"},
 		{"bad share", `{"apiVersion":"kubegpu.io/v1","kind":"PodAllocation","pod":{"namespace":"a","name":"b","uid":"c"},"node":"n",
 			"containers":[{"name":"x","devices":[{"id":"gpu0","uuid":"u","computePercent":101}]}]}`, `container "x": devices[].computePercent must be 0..100, got "101"`},
+		{"empty share", `{"apiVersion":"kubegpu.io/v1","kind":"PodAllocation","pod":{"namespace":"a","name":"b","uid":"c"},"node":"n",
+			"containers":[{"name":"x","devices":[{"id":"gpu0","uuid":"u"}]}]}`, "exclusive, or a computePercent or memoryMiB above zero"},
 		{"duplicate container", `{"apiVersion":"kubegpu.io/v1","kind":"PodAllocation","pod":{"namespace":"a","name":"b","uid":"c"},"node":"n",
 			"containers":[{"name":"x"}],"initContainers":[{"name":"x"}]}`, "unique, non-empty container name"},
 	}

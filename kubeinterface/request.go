@@ -126,17 +126,25 @@ func limit(c *collector, ctr *corev1.Container, name corev1.ResourceName, lo, hi
 	return v, true
 }
 
-// integer returns q as an int64 if it is a whole number that fits.
+// integer returns q as an int64 if it is a whole, non-negative number that
+// fits.
 func integer(q resource.Quantity) (int64, bool) {
-	v, ok := q.AsInt64()
-	if ok {
+	if q.Sign() < 0 {
+		return 0, false
+	}
+	if v, ok := q.AsInt64(); ok {
 		return v, true
 	}
-	// AsInt64 refuses some exact integers written with a decimal suffix.
-	if q.MilliValue()%1000 == 0 && q.Cmp(*resource.NewQuantity(1<<50, resource.DecimalSI)) < 0 {
-		return q.Value(), true
+	// AsInt64 refuses some exact integers written with a suffix ("1k").
+	// Value rounds up, so accept it only if it is exact.
+	if q.Cmp(*resource.NewQuantity(1<<50, resource.DecimalSI)) >= 0 {
+		return 0, false
 	}
-	return 0, false
+	v := q.Value()
+	if q.Cmp(*resource.NewQuantity(v, resource.DecimalSI)) != 0 {
+		return 0, false
+	}
+	return v, true
 }
 
 // parseList splits a comma-separated annotation into its trimmed entries,

@@ -134,6 +134,21 @@ func TestPodRequestErrors(t *testing.T) {
 			want: []string{`container "train": kubegpu.io/gpu-memory must be a whole number of MiB, 1..1048576 (e.g. 4096 for 4 GiB), got "1500m"`},
 		},
 		{
+			name: "almost one gpu",
+			pod:  pod(nil, container("train", gpu, "0.9999")),
+			want: []string{`container "train": nvidia.com/gpu must be an integer 1..64, got "999900u"`},
+		},
+		{
+			name: "nano gpus",
+			pod:  pod(nil, container("train", gpu, "999999999n")),
+			want: []string{`container "train": nvidia.com/gpu must be an integer 1..64, got "999999999n"`},
+		},
+		{
+			name: "huge negative wraps",
+			pod:  pod(nil, container("train", gpu, "-18446744073709551611")),
+			want: []string{`container "train": nvidia.com/gpu must be an integer 1..64, got "-18446744073709551611"`},
+		},
+		{
 			name: "too many gpus",
 			pod:  pod(nil, container("train", gpu, "65")),
 			want: []string{`container "train": nvidia.com/gpu must be an integer 1..64, got "65"`},

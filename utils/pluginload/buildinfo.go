@@ -61,8 +61,10 @@ func settings(bi *debug.BuildInfo) map[string]string {
 }
 
 // modules maps module path to module for every module linked into the
-// binary, except a main module that is built from a working tree ("(devel)"),
-// whose identity build info cannot tell.
+// binary, except those whose identity build info cannot tell: a main module
+// built from a working tree ("(devel)") and modules replaced by a local
+// directory. For those the runtime's own package-hash check remains, and
+// Open reports its refusal as a MismatchError too.
 func modules(bi *debug.BuildInfo) map[string]*debug.Module {
 	m := make(map[string]*debug.Module, len(bi.Deps)+1)
 	if bi.Main.Path != "" && bi.Main.Version != "(devel)" && bi.Main.Version != "" {
@@ -70,6 +72,9 @@ func modules(bi *debug.BuildInfo) map[string]*debug.Module {
 		m[main.Path] = &main
 	}
 	for _, d := range bi.Deps {
+		if d.Replace != nil && d.Replace.Version == "" {
+			continue
+		}
 		m[d.Path] = d
 	}
 	return m
