@@ -80,19 +80,28 @@ func enumerate(n *Node, idx []int, k int, rowFree *[MaxDevices]int, required boo
 				best, bestScore = set, sc
 			}
 		}
-		// Next combination in lexicographic order.
-		a := k - 1
-		for a >= 0 && pos[a] == len(idx)-k+a {
-			a--
-		}
-		if a < 0 {
+		if !nextCombination(pos[:k], len(idx)) {
 			return best
 		}
-		pos[a]++
-		for b := a + 1; b < k; b++ {
-			pos[b] = pos[b-1] + 1
-		}
 	}
+}
+
+// nextCombination advances pos, k increasing positions in 0..n-1, to the
+// next combination in lexicographic order; false when pos was the last.
+func nextCombination(pos []int, n int) bool {
+	k := len(pos)
+	a := k - 1
+	for a >= 0 && pos[a] == n-k+a {
+		a--
+	}
+	if a < 0 {
+		return false
+	}
+	pos[a]++
+	for b := a + 1; b < k; b++ {
+		pos[b] = pos[b-1] + 1
+	}
+	return true
 }
 
 // greedy grows a set from each seed device, adding the device with the
@@ -157,8 +166,50 @@ func chooseSlices(n *Node, s *State, c *Container, cand uint64, pol Policy, scor
 }
 
 // bestConnectedSlices picks the fully NVLink/NVSwitch-connected k-subset of
-// cand with the highest total device score, growing greedily from each seed.
+// cand with the highest total device score: exhaustively when there are at
+// most maxEnumerated subsets, else growing greedily from each seed (which
+// may miss a connected set on unusual link graphs).
 func bestConnectedSlices(n *Node, cand uint64, k int, scores *[MaxDevices]int64) uint64 {
+	var idx [MaxDevices]int
+	m := 0
+	for rest := cand; rest != 0; rest &= rest - 1 {
+		idx[m] = trailing(rest)
+		m++
+	}
+	if binomial(m, k) > maxEnumerated {
+		return greedyConnectedSlices(n, cand, k, scores)
+	}
+	var pos [MaxDevices]int
+	for i := 0; i < k; i++ {
+		pos[i] = i
+	}
+	best, bestScore := uint64(0), int64(0)
+	for {
+		var set uint64
+		var total int64
+		for a := 0; a < k; a++ {
+			i := idx[pos[a]]
+			set |= 1 << i
+			total += scores[i]
+		}
+		connected := true
+		for rest := set; rest != 0 && connected; rest &= rest - 1 {
+			i := trailing(rest)
+			connected = set&^(1<<i)&^n.fastAdj[i] == 0
+		}
+		if connected && (best == 0 || total > bestScore) {
+			best, bestScore = set, total
+		}
+		if !nextCombination(pos[:k], m) {
+			return best
+		}
+	}
+}
+
+// greedyConnectedSlices grows a connected set from each seed device,
+// adding the best-scored device joined to all of the set, and keeps the best
+// complete set.
+func greedyConnectedSlices(n *Node, cand uint64, k int, scores *[MaxDevices]int64) uint64 {
 	best, bestScore := uint64(0), int64(0)
 	for seeds := cand; seeds != 0; seeds &= seeds - 1 {
 		seed := trailing(seeds)

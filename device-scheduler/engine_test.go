@@ -500,3 +500,25 @@ func TestLearnedWorkload(t *testing.T) {
 		t.Errorf("second type = %+v, want a CPU-only pod of 500m at weight about 0.4", ts[1])
 	}
 }
+
+func TestRequiredSlicesFindTheQuad(t *testing.T) {
+	// Partly used GPUs steer a greedy search across the quads (0-4 is NV2):
+	// four slices with topology required must still find an all-NVLink quad.
+	for _, policy := range []string{PolicyBinpack, PolicySpread, PolicyKubegpu} {
+		e := newEngine(t, policy)
+		n := simNode(t, e, "dgx1")
+		for i, g := range []int{0, 4, 5, 6} {
+			d := n.Inventory().Devices[g]
+			a := types.PodAllocation{Node: n.Name(), Containers: []types.ContainerAllocation{{Name: "c", Devices: []types.DeviceShare{
+				{ID: d.ID, UUID: d.UUID, ComputePercent: 10 * (i + 1), MemoryMiB: 1}}}}}
+			if err := n.Assume(fmt.Sprint("busy", i), a, Host{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := types.ContainerRequest{Name: "c", Count: 4, ComputePercent: 20, Topology: types.TopologyRequired}
+		got := place(t, e, n, "quad", request(t, e, c))[0]
+		if !slices.Equal(got, []int{0, 1, 2, 3}) && !slices.Equal(got, []int{4, 5, 6, 7}) {
+			t.Errorf("%s: four required slices got %v, want an all-NVLink quad", policy, got)
+		}
+	}
+}
