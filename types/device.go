@@ -94,6 +94,23 @@ type Link struct {
 	BandwidthMBps int64 `json:"bandwidthMBps,omitempty"`
 }
 
+// Label is the short name nvidia-smi topo -m gives the link: NV# (NVLink
+// with # links), NVS, PIX, PHB or SYS.
+func (l Link) Label() string {
+	switch l.Kind {
+	case LinkNVLink:
+		return fmt.Sprintf("NV%d", l.Count)
+	case LinkNVSwitch:
+		return "NVS"
+	case LinkPCIeSwitch:
+		return "PIX"
+	case LinkHostBridge:
+		return "PHB"
+	default:
+		return "SYS"
+	}
+}
+
 // Inventory is everything a node has to offer: its devices and the pairwise
 // links between them. A pair without a Link is treated as LinkCrossSocket,
 // the worst path. MIG slices have no links of their own: they use their

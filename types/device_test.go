@@ -128,3 +128,21 @@ func TestPodAllocationContainer(t *testing.T) {
 		t.Error("Container(sidecar) found, want not found")
 	}
 }
+
+func TestLinkLabel(t *testing.T) {
+	for _, tt := range []struct {
+		l    Link
+		want string
+	}{
+		{Link{Kind: LinkNVLink, Count: 2}, "NV2"},
+		{Link{Kind: LinkNVLink, Count: 18}, "NV18"},
+		{Link{Kind: LinkNVSwitch}, "NVS"},
+		{Link{Kind: LinkPCIeSwitch}, "PIX"},
+		{Link{Kind: LinkHostBridge}, "PHB"},
+		{Link{Kind: LinkCrossSocket}, "SYS"},
+	} {
+		if got := tt.l.Label(); got != tt.want {
+			t.Errorf("%+v.Label() = %q, want %q", tt.l, got, tt.want)
+		}
+	}
+}

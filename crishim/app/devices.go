@@ -137,7 +137,7 @@ func printInventory(w io.Writer, module string, inv types.Inventory) error {
 				cells = append(cells, "X")
 				continue
 			}
-			cells = append(cells, LinkLabel(l))
+			cells = append(cells, l.Label())
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
@@ -147,20 +147,4 @@ func printInventory(w io.Writer, module string, inv types.Inventory) error {
 	fmt.Fprintln(w, "\nNV# = NVLink with # links, NVS = NVSwitch, PIX = same PCIe switch, PHB = host bridge, SYS = across CPU sockets")
 	fmt.Fprintln(w)
 	return nil
-}
-
-// LinkLabel is the short name nvidia-smi topo -m uses for a link.
-func LinkLabel(l types.Link) string {
-	switch l.Kind {
-	case types.LinkNVLink:
-		return fmt.Sprintf("NV%d", l.Count)
-	case types.LinkNVSwitch:
-		return "NVS"
-	case types.LinkPCIeSwitch:
-		return "PIX"
-	case types.LinkHostBridge:
-		return "PHB"
-	default:
-		return "SYS"
-	}
 }

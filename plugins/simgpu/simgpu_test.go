@@ -48,20 +48,14 @@ func TestPresetsAreValid(t *testing.T) {
 // linkTable renders the link matrix as nvidia-smi topo -m does.
 func linkTable(inv types.Inventory) []string {
 	m := inv.LinkMatrix()
-	short := map[types.LinkKind]string{
-		types.LinkNVSwitch: "NVS", types.LinkPCIeSwitch: "PIX", types.LinkHostBridge: "PHB", types.LinkCrossSocket: "SYS",
-	}
 	var rows []string
 	for i := range m {
 		var cells []string
 		for j := range m[i] {
-			switch {
-			case i == j:
+			if i == j {
 				cells = append(cells, "X")
-			case m[i][j].Kind == types.LinkNVLink:
-				cells = append(cells, "NV"+string(rune('0'+m[i][j].Count)))
-			default:
-				cells = append(cells, short[m[i][j].Kind])
+			} else {
+				cells = append(cells, m[i][j].Label())
 			}
 		}
 		rows = append(rows, strings.Join(cells, " "))
