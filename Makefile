@@ -20,10 +20,19 @@ export PATH := $(TOOLS):$(PATH)
 
 VERSION ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo "v0.0.0-$$(git rev-parse --short HEAD 2>/dev/null || echo dev)")
 LDFLAGS := -X github.com/kubegpu/kubegpu/utils/version.gitVersion=$(VERSION)
+# The Kubernetes release the scheduler embeds, and its upstream binaries
+# (kube-apiserver for the tests and the demo, stock kube-scheduler for the
+# benchmark): the version go.mod pins.
+KUBE_VERSION := $(shell sed -n 's/^[[:space:]]*k8s.io\/kubernetes v\(.*\)$$/v\1/p' go.mod | head -1)
+KUBE_MINOR := $(word 2,$(subst ., ,$(KUBE_VERSION)))
+KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(KUBE_MINOR) \
+	-X k8s.io/component-base/version.gitTreeState=clean
 
 # Host binaries: name -> main package.
-BINARIES := kubegpu-crishim kubegpu-sim
+BINARIES := kubegpu-crishim kubegpu-scheduler kubegpu-sim
 kubegpu-crishim_PKG := ./crishim/cmd/kubegpu-crishim
+kubegpu-scheduler_PKG := ./kube-scheduler/cmd/kubegpu-scheduler
 kubegpu-sim_PKG := ./device-scheduler/cmd/kubegpu-sim
 
 # Device modules: name -> the .so's main package.
@@ -48,7 +57,15 @@ deps: ## Install what building and testing need (Debian packages, Go tools)
 .PHONY: build
 build: deps ## Build the binaries into _output/bin
 	@mkdir -p $(BIN)
-	$(foreach b,$(BINARIES),$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/$(b) $($(b)_PKG) &&) true
+	$(foreach b,$(BINARIES),$(GO) build -ldflags '$(LDFLAGS) $(KUBE_LDFLAGS)' -o $(BIN)/$(b) $($(b)_PKG) &&) true
+
+# Upstream binaries, built from the pinned k8s.io/kubernetes (go.mod's tool lines).
+KUBE_BINARIES := kube-apiserver kube-scheduler
+
+.PHONY: kube-binaries
+kube-binaries: deps ## Build upstream kube-apiserver and kube-scheduler (for tests, demo, bench)
+	@mkdir -p $(BIN)
+	$(foreach b,$(KUBE_BINARIES),$(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/$(b) k8s.io/kubernetes/cmd/$(b) &&) true
 
 .PHONY: plugins
 plugins: deps ## Build the device modules into _output/plugins/*.so
@@ -63,8 +80,11 @@ unit: deps ## Run unit tests and the fuzz seed corpora
 	KUBEGPU_OPENB=$(OPENB) $(GO) test $(GOTEST_FLAGS) ./...
 
 .PHONY: integration
-integration: build plugins ## Run the built binaries against the built plugins
+integration: build plugins kube-binaries ## Run the built binaries against the plugins and a real etcd + kube-apiserver
 	hack/test-integration.sh
+	KUBEGPU_BIN_DIR=$(CURDIR)/$(BIN) KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(PLUGIN_DIR) \
+		$(GO) test $(GOTEST_FLAGS) -count=1 -timeout 20m -v ./test/integration/ 2>&1 | \
+		grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|panic)|_test.go|integration:' 
 
 .PHONY: fuzz
 fuzz: deps ## Fuzz every decoder for FUZZTIME each (default 30s)

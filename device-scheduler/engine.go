@@ -67,6 +67,10 @@ type Config struct {
 	Plugins []types.SchedulerPlugin
 	// Policy names a built-in policy (default PolicyKubegpu).
 	Policy string
+	// DevicePolicy names the built-in policy that chooses among a node's
+	// devices for slices (GPU-level binpack or spread); empty means the
+	// same as Policy. A pod's placement annotation overrides both.
+	DevicePolicy string
 	// CustomPolicy replaces the named policy when set (used by the
 	// placement simulator for its baselines).
 	CustomPolicy Policy
@@ -114,6 +118,13 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("unknown policy %q (known: %s)", name, strings.Join(Policies(), ", "))
 	}
 	e.policy = newPolicy(e)
+	if cfg.DevicePolicy != "" && cfg.DevicePolicy != name {
+		newDevicePolicy, ok := policies[cfg.DevicePolicy]
+		if !ok {
+			return nil, fmt.Errorf("unknown device policy %q (known: %s)", cfg.DevicePolicy, strings.Join(Policies(), ", "))
+		}
+		e.policy = splitPolicy{node: e.policy, devices: newDevicePolicy(e)}
+	}
 	if cfg.CustomPolicy != nil {
 		e.policy = cfg.CustomPolicy
 	}

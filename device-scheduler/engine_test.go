@@ -197,6 +197,30 @@ func TestSlices(t *testing.T) {
 	}
 }
 
+func TestSplitNodeAndDevicePolicies(t *testing.T) {
+	// Node-level spread, device-level binpack: two slices on the same node
+	// share one device.
+	sp, err := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Plugins: []types.SchedulerPlugin{sp}, Policy: PolicySpread, DevicePolicy: PolicyBinpack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := simNode(t, e, "t4x4")
+	var got [][]int
+	for i := 0; i < 2; i++ {
+		got = append(got, place(t, e, n, fmt.Sprint(i), request(t, e, slice(30, 4096)))...)
+	}
+	if want := [][]int{{0}, {0}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("slices went to %v, want %v", got, want)
+	}
+	if _, err := New(Config{DevicePolicy: "tetris"}); err == nil || !strings.Contains(err.Error(), `unknown device policy "tetris"`) {
+		t.Errorf("New with an unknown device policy: %v", err)
+	}
+}
+
 func TestSliceCapacityAndExclusivity(t *testing.T) {
 	e := newEngine(t, PolicyBinpack)
 	n := simNode(t, e, "t4x4", 1, 2, 3) // only gpu0 is healthy

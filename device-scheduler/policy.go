@@ -17,6 +17,17 @@ func (binpack) ScoreNode(n *Node, _, after *State, _ *Request) int64 {
 	return usedMilli(n, after)
 }
 
+// splitPolicy scores nodes with one policy and devices with another.
+type splitPolicy struct{ node, devices Policy }
+
+func (p splitPolicy) ScoreDevices(n *Node, s *State, c *Container, cand uint64, scores *[MaxDevices]int64) {
+	p.devices.ScoreDevices(n, s, c, cand, scores)
+}
+
+func (p splitPolicy) ScoreNode(n *Node, before, after *State, r *Request) int64 {
+	return p.node.ScoreNode(n, before, after, r)
+}
+
 // spread prefers the idlest node and, for slices, the emptiest device.
 type spread struct{}
 

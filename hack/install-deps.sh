@@ -2,7 +2,7 @@
 # Installs what building and testing kubegpu need on a Debian machine, and
 # only what is missing: a C compiler for cgo (Go plugins need it) and a Go
 # toolchain new enough for go.mod (an older go >= 1.21 fetches the right one
-# from the module proxy by itself).
+# from the module proxy by itself), and etcd for the integration tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +19,8 @@ apt_install() {
 
 command -v gcc >/dev/null || apt_install gcc libc6-dev
 command -v git >/dev/null || apt_install git
+# The integration tests and the demo run a real etcd (Debian's 3.4).
+command -v etcd >/dev/null || apt_install etcd-server
 
 if ! command -v go >/dev/null; then
 	if [ -x /usr/local/go/bin/go ]; then

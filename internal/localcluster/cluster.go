@@ -1,0 +1,324 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Options configure a local control plane.
+type Options struct {
+	// Dir holds every file of the cluster: certificates, etcd data, logs,
+	// the kubeconfig. It must exist.
+	Dir string
+	// APIServer is the kube-apiserver binary.
+	APIServer string
+	// Etcd is the etcd binary (default: etcd on PATH).
+	Etcd string
+}
+
+// Cluster is an etcd and a kube-apiserver on loopback.
+type Cluster struct {
+	opts Options
+	pki  *pki
+
+	// Kubeconfig is the path of an admin kubeconfig.
+	Kubeconfig string
+	// Config is the admin client configuration.
+	Config *rest.Config
+	// Client is an admin clientset.
+	Client kubernetes.Interface
+
+	etcdURL   string
+	port      int
+	etcd      *Process
+	apiserver *Process
+}
+
+// Start starts etcd and kube-apiserver and waits until the API server is
+// ready, with the default ServiceAccount in the default namespace.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	if opts.APIServer == "" {
+		return nil, errors.New("localcluster: no kube-apiserver binary given")
+	}
+	if opts.Etcd == "" {
+		opts.Etcd = "etcd"
+	}
+	for _, bin := range []string{opts.APIServer, opts.Etcd} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return nil, fmt.Errorf("localcluster: %w (run make deps / make kube-binaries)", err)
+		}
+	}
+	c = &Cluster{opts: opts}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if c.pki, err = newPKI(opts.Dir); err != nil {
+		return nil, fmt.Errorf("localcluster: %w", err)
+	}
+	if err := c.startEtcd(ctx); err != nil {
+		return nil, err
+	}
+	if c.port, err = FreePort(); err != nil {
+		return nil, err
+	}
+	if err := c.writeKubeconfig(); err != nil {
+		return nil, err
+	}
+	if err := c.StartAPIServer(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.EnsureNamespace(ctx, metav1.NamespaceDefault); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) startEtcd(ctx context.Context) error {
+	clientPort, err := FreePort()
+	if err != nil {
+		return err
+	}
+	peerPort, err := FreePort()
+	if err != nil {
+		return err
+	}
+	c.etcdURL = "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	c.etcd, err = StartProcess(filepath.Join(c.opts.Dir, "etcd.log"), c.opts.Etcd,
+		"--name=kubegpu", "--data-dir="+filepath.Join(c.opts.Dir, "etcd"),
+		"--listen-client-urls="+c.etcdURL, "--advertise-client-urls="+c.etcdURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=kubegpu="+peerURL, "--log-level=warn")
+	if err != nil {
+		return fmt.Errorf("localcluster: start etcd: %w", err)
+	}
+	return c.etcd.WaitFor(ctx, 30*time.Second, func(ctx context.Context) error {
+		return dial(ctx, "127.0.0.1:"+strconv.Itoa(clientPort))
+	})
+}
+
+// StartAPIServer starts kube-apiserver (again, after StopAPIServer) on the
+// cluster's port and waits until it is ready.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	var err error
+	c.apiserver, err = StartProcess(filepath.Join(c.opts.Dir, "kube-apiserver.log"), c.opts.APIServer,
+		"--etcd-servers="+c.etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(c.port),
+		"--cert-dir="+filepath.Join(c.opts.Dir, "apiserver-certs"),
+		"--tls-cert-file="+c.pki.serverCertFile, "--tls-private-key-file="+c.pki.serverKeyFile,
+		"--client-ca-file="+c.pki.caFile,
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+c.pki.saKeyFile,
+		"--service-account-signing-key-file="+c.pki.saKeyFile,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--authorization-mode=Node,RBAC",
+		"--enable-priority-and-fairness=false",
+		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
+		"--v=1")
+	if err != nil {
+		return fmt.Errorf("localcluster: start kube-apiserver: %w", err)
+	}
+	return c.apiserver.WaitFor(ctx, 90*time.Second, c.ready)
+}
+
+// ready checks the API server's /readyz.
+func (c *Cluster) ready(ctx context.Context) error {
+	body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("readyz: %w: %s", err, body)
+	}
+	return nil
+}
+
+// StopAPIServer stops kube-apiserver; etcd keeps the state.
+func (c *Cluster) StopAPIServer() error {
+	if c.apiserver == nil {
+		return nil
+	}
+	err := c.apiserver.Stop()
+	c.apiserver = nil
+	return err
+}
+
+// KillAPIServer ends kube-apiserver at once, as a crash would; etcd keeps
+// the state.
+func (c *Cluster) KillAPIServer() error {
+	if c.apiserver == nil {
+		return nil
+	}
+	err := c.apiserver.Kill()
+	c.apiserver = nil
+	return err
+}
+
+// Stop stops every process. The files stay in Dir.
+func (c *Cluster) Stop() {
+	_ = c.StopAPIServer()
+	if c.etcd != nil {
+		_ = c.etcd.Stop()
+		c.etcd = nil
+	}
+}
+
+// APIServerLog is the path of kube-apiserver's log.
+func (c *Cluster) APIServerLog() string { return filepath.Join(c.opts.Dir, "kube-apiserver.log") }
+
+func (c *Cluster) writeKubeconfig() error {
+	server := "https://127.0.0.1:" + strconv.Itoa(c.port)
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: c.pki.caCert}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: c.pki.adminCert, ClientKeyData: c.pki.adminKey}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin"}
+	cfg.CurrentContext = "local"
+	c.Kubeconfig = filepath.Join(c.opts.Dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, c.Kubeconfig); err != nil {
+		return fmt.Errorf("localcluster: write kubeconfig: %w", err)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("localcluster: %w", err)
+	}
+	rc.QPS, rc.Burst = 500, 1000
+	c.Config = rc
+	c.Client, err = kubernetes.NewForConfig(rc)
+	return err
+}
+
+// EnsureNamespace creates a namespace, if missing, with the default
+// ServiceAccount that the ServiceAccount admission plugin requires of pods
+// (a controller-manager would create it).
+func (c *Cluster) EnsureNamespace(ctx context.Context, name string) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, nil
+		}
+		_, err = c.Client.CoreV1().ServiceAccounts(name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+		return err == nil || apierrors.IsAlreadyExists(err), nil
+	})
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func dial(ctx context.Context, addr string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// Process is a child process whose output goes to a log file. It runs in its
+// own process group, so Stop also ends its children.
+type Process struct {
+	Name string
+	Log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// StartProcess starts bin with args, writing stdout and stderr to logPath.
+func StartProcess(logPath, bin string, args ...string) (*Process, error) {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	p := &Process{Name: filepath.Base(bin), Log: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitFor polls check until it succeeds, the process exits, or timeout.
+func (p *Process) WaitFor(ctx context.Context, timeout time.Duration, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		if p.Exited() {
+			return fmt.Errorf("%s exited (%v); see %s", p.Name, p.err, p.Log)
+		}
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		last = check(cctx)
+		ccancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %s: %w; see %s", p.Name, timeout, last, p.Log)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Stop sends SIGTERM to the process group and SIGKILL after 30 s.
+func (p *Process) Stop() error { return p.signal(syscall.SIGTERM, 30*time.Second) }
+
+// Kill ends the process group at once, as a crash would.
+func (p *Process) Kill() error { return p.signal(syscall.SIGKILL, 10*time.Second) }
+
+func (p *Process) signal(sig syscall.Signal, grace time.Duration) error {
+	if p.Exited() {
+		return nil
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+		return fmt.Errorf("%s did not stop within %s; killed", p.Name, grace)
+	}
+}

@@ -1,0 +1,21 @@
+// Command kubegpu-scheduler is upstream kube-scheduler with the kubegpu
+// framework plugin registered. It takes every kube-scheduler flag; enable the
+// plugin in a KubeSchedulerConfiguration (see kube-scheduler/config/).
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json, as upstream
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+	"github.com/kubegpu/kubegpu/kube-scheduler/plugin"
+)
+
+func main() {
+	command := app.NewSchedulerCommand(app.WithPlugin(plugin.Name, plugin.New))
+	os.Exit(cli.Run(command))
+}

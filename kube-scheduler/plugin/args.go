@@ -1,0 +1,164 @@
+package plugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/types"
+	"github.com/kubegpu/kubegpu/utils/pluginload"
+)
+
+// Defaults of Args.
+const (
+	DefaultPluginDir          = "/usr/lib/kubegpu/plugins"
+	DefaultHeartbeatStaleness = 40 * time.Second
+)
+
+// Args are the plugin's arguments in a KubeSchedulerConfiguration:
+//
+//	profiles:
+//	- pluginConfig:
+//	  - name: KubeGPU
+//	    args:
+//	      signingKeyFile: /etc/kubegpu/allocation-key.pem
+//	      pluginDir: /usr/lib/kubegpu/plugins
+//	      nodePolicy: kubegpu
+//
+// Unknown fields are errors, so that a typo is not silently ignored.
+type Args struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// PluginDir holds the device modules (*.so) to load.
+	PluginDir string `json:"pluginDir,omitempty"`
+	// PluginOptions are the modules' scheduler-side options, each
+	// "MODULE.KEY=VALUE".
+	PluginOptions []string `json:"pluginOptions,omitempty"`
+	// NodePolicy ranks the nodes a pod fits on: kubegpu (default;
+	// fragmentation-aware), binpack or spread.
+	NodePolicy string `json:"nodePolicy,omitempty"`
+	// DevicePolicy chooses among a node's devices for GPU slices: binpack or
+	// spread; empty means the same as NodePolicy.
+	DevicePolicy string `json:"devicePolicy,omitempty"`
+	// DefaultTopology applies to multi-GPU requests that set no
+	// kubegpu.io/topology annotation: required, preferred (default) or none.
+	DefaultTopology types.TopologyPolicy `json:"defaultTopology,omitempty"`
+	// HeartbeatStaleness is how old a node's kubegpu Lease may be before the
+	// node gets no new GPU pods (default 40s).
+	HeartbeatStaleness *metav1.Duration `json:"heartbeatStaleness,omitempty"`
+	// SigningKeyFile is the key the allocations are signed with: an Ed25519
+	// private key (PEM, PKCS #8), or an HMAC-SHA256 secret shared with the
+	// nodes. Required.
+	SigningKeyFile string `json:"signingKeyFile"`
+}
+
+// decodeArgs reads the plugin's args strictly, applies defaults and
+// validates them.
+func decodeArgs(obj runtime.Object) (*Args, error) {
+	args := &Args{}
+	switch o := obj.(type) {
+	case nil:
+	case *Args:
+		*args = *o
+	case *runtime.Unknown:
+		if err := strictUnmarshal(o, args); err != nil {
+			return nil, fmt.Errorf("decode %s args: %w", Name, err)
+		}
+	default:
+		return nil, fmt.Errorf("decode %s args: want args of type runtime.Unknown, got %T", Name, obj)
+	}
+	setDefaults(args)
+	if errs := validateArgs(args, field.NewPath("pluginConfig").Key(Name).Child("args")); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid %s args: %w", Name, errs.ToAggregate())
+	}
+	return args, nil
+}
+
+func strictUnmarshal(o *runtime.Unknown, into *Args) error {
+	if len(o.Raw) == 0 {
+		return nil
+	}
+	raw := o.Raw
+	switch o.ContentType {
+	case runtime.ContentTypeJSON, "":
+	case runtime.ContentTypeYAML:
+		j, err := yaml.YAMLToJSON(raw)
+		if err != nil {
+			return err
+		}
+		raw = j
+	default:
+		return fmt.Errorf("unsupported content type %q", o.ContentType)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		return err
+	}
+	if dec.More() {
+		return fmt.Errorf("trailing data after the args object")
+	}
+	return nil
+}
+
+func setDefaults(a *Args) {
+	if a.PluginDir == "" {
+		a.PluginDir = DefaultPluginDir
+	}
+	if a.NodePolicy == "" {
+		a.NodePolicy = devicescheduler.PolicyKubegpu
+	}
+	if a.DefaultTopology == "" {
+		a.DefaultTopology = types.TopologyPreferred
+	}
+	if a.HeartbeatStaleness == nil {
+		a.HeartbeatStaleness = &metav1.Duration{Duration: DefaultHeartbeatStaleness}
+	}
+}
+
+func validateArgs(a *Args, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	policies := devicescheduler.Policies()
+	if !slices.Contains(policies, a.NodePolicy) {
+		errs = append(errs, field.NotSupported(path.Child("nodePolicy"), a.NodePolicy, policies))
+	}
+	if a.DevicePolicy != "" && a.DevicePolicy != devicescheduler.PolicyBinpack && a.DevicePolicy != devicescheduler.PolicySpread &&
+		a.DevicePolicy != a.NodePolicy {
+		errs = append(errs, field.NotSupported(path.Child("devicePolicy"), a.DevicePolicy,
+			[]string{devicescheduler.PolicyBinpack, devicescheduler.PolicySpread}))
+	}
+	if !slices.Contains(types.TopologyPolicies, a.DefaultTopology) {
+		errs = append(errs, field.NotSupported(path.Child("defaultTopology"), a.DefaultTopology, types.TopologyPolicies))
+	}
+	if a.HeartbeatStaleness.Duration < time.Second {
+		errs = append(errs, field.Invalid(path.Child("heartbeatStaleness"), a.HeartbeatStaleness.Duration.String(), "must be at least 1s"))
+	}
+	if strings.TrimSpace(a.SigningKeyFile) == "" {
+		errs = append(errs, field.Required(path.Child("signingKeyFile"), "the allocation signing key; see kube-scheduler/README.md"))
+	}
+	if _, err := pluginload.ParseOptions(a.PluginOptions); err != nil {
+		errs = append(errs, field.Invalid(path.Child("pluginOptions"), a.PluginOptions, err.Error()))
+	}
+	return errs
+}
+
+// DeepCopyObject makes Args a runtime.Object, so that tests and embedders
+// can pass it to New directly.
+func (a *Args) DeepCopyObject() runtime.Object {
+	c := *a
+	c.PluginOptions = slices.Clone(a.PluginOptions)
+	if a.HeartbeatStaleness != nil {
+		d := *a.HeartbeatStaleness
+		c.HeartbeatStaleness = &d
+	}
+	return &c
+}

@@ -1,0 +1,416 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// Reasons a node gets no GPU pods, as the scheduler reports them per node.
+var (
+	errNoInventory = errors.New("node publishes no kubegpu device inventory (is kubegpu-crishim running there?)")
+	errNoHeartbeat = fmt.Errorf("%w: node has no kubegpu heartbeat Lease (is kubegpu-crishim running there?)", errStale)
+	// errStale is wrapped by the reasons that end when the node's
+	// heartbeat is renewed.
+	errStale = errors.New("stale heartbeat")
+)
+
+// deviceCache is the scheduler's view of every node's devices and of the
+// devices that pods hold, built from informer events only: node inventories
+// (annotation), heartbeats (Leases) and pods' verified allocations. A
+// restart rebuilds the same state from the API.
+//
+// Pods are counted from the moment Reserve assumes them; once the pod is
+// bound with a valid allocation it is confirmed, and it is released when it
+// is deleted or finishes (the scheduler's pod informer drops Succeeded and
+// Failed pods). An allocation that is not signed by this scheduler's key, or
+// is bound to another pod or node, holds nothing: kubegpu-crishim refuses to
+// start such containers with devices.
+//
+// All methods are safe for concurrent use: Evaluate-style reads take the
+// read lock, changes the write lock.
+type deviceCache struct {
+	engine    *devicescheduler.Engine
+	key       *kubeinterface.Key
+	staleness time.Duration
+	now       func() time.Time
+	metrics   *cacheMetrics
+
+	mu    sync.RWMutex
+	nodes map[string]*nodeState
+	pods  map[ktypes.UID]*podState
+
+	// activate moves pods back to the scheduling queue.
+	activate func(pods map[string]*corev1.Pod)
+	// waiting are the pods refused by some node for its stale heartbeat;
+	// they are activated when a heartbeat resumes. The scheduler learns of
+	// the Lease only through this cache, so no queueing event could race
+	// with it.
+	waitMu  sync.Mutex
+	waiting map[ktypes.UID]*corev1.Pod
+}
+
+// nodeState is one node's devices and heartbeat.
+type nodeState struct {
+	name string
+	// inventory is the raw annotation value the devices were built from;
+	// built is false until the node object was seen.
+	inventory    string
+	hasInventory bool
+	built        bool
+	// devices is nil when the node has no valid inventory; err says why.
+	devices *devicescheduler.Node
+	err     error
+	// renewed is the heartbeat Lease's last renewal; zero without a Lease.
+	renewed time.Time
+	pods    map[ktypes.UID]struct{}
+}
+
+// podState is what one pod holds, or is assumed to hold.
+type podState struct {
+	pod   ktypes.NamespacedName
+	node  string
+	alloc types.PodAllocation
+	// assumed is true from Reserve until the pod is seen bound.
+	assumed bool
+	// applied is true when alloc is counted in the node's state; false
+	// while the node is unknown or its devices no longer match alloc.
+	applied bool
+}
+
+func newDeviceCache(engine *devicescheduler.Engine, key *kubeinterface.Key, staleness time.Duration, m *cacheMetrics) *deviceCache {
+	return &deviceCache{
+		engine: engine, key: key, staleness: staleness, now: time.Now, metrics: m,
+		nodes: map[string]*nodeState{}, pods: map[ktypes.UID]*podState{},
+		activate: func(map[string]*corev1.Pod) {}, waiting: map[ktypes.UID]*corev1.Pod{},
+	}
+}
+
+func (c *deviceCache) node(name string) *nodeState {
+	ns, ok := c.nodes[name]
+	if !ok {
+		ns = &nodeState{name: name, err: errNoInventory, pods: map[ktypes.UID]struct{}{}}
+		c.nodes[name] = ns
+	}
+	return ns
+}
+
+// updateNode takes in a node's inventory annotation. The node's devices are
+// rebuilt only when the annotation changed, and the pods on it are counted
+// again.
+func (c *deviceCache) updateNode(logger klog.Logger, node *corev1.Node) {
+	value, has := node.Annotations[kubeinterface.AnnotationInventory]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns := c.node(node.Name)
+	if ns.built && has == ns.hasInventory && value == ns.inventory {
+		return
+	}
+	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err = true, has, value, nil, errNoInventory
+	if has {
+		inv, err := kubeinterface.NodeInventory(node)
+		if err == nil {
+			ns.devices, err = c.engine.NewNode(node.Name, inv, devicescheduler.Host{})
+		}
+		if err != nil {
+			ns.err = fmt.Errorf("node's device inventory is unusable: %w", err)
+			logger.Error(err, "Node's kubegpu inventory is unusable; the node gets no GPU pods until it is fixed", "node", klog.KObj(node))
+		}
+	}
+	for uid := range ns.pods {
+		c.pods[uid].applied = false
+		c.apply(logger, uid, c.pods[uid])
+	}
+	c.metrics.setNodes(c.nodes)
+	logger.V(4).Info("Node devices updated", "node", klog.KObj(node), "devices", deviceCount(ns), "pods", len(ns.pods))
+}
+
+func deviceCount(ns *nodeState) int {
+	if ns.devices == nil {
+		return 0
+	}
+	return ns.devices.NumDevices()
+}
+
+// deleteNode forgets a node; its pods stay recorded in case it comes back.
+func (c *deviceCache) deleteNode(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns, ok := c.nodes[name]
+	if !ok {
+		return
+	}
+	for uid := range ns.pods {
+		c.pods[uid].applied = false
+	}
+	delete(c.nodes, name)
+	c.metrics.setNodes(c.nodes)
+}
+
+// updateLease takes in a heartbeat Lease; other Leases are ignored.
+func (c *deviceCache) updateLease(lease *coordinationv1.Lease) {
+	node, ok := heartbeatNode(lease)
+	if !ok {
+		return
+	}
+	var renewed time.Time
+	if lease.Spec.RenewTime != nil {
+		renewed = lease.Spec.RenewTime.Time
+	} else if lease.Spec.AcquireTime != nil {
+		renewed = lease.Spec.AcquireTime.Time
+	}
+	c.mu.Lock()
+	ns := c.node(node)
+	wasStale := ns.renewed.IsZero() || c.now().Sub(ns.renewed) > c.staleness
+	ns.renewed = renewed
+	resumed := wasStale && c.now().Sub(renewed) <= c.staleness
+	c.mu.Unlock()
+	if resumed {
+		c.activateWaiting()
+	}
+}
+
+// waitForHeartbeat remembers a pod that a node refused for its heartbeat.
+func (c *deviceCache) waitForHeartbeat(pod *corev1.Pod) {
+	c.waitMu.Lock()
+	c.waiting[pod.UID] = pod
+	c.waitMu.Unlock()
+}
+
+// activateWaiting sends the pods refused for a stale heartbeat back to the
+// scheduling queue.
+func (c *deviceCache) activateWaiting() {
+	c.waitMu.Lock()
+	if len(c.waiting) == 0 {
+		c.waitMu.Unlock()
+		return
+	}
+	pods := make(map[string]*corev1.Pod, len(c.waiting))
+	for _, p := range c.waiting {
+		pods[p.Namespace+"/"+p.Name] = p
+	}
+	clear(c.waiting)
+	c.waitMu.Unlock()
+	c.activate(pods)
+}
+
+func (c *deviceCache) deleteLease(lease *coordinationv1.Lease) {
+	node, ok := heartbeatNode(lease)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	if ns, ok := c.nodes[node]; ok {
+		ns.renewed = time.Time{}
+	}
+	c.mu.Unlock()
+}
+
+func heartbeatNode(lease *coordinationv1.Lease) (string, bool) {
+	if lease.Namespace != kubeinterface.LeaseNamespace || !strings.HasPrefix(lease.Name, kubeinterface.LeasePrefix) {
+		return "", false
+	}
+	return strings.TrimPrefix(lease.Name, kubeinterface.LeasePrefix), true
+}
+
+// updatePod takes in a pod from the informer: a bound pod with a valid
+// allocation holds its devices; any other pod holds none, except that a pod
+// this scheduler assumed stays assumed until it is seen bound or is
+// unreserved.
+func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
+	if pod.Spec.NodeName == "" {
+		return
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		c.forget(logger, pod.UID)
+		return
+	}
+	alloc, err := c.verified(pod)
+	if err != nil {
+		c.mu.Lock()
+		_, had := c.pods[pod.UID]
+		c.forgetLocked(pod.UID)
+		c.mu.Unlock()
+		if !errors.Is(err, kubeinterface.ErrNoAllocation) {
+			c.metrics.rejected(err)
+			if had || klog.V(2).Enabled() {
+				logger.Info("Pod's allocation is not valid; it holds no devices", "pod", klog.KObj(pod), "node", pod.Spec.NodeName, "err", err)
+			}
+		}
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ps, ok := c.pods[pod.UID]; ok && ps.node == alloc.Node && reflect.DeepEqual(ps.alloc, alloc.PodAllocation) {
+		ps.assumed = false
+		return
+	}
+	c.forgetLocked(pod.UID)
+	ps := &podState{pod: ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, node: alloc.Node, alloc: alloc.PodAllocation}
+	c.pods[pod.UID] = ps
+	c.node(alloc.Node).pods[pod.UID] = struct{}{}
+	c.apply(logger, pod.UID, ps)
+}
+
+// verified returns the pod's allocation if it is signed by this scheduler's
+// key and bound to this pod and its node.
+func (c *deviceCache) verified(pod *corev1.Pod) (kubeinterface.Allocation, error) {
+	alloc, err := kubeinterface.PodAllocation(pod)
+	if err != nil {
+		return alloc, err
+	}
+	if err := c.key.Verify(alloc); err != nil {
+		return alloc, err
+	}
+	if alloc.Pod.Namespace != pod.Namespace || alloc.Pod.Name != pod.Name || alloc.Pod.UID != pod.UID || alloc.Node != pod.Spec.NodeName {
+		return alloc, fmt.Errorf("%w: allocation is for pod %s/%s (uid %s) on node %q, not this pod on node %q",
+			errMismatch, alloc.Pod.Namespace, alloc.Pod.Name, alloc.Pod.UID, alloc.Node, pod.Spec.NodeName)
+	}
+	return alloc, nil
+}
+
+var errMismatch = errors.New("allocation belongs elsewhere")
+
+// apply counts ps on its node, if the node is known; must hold c.mu.
+func (c *deviceCache) apply(logger klog.Logger, uid ktypes.UID, ps *podState) {
+	ns, ok := c.nodes[ps.node]
+	if !ok || ns.devices == nil || ps.applied {
+		return
+	}
+	if err := ns.devices.Assume(string(uid), ps.alloc, devicescheduler.Host{}); err != nil {
+		c.metrics.rejected(err)
+		logger.Error(err, "Pod's devices do not match the node's inventory; not counted", "pod", ps.pod, "node", ps.node)
+		return
+	}
+	ps.applied = true
+}
+
+// forget releases a pod's devices.
+func (c *deviceCache) forget(_ klog.Logger, uid ktypes.UID) {
+	c.mu.Lock()
+	c.forgetLocked(uid)
+	c.mu.Unlock()
+}
+
+func (c *deviceCache) forgetLocked(uid ktypes.UID) {
+	ps, ok := c.pods[uid]
+	if !ok {
+		return
+	}
+	if ns, ok := c.nodes[ps.node]; ok {
+		if ps.applied && ns.devices != nil {
+			ns.devices.Release(string(uid))
+		}
+		delete(ns.pods, uid)
+	}
+	delete(c.pods, uid)
+}
+
+// evaluate checks pod r against node name under the read lock, filling p.
+func (c *deviceCache) evaluate(name string, r *devicescheduler.Request, p *devicescheduler.Placement) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	ns, ok := c.nodes[name]
+	if !ok {
+		return errNoInventory
+	}
+	if err := c.usable(ns); err != nil {
+		return err
+	}
+	return c.engine.Evaluate(ns.devices, r, p)
+}
+
+// usable says why a node gets no new GPU pods, or nil; must hold c.mu.
+func (c *deviceCache) usable(ns *nodeState) error {
+	if ns.devices == nil {
+		return ns.err
+	}
+	if ns.renewed.IsZero() {
+		return errNoHeartbeat
+	}
+	if age := c.now().Sub(ns.renewed); age > c.staleness {
+		return fmt.Errorf("%w: node's kubegpu heartbeat is stale (last renewed %s ago, limit %s)", errStale, age.Round(time.Second), c.staleness)
+	}
+	return nil
+}
+
+// reserve chooses pod uid's devices on node name afresh and assumes them, in
+// one step under the write lock, so that concurrent cycles never hand out the
+// same device twice.
+func (c *deviceCache) reserve(pod *corev1.Pod, name string, r *devicescheduler.Request) (types.PodAllocation, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns, ok := c.nodes[name]
+	if !ok {
+		return types.PodAllocation{}, errNoInventory
+	}
+	if err := c.usable(ns); err != nil {
+		return types.PodAllocation{}, err
+	}
+	var p devicescheduler.Placement
+	if err := c.engine.Evaluate(ns.devices, r, &p); err != nil {
+		return types.PodAllocation{}, err
+	}
+	c.forgetLocked(pod.UID)
+	if err := ns.devices.AssumePlacement(string(pod.UID), &p, devicescheduler.Host{}); err != nil {
+		return types.PodAllocation{}, err
+	}
+	alloc := p.Allocation()
+	alloc.Node = name
+	c.pods[pod.UID] = &podState{pod: ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, node: name, alloc: alloc, assumed: true, applied: true}
+	ns.pods[pod.UID] = struct{}{}
+	return alloc, nil
+}
+
+// unreserve forgets an assumed pod; a pod already seen bound is kept.
+func (c *deviceCache) unreserve(uid ktypes.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ps, ok := c.pods[uid]; ok && ps.assumed {
+		c.forgetLocked(uid)
+	}
+}
+
+// nodeSnapshot is one node's state for tests and debugging.
+type nodeSnapshot struct {
+	Usable string
+	State  devicescheduler.State
+	Pods   []string
+}
+
+// snapshot returns every node's state, keyed by node name.
+func (c *deviceCache) snapshot() map[string]nodeSnapshot {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := map[string]nodeSnapshot{}
+	for name, ns := range c.nodes {
+		s := nodeSnapshot{Usable: "ok"}
+		if err := c.usable(ns); err != nil {
+			s.Usable = err.Error()
+		}
+		if ns.devices != nil {
+			s.State = ns.devices.State()
+		}
+		for uid := range ns.pods {
+			if c.pods[uid].applied {
+				s.Pods = append(s.Pods, string(uid))
+			}
+		}
+		slices.Sort(s.Pods)
+		out[name] = s
+	}
+	return out
+}

@@ -1,0 +1,225 @@
+package plugin
+
+import (
+	"context"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+var testNow = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func testCache(t *testing.T) (*deviceCache, *kubeinterface.Key) {
+	t.Helper()
+	sp, err := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := devicescheduler.New(devicescheduler.Config{Plugins: []types.SchedulerPlugin{sp}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := kubeinterface.ParseKey([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newDeviceCache(e, key, 40*time.Second, nil)
+	c.now = func() time.Time { return testNow }
+	return c, key
+}
+
+func testNode(t *testing.T, name, preset string) *corev1.Node {
+	t.Helper()
+	topo, err := simgpu.Preset(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := kubeinterface.SetNodeInventory(n, simgpu.Inventory(topo, name)); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func testLease(node string, renewed time.Time) *coordinationv1.Lease {
+	rt := metav1.NewMicroTime(renewed)
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: kubeinterface.LeaseNamespace, Name: kubeinterface.LeaseName(node)},
+		Spec:       coordinationv1.LeaseSpec{RenewTime: &rt},
+	}
+}
+
+func wholeRequest(t *testing.T, c *deviceCache, count int) *devicescheduler.Request {
+	t.Helper()
+	r, err := c.engine.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{{Name: "main", Count: count}}}, devicescheduler.Host{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func testPod(name string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: ktypes.UID("uid-" + name)}}
+}
+
+// boundWith returns pod bound to its allocation's node with the signed
+// allocation annotation.
+func boundWith(t *testing.T, key *kubeinterface.Key, pod *corev1.Pod, alloc types.PodAllocation) *corev1.Pod {
+	t.Helper()
+	signed, err := key.Sign(kubeinterface.Allocation{Pod: kubeinterface.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, PodAllocation: alloc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, err := kubeinterface.EncodeAllocation(signed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pod.DeepCopy()
+	p.Spec.NodeName = alloc.Node
+	p.Annotations = map[string]string{kubeinterface.AnnotationAllocation: value}
+	return p
+}
+
+func TestCacheReserveBindRelease(t *testing.T) {
+	c, key := testCache(t)
+	logger := klog.Background()
+	c.updateNode(logger, testNode(t, "n1", "dgx1"))
+	r := wholeRequest(t, c, 4)
+
+	var p devicescheduler.Placement
+	if err := c.evaluate("n1", r, &p); err == nil || !strings.Contains(err.Error(), "no kubegpu heartbeat Lease") {
+		t.Fatalf("evaluate without a heartbeat: %v", err)
+	}
+	c.updateLease(testLease("n1", testNow.Add(-time.Minute)))
+	if err := c.evaluate("n1", r, &p); err == nil || !strings.Contains(err.Error(), "heartbeat is stale (last renewed 1m0s ago, limit 40s)") {
+		t.Fatalf("evaluate with a stale heartbeat: %v", err)
+	}
+	var activated []string
+	c.activate = func(pods map[string]*corev1.Pod) {
+		for name := range pods {
+			activated = append(activated, name)
+		}
+	}
+	c.waitForHeartbeat(testPod("waiting"))
+	c.updateLease(testLease("n1", testNow.Add(-time.Second)))
+	c.updateLease(testLease("n1", testNow)) // fresh to fresh: nothing to do
+	if !reflect.DeepEqual(activated, []string{"ns/waiting"}) {
+		t.Fatalf("activated %v when the heartbeat resumed, want [ns/waiting]", activated)
+	}
+	if err := c.evaluate("missing", r, &p); err != errNoInventory {
+		t.Fatalf("evaluate on an unknown node: %v", err)
+	}
+
+	a, b := testPod("a"), testPod("b")
+	allocA, err := c.reserve(a, "n1", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.reserve(b, "n1", r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.reserve(testPod("c"), "n1", r); err == nil {
+		t.Fatal("a third 4-GPU pod was reserved on an 8-GPU node")
+	}
+	c.unreserve(b.UID)
+	// a is seen bound: confirmed, and unreserve no longer forgets it.
+	c.updatePod(logger, boundWith(t, key, a, allocA))
+	c.unreserve(a.UID)
+	if got := c.snapshot()["n1"].Pods; !reflect.DeepEqual(got, []string{"uid-a"}) {
+		t.Fatalf("pods on n1 = %v, want [uid-a]", got)
+	}
+	// a finishes: its devices return.
+	done := boundWith(t, key, a, allocA)
+	done.Status.Phase = corev1.PodSucceeded
+	c.updatePod(logger, done)
+	if s := c.snapshot()["n1"]; len(s.Pods) != 0 || s.State.Used != 0 {
+		t.Fatalf("after a finished: %+v", s)
+	}
+}
+
+func TestCacheIgnoresForgedAndMismatched(t *testing.T) {
+	c, key := testCache(t)
+	logger := klog.Background()
+	c.updateNode(logger, testNode(t, "n1", "dgx1"))
+	c.updateLease(testLease("n1", testNow))
+	alloc, err := c.reserve(testPod("x"), "n1", wholeRequest(t, c, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.unreserve("uid-x")
+
+	other, _ := kubeinterface.ParseKey([]byte(strings.Repeat("o", 32)))
+	forged := boundWith(t, other, testPod("forged"), alloc)
+	c.updatePod(logger, forged)
+	// Signed for pod x, copied onto pod y.
+	copied := boundWith(t, key, testPod("x"), alloc)
+	copied.Name, copied.UID = "y", "uid-y"
+	c.updatePod(logger, copied)
+	// Signed for node n1, but the pod is bound to n2.
+	moved := boundWith(t, key, testPod("z"), alloc)
+	moved.Spec.NodeName = "n2"
+	c.updatePod(logger, moved)
+	if s := c.snapshot()["n1"]; len(s.Pods) != 0 || s.State.Used != 0 {
+		t.Fatalf("forged or mismatched allocations were counted: %+v", s)
+	}
+}
+
+// TestCacheRebuildsTheSameState feeds the same objects in random orders, as
+// a restarted scheduler's informers might, and gets the same state.
+func TestCacheRebuildsTheSameState(t *testing.T) {
+	ref, key := testCache(t)
+	logger := klog.Background()
+	var objects []any
+	for _, n := range []*corev1.Node{testNode(t, "n1", "dgx1"), testNode(t, "n2", "t4x4")} {
+		ref.updateNode(logger, n)
+		ref.updateLease(testLease(n.Name, testNow))
+		objects = append(objects, n, testLease(n.Name, testNow))
+	}
+	slice, err := ref.engine.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{{Name: "main", Count: 1, ComputePercent: 30}}}, devicescheduler.Host{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range []*devicescheduler.Request{wholeRequest(t, ref, 2), slice, slice, wholeRequest(t, ref, 1), wholeRequest(t, ref, 4)} {
+		pod := testPod(string(rune('a' + i)))
+		node := []string{"n1", "n2"}[i%2]
+		alloc, err := ref.reserve(pod, node, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound := boundWith(t, key, pod, alloc)
+		ref.updatePod(logger, bound)
+		objects = append(objects, bound)
+	}
+	want := ref.snapshot()
+	for seed := uint64(0); seed < 20; seed++ {
+		c, _ := testCache(t)
+		rng := rand.New(rand.NewPCG(seed, 1))
+		rng.Shuffle(len(objects), func(i, j int) { objects[i], objects[j] = objects[j], objects[i] })
+		for _, o := range objects {
+			switch o := o.(type) {
+			case *corev1.Node:
+				c.updateNode(logger, o)
+			case *coordinationv1.Lease:
+				c.updateLease(o)
+			case *corev1.Pod:
+				c.updatePod(logger, o)
+			}
+		}
+		if got := c.snapshot(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("order %d: state %+v, want %+v", seed, got, want)
+		}
+	}
+}

@@ -1,0 +1,93 @@
+package plugin
+
+import (
+	"errors"
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+)
+
+// cacheMetrics are the plugin's metrics, served on the scheduler's /metrics
+// with every upstream one.
+type cacheMetrics struct {
+	nodes    *metrics.GaugeVec
+	rejects  *metrics.CounterVec
+	prebinds *metrics.CounterVec
+}
+
+var (
+	metricsOnce sync.Once
+	theMetrics  *cacheMetrics
+)
+
+// registerMetrics registers the metrics once per process.
+func registerMetrics() *cacheMetrics {
+	metricsOnce.Do(func() {
+		m := &cacheMetrics{
+			nodes: metrics.NewGaugeVec(&metrics.GaugeOpts{
+				Namespace: "kubegpu", Subsystem: "scheduler", Name: "nodes",
+				Help:           "Nodes known to the device cache, by the state of their device inventory (ok, missing, invalid).",
+				StabilityLevel: metrics.ALPHA,
+			}, []string{"inventory"}),
+			rejects: metrics.NewCounterVec(&metrics.CounterOpts{
+				Namespace: "kubegpu", Subsystem: "scheduler", Name: "rejected_allocations_total",
+				Help:           "Allocations on bound pods that the device cache did not count, by reason (bad_signature, mismatch, invalid, conflict).",
+				StabilityLevel: metrics.ALPHA,
+			}, []string{"reason"}),
+			prebinds: metrics.NewCounterVec(&metrics.CounterOpts{
+				Namespace: "kubegpu", Subsystem: "scheduler", Name: "allocations_written_total",
+				Help:           "Signed allocations written onto pods in PreBind, by result (signed, error).",
+				StabilityLevel: metrics.ALPHA,
+			}, []string{"result"}),
+		}
+		legacyregistry.MustRegister(m.nodes, m.rejects, m.prebinds)
+		theMetrics = m
+	})
+	return theMetrics
+}
+
+func (m *cacheMetrics) setNodes(nodes map[string]*nodeState) {
+	if m == nil {
+		return
+	}
+	counts := map[string]float64{"ok": 0, "missing": 0, "invalid": 0}
+	for _, ns := range nodes {
+		switch {
+		case ns.devices != nil:
+			counts["ok"]++
+		case ns.err == errNoInventory:
+			counts["missing"]++
+		default:
+			counts["invalid"]++
+		}
+	}
+	for k, v := range counts {
+		m.nodes.WithLabelValues(k).Set(v)
+	}
+}
+
+func (m *cacheMetrics) rejected(err error) {
+	if m == nil {
+		return
+	}
+	reason := "invalid"
+	switch {
+	case errors.Is(err, kubeinterface.ErrBadSignature):
+		reason = "bad_signature"
+	case errors.Is(err, errMismatch):
+		reason = "mismatch"
+	case errors.Is(err, devicescheduler.ErrConflict):
+		reason = "conflict"
+	}
+	m.rejects.WithLabelValues(reason).Inc()
+}
+
+func (m *cacheMetrics) prebind(result string) {
+	if m != nil {
+		m.prebinds.WithLabelValues(result).Inc()
+	}
+}

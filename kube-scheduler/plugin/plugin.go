@@ -1,0 +1,288 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
+	"github.com/kubegpu/kubegpu/utils/pluginload"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "KubeGPU"
+
+// Plugin is the kubegpu framework plugin. One instance serves one scheduler
+// profile; the profiles of one process share one device cache.
+type Plugin struct {
+	handle fwk.Handle
+	args   *Args
+	engine *devicescheduler.Engine
+	key    *kubeinterface.Key
+	cache  *deviceCache
+	synced func() bool
+	ready  atomic.Bool
+}
+
+var (
+	_ fwk.PreFilterPlugin   = (*Plugin)(nil)
+	_ fwk.FilterPlugin      = (*Plugin)(nil)
+	_ fwk.PreScorePlugin    = (*Plugin)(nil)
+	_ fwk.ScorePlugin       = (*Plugin)(nil)
+	_ fwk.ReservePlugin     = (*Plugin)(nil)
+	_ fwk.PreBindPlugin     = (*Plugin)(nil)
+	_ fwk.EnqueueExtensions = (*Plugin)(nil)
+	_ fwk.SignPlugin        = (*Plugin)(nil)
+)
+
+// Name returns the plugin's name.
+func (*Plugin) Name() string { return Name }
+
+// New builds the plugin from its args: it loads the device modules'
+// scheduler sides from the plugin directory, reads the signing key and
+// registers the device cache's informer handlers. Any problem fails the
+// scheduler's start-up with an error that says what to fix.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	logger := klog.FromContext(ctx).WithName(Name)
+	args, err := decodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	shared, err := sharedState(ctx, args, h.SharedInformerFactory(), h)
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("kubegpu plugin ready", "profile", h.ProfileName(), "pluginDir", args.PluginDir,
+		"modules", shared.modules, "nodePolicy", args.NodePolicy, "signature", shared.key.Algorithm())
+	return &Plugin{handle: h, args: args, engine: shared.engine, key: shared.key, cache: shared.cache, synced: shared.synced}, nil
+}
+
+// shared is what the profiles of one process share: loading a .so twice is
+// impossible, and two caches would hand out the same device twice.
+type shared struct {
+	args    *Args
+	modules []string
+	engine  *devicescheduler.Engine
+	key     *kubeinterface.Key
+	cache   *deviceCache
+	synced  func() bool
+}
+
+var (
+	sharedMu sync.Mutex
+	// sharedByFactory maps a scheduler's informer factory (one per
+	// process) to its state.
+	sharedByFactory = map[informers.SharedInformerFactory]*shared{}
+)
+
+func sharedState(ctx context.Context, args *Args, factory informers.SharedInformerFactory, activator fwk.PodActivator) (*shared, error) {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if s, ok := sharedByFactory[factory]; ok {
+		if !argsEqual(s.args, args) {
+			return nil, fmt.Errorf("%s: every profile must give the plugin the same args: the profiles share one device cache", Name)
+		}
+		return s, nil
+	}
+	s, err := newShared(ctx, args, factory, activator)
+	if err != nil {
+		return nil, err
+	}
+	sharedByFactory[factory] = s
+	return s, nil
+}
+
+func argsEqual(a, b *Args) bool {
+	return fmt.Sprintf("%+v", *a) == fmt.Sprintf("%+v", *b)
+}
+
+func newShared(ctx context.Context, args *Args, factory informers.SharedInformerFactory, activator fwk.PodActivator) (*shared, error) {
+	logger := klog.FromContext(ctx).WithName(Name)
+	key, err := kubeinterface.LoadKey(args.SigningKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	if !key.CanSign() {
+		return nil, fmt.Errorf("allocation key %s is an Ed25519 public key: the scheduler needs the private key", args.SigningKeyFile)
+	}
+	plugins, names, err := loadSchedulerPlugins(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	engine, err := devicescheduler.New(devicescheduler.Config{
+		Plugins:         plugins,
+		Policy:          args.NodePolicy,
+		DevicePolicy:    args.DevicePolicy,
+		DefaultTopology: args.DefaultTopology,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	c := newDeviceCache(engine, key, args.HeartbeatStaleness.Duration, registerMetrics())
+	c.activate = func(pods map[string]*corev1.Pod) { activator.Activate(logger, pods) }
+	synced, err := addHandlers(logger, c, factory)
+	if err != nil {
+		return nil, err
+	}
+	return &shared{args: args, modules: names, engine: engine, key: key, cache: c, synced: synced}, nil
+}
+
+// loadSchedulerPlugins loads every device module in the plugin directory
+// and builds its scheduler side.
+func loadSchedulerPlugins(ctx context.Context, args *Args) ([]types.SchedulerPlugin, []string, error) {
+	logger := klog.FromContext(ctx).WithName(Name)
+	opts, err := pluginload.ParseOptions(args.PluginOptions)
+	if err != nil {
+		return nil, nil, err
+	}
+	mods, err := pluginload.Load(args.PluginDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load device plugins: %w", err)
+	}
+	if len(mods) == 0 {
+		return nil, nil, fmt.Errorf("load device plugins: no device modules (*.so) in %s: GPU pods could never be scheduled", args.PluginDir)
+	}
+	if err := opts.CheckModules(mods); err != nil {
+		return nil, nil, err
+	}
+	var plugins []types.SchedulerPlugin
+	var names []string
+	for _, m := range mods {
+		sp, err := m.SchedulerPlugin(klog.NewContext(ctx, logger.WithValues("module", m.Name())),
+			types.PluginConfig{Options: opts[m.Name()]})
+		switch {
+		case errors.Is(err, types.ErrNotImplemented):
+			logger.V(2).Info("Device module has no scheduler side", "module", m.Name(), "path", m.Path)
+			continue
+		case err != nil:
+			return nil, nil, fmt.Errorf("device module %s (%s): %w", m.Name(), m.Path, err)
+		}
+		plugins = append(plugins, sp)
+		names = append(names, m.Name())
+	}
+	return plugins, names, nil
+}
+
+// addHandlers feeds the cache from the scheduler's shared informers: nodes,
+// pods (the scheduler's pod informer leaves out finished pods) and Leases. It
+// returns a function that reports whether every handler has seen its
+// informer's initial list.
+func addHandlers(logger klog.Logger, c *deviceCache, factory informers.SharedInformerFactory) (func() bool, error) {
+	var regs []toolscache.ResourceEventHandlerRegistration
+	add := func(inf toolscache.SharedIndexInformer, h toolscache.ResourceEventHandlerFuncs) error {
+		reg, err := inf.AddEventHandler(h)
+		if err != nil {
+			return fmt.Errorf("%s: add informer handler: %w", Name, err)
+		}
+		regs = append(regs, reg)
+		return nil
+	}
+	err := errors.Join(
+		add(factory.Core().V1().Nodes().Informer(), toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { withObject(obj, func(n *corev1.Node) { c.updateNode(logger, n) }) },
+			UpdateFunc: func(_, obj any) { withObject(obj, func(n *corev1.Node) { c.updateNode(logger, n) }) },
+			DeleteFunc: func(obj any) { withObject(obj, func(n *corev1.Node) { c.deleteNode(n.Name) }) },
+		}),
+		add(factory.Core().V1().Pods().Informer(), toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { withObject(obj, func(p *corev1.Pod) { c.updatePod(logger, p) }) },
+			UpdateFunc: func(_, obj any) { withObject(obj, func(p *corev1.Pod) { c.updatePod(logger, p) }) },
+			DeleteFunc: func(obj any) { withObject(obj, func(p *corev1.Pod) { c.forget(logger, p.UID) }) },
+		}),
+		add(factory.Coordination().V1().Leases().Informer(), toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { withObject(obj, c.updateLease) },
+			UpdateFunc: func(_, obj any) { withObject(obj, c.updateLease) },
+			DeleteFunc: func(obj any) { withObject(obj, c.deleteLease) },
+		}),
+	)
+	if err != nil {
+		return nil, err
+	}
+	return func() bool {
+		for _, r := range regs {
+			if !r.HasSynced() {
+				return false
+			}
+		}
+		return true
+	}, nil
+}
+
+// withObject calls f with obj as a T, unwrapping the tombstones of deletes
+// the informer missed.
+func withObject[T any](obj any, f func(T)) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if t, ok := obj.(T); ok {
+		f(t)
+	}
+}
+
+// waitForSync blocks the first scheduling cycles until the cache has seen
+// every node, pod and Lease, so that a restarted scheduler never hands out
+// devices that running pods hold.
+func (p *Plugin) waitForSync(ctx context.Context) error {
+	if p.ready.Load() {
+		return nil
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), p.synced) {
+		return fmt.Errorf("device cache not synced: %w", context.Cause(ctx))
+	}
+	p.ready.Store(true)
+	return nil
+}
+
+// EventsToRegister lists the events that may make a pod this plugin
+// rejected schedulable: a node's inventory appearing or changing, and a pod
+// that held devices going away. Pods refused for a stale heartbeat are
+// activated by the device cache when the heartbeat resumes.
+func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation}, QueueingHintFn: inventoryChanged},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: heldDevices},
+	}, nil
+}
+
+func inventoryChanged(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	n, ok := newObj.(*corev1.Node)
+	if !ok {
+		return fwk.Queue, nil
+	}
+	if old, ok := oldObj.(*corev1.Node); ok && old.Annotations[kubeinterface.AnnotationInventory] == n.Annotations[kubeinterface.AnnotationInventory] {
+		return fwk.QueueSkip, nil
+	}
+	if _, has := n.Annotations[kubeinterface.AnnotationInventory]; !has {
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}
+
+func heldDevices(_ klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+	if d, ok := oldObj.(toolscache.DeletedFinalStateUnknown); ok {
+		oldObj = d.Obj
+	}
+	if pod, ok := oldObj.(*corev1.Pod); ok && (pod.Spec.NodeName == "" || pod.Annotations[kubeinterface.AnnotationAllocation] == "") {
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}
+
+// SignPod lets the scheduler batch pods that ask for no devices; pods with
+// devices are never batched, since each one changes the node it lands on.
+func (p *Plugin) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if kubeinterface.WantsDevices(pod) {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with devices are not batched")
+	}
+	return []fwk.SignFragment{{Key: "kubegpu.io/devices", Value: false}}, nil
+}

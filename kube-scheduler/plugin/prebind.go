@@ -1,0 +1,60 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+)
+
+// PreBindPreFlight tells the framework that only pods with devices need
+// PreBind.
+func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+	if getState(cs) == nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return nil, nil
+}
+
+// PreBind writes the signed allocation onto the pod before it is bound, so
+// that the node never sees the pod without it. The patch carries the pod's
+// UID, so it cannot land on a newer pod of the same name.
+func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+	s := getState(cs)
+	if s == nil {
+		return nil
+	}
+	alloc, err := p.key.Sign(kubeinterface.Allocation{
+		Pod:           kubeinterface.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		PodAllocation: s.alloc,
+	})
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	value, err := kubeinterface.EncodeAllocation(alloc)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":         pod.UID,
+		"annotations": map[string]string{kubeinterface.AnnotationAllocation: value},
+	}})
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	_, err = p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, ktypes.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		p.cache.metrics.prebind("error")
+		return fwk.AsStatus(fmt.Errorf("write allocation to pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	}
+	p.cache.metrics.prebind("signed")
+	klog.FromContext(ctx).V(2).Info("Wrote allocation", "pod", klog.KObj(pod), "node", nodeName, "allocation", s.alloc)
+	return nil
+}

@@ -1,0 +1,38 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+)
+
+// PreFilter decodes the pod's device request. Pods that ask for no devices
+// skip the plugin at once; a malformed request makes the pod unschedulable
+// until the user fixes it, with a message that says what to fix.
+func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if !kubeinterface.WantsDevices(pod) {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	req, err := kubeinterface.PodRequest(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
+	}
+	r, err := p.engine.NewRequest(req, devicescheduler.Host{})
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
+	}
+	if err := p.waitForSync(ctx); err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	cs.Write(stateKey, &cycleState{request: r, scores: map[string]int64{}})
+	return nil, nil
+}
+
+// PreFilterExtensions returns nil: the plugin does not model what removing
+// a victim pod would free, so preemption never evicts pods for devices.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }

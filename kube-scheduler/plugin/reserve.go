@@ -1,0 +1,44 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+)
+
+var errNotFiltered = errors.New("node was not filtered by " + Name + " in this cycle")
+
+// Reserve chooses the pod's devices on the chosen node afresh and assumes
+// them in the device cache, in one step, so that no later cycle can hand out
+// the same devices before the pod is bound or unreserved.
+func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+	s := getState(cs)
+	if s == nil {
+		return nil
+	}
+	alloc, err := p.cache.reserve(pod, nodeName, s.request)
+	if err != nil {
+		if errors.Is(err, devicescheduler.ErrDoesNotFit) {
+			return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+reason(err))
+		}
+		return fwk.AsStatus(err)
+	}
+	p.engine.Observe(s.request)
+	s.alloc = alloc
+	klog.FromContext(ctx).V(4).Info("Reserved devices", "pod", klog.KObj(pod), "node", nodeName, "allocation", alloc)
+	return nil
+}
+
+// Unreserve gives back the devices Reserve assumed.
+func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) {
+	if getState(cs) == nil {
+		return
+	}
+	p.cache.unreserve(pod.UID)
+	klog.FromContext(ctx).V(4).Info("Unreserved devices", "pod", klog.KObj(pod), "node", nodeName)
+}

@@ -1,0 +1,66 @@
+package plugin
+
+import (
+	"context"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// PreScore skips scoring for pods without devices.
+func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	if getState(cs) == nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score returns the engine's score of the node that Filter computed.
+func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
+	s := getState(cs)
+	if s == nil {
+		return 0, nil
+	}
+	score, ok := s.score(ni.Node().Name)
+	if !ok {
+		return 0, fwk.AsStatus(errNotFiltered)
+	}
+	return score, nil
+}
+
+// ScoreExtensions returns the plugin itself: it normalises its scores.
+func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
+
+// NormalizeScore maps the engine's scores to 0..MaxNodeScore by rank: the
+// best node alone gets MaxNodeScore, and the others less in the engine's
+// order. Rescaling raw scores into 101 buckets instead would tie near-equal
+// nodes, and the scheduler breaks ties at random on every decision, which
+// spreads pods and strands GPUs (see kube-scheduler/README.md).
+func (p *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *corev1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	normalizeByRank(scores)
+	return nil
+}
+
+func normalizeByRank(scores fwk.NodeScoreList) {
+	if len(scores) == 0 {
+		return
+	}
+	distinct := make([]int64, len(scores))
+	for i := range scores {
+		distinct[i] = scores[i].Score
+	}
+	slices.Sort(distinct)
+	distinct = slices.Compact(distinct)
+	n := int64(len(distinct))
+	for i := range scores {
+		r, _ := slices.BinarySearch(distinct, scores[i].Score)
+		rank := n - 1 - int64(r) // 0 for the best
+		if rank == 0 {
+			scores[i].Score = fwk.MaxNodeScore
+			continue
+		}
+		// 1..n-1 onto MaxNodeScore-1..0, keeping the order.
+		scores[i].Score = (fwk.MaxNodeScore - 1) - (rank-1)*(fwk.MaxNodeScore-1)/max(n-2, 1)
+	}
+}

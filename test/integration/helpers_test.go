@@ -1,0 +1,430 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/internal/localcluster"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// heartbeatStaleness outlasts the API server outage test's ten seconds
+// and the restart after it.
+const heartbeatStaleness = 60 * time.Second
+
+// scheduler is a running kubegpu-scheduler.
+type scheduler struct {
+	*localcluster.Process
+	port int
+}
+
+// startScheduler runs _output/bin/kubegpu-scheduler as the cluster's only
+// scheduler with the KubeGPU plugin, and waits until it is healthy.
+func startScheduler(t *testing.T, ctx context.Context) *scheduler {
+	t.Helper()
+	port, err := localcluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(workDir, "scheduler.yaml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %s
+  qps: 500
+  burst: 1000
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled:
+      - name: KubeGPU
+        weight: 10
+  pluginConfig:
+  - name: KubeGPU
+    args:
+      pluginDir: %s
+      signingKeyFile: %s
+      heartbeatStaleness: %s
+  - name: NodeResourcesFit
+    args:
+      ignoredResources: ["nvidia.com/gpu"]
+      ignoredResourceGroups: ["kubegpu.io"]
+`, cluster.Kubeconfig, pluginDir, keyFile, heartbeatStaleness)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := localcluster.StartProcess(filepath.Join(workDir, "kubegpu-scheduler.log"), filepath.Join(binDir, "kubegpu-scheduler"),
+		"--config="+config, "--secure-port="+strconv.Itoa(port), "--bind-address=127.0.0.1", "--v=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &scheduler{Process: p, port: port}
+	t.Cleanup(func() { _ = s.Stop() })
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // the scheduler's self-signed serving cert
+	if err := p.WaitFor(ctx, time.Minute, func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("healthz: %s", resp.Status)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// simNodes are Node objects without kubelets whose devices are published
+// exactly as kubegpu-crishim's advertiser publishes them, with heartbeats
+// renewed until the test ends.
+type simNodes struct {
+	mu      sync.Mutex
+	names   []string
+	paused  map[string]bool
+	invs    map[string]types.Inventory
+	stopped chan struct{}
+}
+
+// addNodes creates nodes name-0..name-(count-1) with a simgpu preset.
+func addNodes(t *testing.T, ctx context.Context, prefix, preset string, count int) *simNodes {
+	t.Helper()
+	sn := &simNodes{paused: map[string]bool{}, invs: map[string]types.Inventory{}, stopped: make(chan struct{})}
+	sn.add(t, ctx, prefix, preset, count)
+	t.Cleanup(func() {
+		close(sn.stopped)
+		for _, n := range sn.names {
+			_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{})
+			_ = cluster.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Delete(context.Background(), kubeinterface.LeaseName(n), metav1.DeleteOptions{})
+		}
+	})
+	go func() {
+		tick := time.NewTicker(3 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sn.stopped:
+				return
+			case <-tick.C:
+			}
+			sn.mu.Lock()
+			names := append([]string(nil), sn.names...)
+			sn.mu.Unlock()
+			for _, n := range names {
+				sn.mu.Lock()
+				paused := sn.paused[n]
+				sn.mu.Unlock()
+				if !paused {
+					_ = advertiser.RenewLease(context.Background(), cluster.Client, n, heartbeatStaleness, time.Now())
+				}
+			}
+		}
+	}()
+	return sn
+}
+
+func (sn *simNodes) add(t *testing.T, ctx context.Context, prefix, preset string, count int) {
+	t.Helper()
+	topo, err := simgpu.Preset(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.EnsureNamespace(ctx, kubeinterface.LeaseNamespace); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < count; i++ {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
+		created, err := cluster.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// No controller-manager: drop the not-ready taint admission adds.
+		created.Spec.Taints = nil
+		if created, err = cluster.Client.CoreV1().Nodes().Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		created.Status.Capacity = corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("768Gi"),
+			corev1.ResourcePods: resource.MustParse("250"),
+		}
+		created.Status.Allocatable = created.Status.Capacity
+		created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+		if _, err := cluster.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		inv := simgpu.Inventory(topo, name)
+		if err := advertiser.PublishInventory(ctx, cluster.Client, name, inv, advertiser.Capacity(inv, advertiser.DefaultSlicesPerDevice)); err != nil {
+			t.Fatal(err)
+		}
+		if err := advertiser.RenewLease(ctx, cluster.Client, name, heartbeatStaleness, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		sn.mu.Lock()
+		sn.names = append(sn.names, name)
+		sn.invs[name] = inv
+		sn.mu.Unlock()
+	}
+}
+
+// pause stops renewing a node's heartbeat and backdates it by d.
+func (sn *simNodes) pause(t *testing.T, ctx context.Context, name string, d time.Duration) {
+	t.Helper()
+	sn.mu.Lock()
+	sn.paused[name] = true
+	sn.mu.Unlock()
+	if err := advertiser.RenewLease(ctx, cluster.Client, name, heartbeatStaleness, time.Now().Add(-d)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (sn *simNodes) resume(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	sn.mu.Lock()
+	sn.paused[name] = false
+	sn.mu.Unlock()
+	if err := advertiser.RenewLease(ctx, cluster.Client, name, heartbeatStaleness, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// namespace makes a fresh namespace that is deleted (pods first, at once)
+// when the test ends.
+func namespace(t *testing.T, ctx context.Context, name string) string {
+	t.Helper()
+	if err := cluster.EnsureNamespace(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = cluster.Client.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		_ = cluster.Client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+// gpuPod asks for count devices per its container: whole devices, or slices
+// of cores percent and memMiB each.
+func gpuPod(name string, count, cores int, memMiB int64, annotations map[string]string) *corev1.Pod {
+	limits := corev1.ResourceList{kubeinterface.ResourceGPU: *resource.NewQuantity(int64(count), resource.DecimalSI)}
+	if cores > 0 {
+		limits[kubeinterface.ResourceGPUCores] = *resource.NewQuantity(int64(cores), resource.DecimalSI)
+	}
+	if memMiB > 0 {
+		limits[kubeinterface.ResourceGPUMemory] = *resource.NewQuantity(memMiB, resource.DecimalSI)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "main", Image: "busybox",
+			Resources: corev1.ResourceRequirements{
+				Limits:   limits,
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			},
+		}}},
+	}
+}
+
+func createPods(t *testing.T, ctx context.Context, ns string, pods ...*corev1.Pod) {
+	t.Helper()
+	for _, p := range pods {
+		if _, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// settle waits until every pod in ns is bound or marked unschedulable and
+// the count of bound pods has not changed for quiet, and returns the pods.
+func settle(t *testing.T, ctx context.Context, ns string, quiet, timeout time.Duration) []corev1.Pod {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	lastBound, since := -1, time.Now()
+	for {
+		list, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			bound, decided := 0, 0
+			for i := range list.Items {
+				p := &list.Items[i]
+				switch {
+				case p.Spec.NodeName != "":
+					bound++
+					decided++
+				case unschedulable(p):
+					decided++
+				}
+			}
+			if bound != lastBound {
+				lastBound, since = bound, time.Now()
+			}
+			if decided == len(list.Items) && time.Since(since) >= quiet {
+				return list.Items
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pods in %s did not settle within %s (last error: %v, bound %d)", ns, timeout, err, lastBound)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func unschedulable(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return true
+		}
+	}
+	return false
+}
+
+// checkAllocations verifies every bound pod's allocation (signature, pod,
+// node) and that no device is over-committed, and returns the allocations by
+// pod name.
+func checkAllocations(t *testing.T, pods []corev1.Pod, invs map[string]types.Inventory) map[string]kubeinterface.Allocation {
+	t.Helper()
+	type use struct {
+		exclusive   int
+		shared      int
+		cores       int
+		memMiB      int64
+		capacityMiB int64
+	}
+	uses := map[string]*use{} // node/device ID
+	out := map[string]kubeinterface.Allocation{}
+	for i := range pods {
+		p := &pods[i]
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		a, err := kubeinterface.PodAllocation(p)
+		if err != nil {
+			t.Errorf("bound pod %s: %v", p.Name, err)
+			continue
+		}
+		if err := signingKey.Verify(a); err != nil {
+			t.Errorf("bound pod %s: %v", p.Name, err)
+		}
+		if a.Pod.Name != p.Name || a.Pod.Namespace != p.Namespace || a.Pod.UID != p.UID || a.Node != p.Spec.NodeName {
+			t.Errorf("bound pod %s/%s (%s) on %s carries the allocation of %+v on %s", p.Namespace, p.Name, p.UID, p.Spec.NodeName, a.Pod, a.Node)
+		}
+		out[p.Name] = a
+		for _, c := range append(append([]types.ContainerAllocation{}, a.InitContainers...), a.Containers...) {
+			for _, d := range c.Devices {
+				key := a.Node + "/" + d.ID
+				u := uses[key]
+				if u == nil {
+					u = &use{}
+					for _, dev := range invs[a.Node].Devices {
+						if dev.ID == d.ID {
+							u.capacityMiB = dev.MemoryMiB
+						}
+					}
+					uses[key] = u
+				}
+				if d.Exclusive {
+					u.exclusive++
+				} else {
+					u.shared++
+					u.cores += d.ComputePercent
+					u.memMiB += d.MemoryMiB
+				}
+			}
+		}
+	}
+	for key, u := range uses {
+		if u.exclusive > 1 || (u.exclusive == 1 && u.shared > 0) || u.cores > 100 || u.memMiB > u.capacityMiB {
+			t.Errorf("device %s over-committed: %d exclusive, %d shares with %d%% and %d of %d MiB", key, u.exclusive, u.shared, u.cores, u.memMiB, u.capacityMiB)
+		}
+	}
+	return out
+}
+
+// assertNothingFits checks, with an engine over the final state, that no
+// pending pod fits on any node: the scheduler left nothing schedulable.
+func assertNothingFits(t *testing.T, pods []corev1.Pod, allocs map[string]kubeinterface.Allocation, invs map[string]types.Inventory) {
+	t.Helper()
+	sp, err := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := devicescheduler.New(devicescheduler.Config{Plugins: []types.SchedulerPlugin{sp}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]*devicescheduler.Node{}
+	for name, inv := range invs {
+		if nodes[name], err = e.NewNode(name, inv, devicescheduler.Host{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for pod, a := range allocs {
+		if err := nodes[a.Node].Assume(pod, a.PodAllocation, devicescheduler.Host{}); err != nil {
+			t.Errorf("pod %s: %v", pod, err)
+		}
+	}
+	for i := range pods {
+		p := &pods[i]
+		if p.Spec.NodeName != "" {
+			continue
+		}
+		req, err := kubeinterface.PodRequest(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := e.NewRequest(req, devicescheduler.Host{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pl devicescheduler.Placement
+		for name, n := range nodes {
+			if err := e.Evaluate(n, r, &pl); err == nil {
+				t.Errorf("pending pod %s fits on node %s", p.Name, name)
+			}
+		}
+	}
+}
+
+// events returns the FailedScheduling messages of a pod.
+func failedScheduling(ctx context.Context, ns, pod string) []string {
+	list, err := cluster.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.Reason == "FailedScheduling" {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,295 @@
+package integration
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// mixedPods is a deterministic mix of whole, multi-GPU and shared pods.
+func mixedPods(prefix string, count int) []*corev1.Pod {
+	var pods []*corev1.Pod
+	for i := 0; i < count; i++ {
+		name := fmt.Sprintf("%s-%03d", prefix, i)
+		var p *corev1.Pod
+		switch k := i % 20; {
+		case k < 6:
+			p = gpuPod(name, 1, 0, 0, nil)
+		case k < 8:
+			p = gpuPod(name, 2, 0, 0, nil)
+		case k < 9:
+			p = gpuPod(name, 4, 0, 0, nil)
+		case k < 16:
+			p = gpuPod(name, 1, 25, 0, nil)
+		case k < 18:
+			p = gpuPod(name, 1, 50, 0, nil)
+		default:
+			p = gpuPod(name, 1, 0, 4096, nil)
+		}
+		pods = append(pods, p)
+	}
+	return pods
+}
+
+func bound(pods []corev1.Pod) int {
+	n := 0
+	for i := range pods {
+		if pods[i].Spec.NodeName != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSchedulerPlacesManyPods: 200 GPU pods (whole, multi-GPU, shared)
+// created at once on ten DGX-1s and ten 4×T4 boxes: every pod that fits is
+// bound, every allocation verifies, no device is over-committed.
+func TestSchedulerPlacesManyPods(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(t, ctx)
+	nodes := addNodes(t, ctx, "dgx1", "dgx1", 10)
+	nodes.add(t, ctx, "t4box", "t4x4", 10)
+	ns := namespace(t, ctx, "many")
+
+	start := time.Now()
+	createPods(t, ctx, ns, mixedPods("p", 200)...)
+	pods := settle(t, ctx, ns, 3*time.Second, 3*time.Minute)
+	t.Logf("%d of %d pods bound in %s", bound(pods), len(pods), time.Since(start).Round(time.Millisecond))
+	if bound(pods) < 100 {
+		t.Errorf("only %d pods bound", bound(pods))
+	}
+	allocs := checkAllocations(t, pods, nodes.invs)
+	assertNothingFits(t, pods, allocs, nodes.invs)
+}
+
+// TestSchedulerPicksNVLinkQuad: a 4-GPU pod on a free DGX-1 gets one of the
+// two all-NVLink quads, and a second one the other.
+func TestSchedulerPicksNVLinkQuad(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(t, ctx)
+	nodes := addNodes(t, ctx, "quad", "dgx1", 1)
+	ns := namespace(t, ctx, "quad")
+	createPods(t, ctx, ns, gpuPod("first", 4, 0, 0, nil))
+	pods := settle(t, ctx, ns, time.Second, time.Minute)
+	createPods(t, ctx, ns, gpuPod("second", 4, 0, 0, nil))
+	pods = settle(t, ctx, ns, time.Second, time.Minute)
+	allocs := checkAllocations(t, pods, nodes.invs)
+	quads := map[string]bool{}
+	for _, name := range []string{"first", "second"} {
+		a, ok := allocs[name]
+		if !ok {
+			t.Fatalf("pod %s not bound", name)
+		}
+		var idx []int
+		for _, d := range a.Containers[0].Devices {
+			for _, dev := range nodes.invs[a.Node].Devices {
+				if dev.ID == d.ID {
+					idx = append(idx, dev.Index)
+				}
+			}
+		}
+		slices.Sort(idx)
+		q := fmt.Sprint(idx)
+		if q != "[0 1 2 3]" && q != "[4 5 6 7]" {
+			t.Errorf("pod %s got GPUs %s, want an all-NVLink quad", name, q)
+		}
+		quads[q] = true
+	}
+	if len(quads) != 2 {
+		t.Errorf("both pods got the same quad: %v", slices.Collect(maps.Keys(quads)))
+	}
+}
+
+// TestSchedulerRestartMidStream: the scheduler killed while binding a stream
+// of pods and started again allocates no device twice.
+func TestSchedulerRestartMidStream(t *testing.T) {
+	ctx := context.Background()
+	s := startScheduler(t, ctx)
+	nodes := addNodes(t, ctx, "restart", "dgx1", 8)
+	ns := namespace(t, ctx, "restart")
+	created := make(chan error, 1)
+	go func() {
+		var err error
+		for _, p := range mixedPods("r", 120) {
+			if _, err = cluster.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				break
+			}
+		}
+		created <- err
+	}()
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && bound(list.Items) >= 30, nil
+	}); err != nil {
+		t.Fatal("30 pods were not bound:", err)
+	}
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	list, _ := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	t.Logf("killed the scheduler with %d pods bound", bound(list.Items))
+	startScheduler(t, ctx)
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	pods := settle(t, ctx, ns, 3*time.Second, 2*time.Minute)
+	if len(pods) != 120 {
+		t.Fatalf("%d pods, want 120", len(pods))
+	}
+	allocs := checkAllocations(t, pods, nodes.invs)
+	assertNothingFits(t, pods, allocs, nodes.invs)
+}
+
+// TestSchedulerSurvivesAPIServerRestart: kube-apiserver killed for ten
+// seconds and started again costs no allocation and no crash.
+func TestSchedulerSurvivesAPIServerRestart(t *testing.T) {
+	ctx := context.Background()
+	s := startScheduler(t, ctx)
+	nodes := addNodes(t, ctx, "outage", "dgx1", 4)
+	ns := namespace(t, ctx, "outage")
+	createPods(t, ctx, ns, mixedPods("before", 30)...)
+	settle(t, ctx, ns, 2*time.Second, time.Minute)
+
+	if err := cluster.KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second)
+	if err := cluster.StartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.Exited() {
+		t.Fatalf("kubegpu-scheduler exited during the API server's outage; see %s", s.Log)
+	}
+	createPods(t, ctx, ns, mixedPods("after", 30)...)
+	pods := settle(t, ctx, ns, 3*time.Second, 2*time.Minute)
+	if s.Exited() {
+		t.Fatalf("kubegpu-scheduler exited; see %s", s.Log)
+	}
+	afterBound := 0
+	for _, p := range pods {
+		if strings.HasPrefix(p.Name, "after-") && p.Spec.NodeName != "" {
+			afterBound++
+		}
+	}
+	if afterBound == 0 {
+		t.Error("no pod created after the outage was bound")
+	}
+	allocs := checkAllocations(t, pods, nodes.invs)
+	assertNothingFits(t, pods, allocs, nodes.invs)
+}
+
+// TestSchedulerExplainsAndRefuses: pods that cannot fit, or ask wrongly, get
+// FailedScheduling events that say why per node; a node whose heartbeat
+// is stale gets no pods until it is renewed.
+func TestSchedulerExplainsAndRefuses(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(t, ctx)
+	nodes := addNodes(t, ctx, "explain", "t4x4", 2)
+	ns := namespace(t, ctx, "explain")
+	pinned := gpuPod("pinned", 1, 0, 0, nil)
+	pinned.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "explain-1"}
+	nodes.pause(t, ctx, "explain-1", 5*time.Minute)
+	createPods(t, ctx, ns,
+		gpuPod("too-big", 8, 0, 0, nil),
+		gpuPod("bad-cores", 1, 150, 0, nil),
+		pinned,
+	)
+	want := map[string][]string{
+		"too-big":   {"0/2 nodes are available", "GPUs: container \"main\": 4 healthy devices, 8 needed"},
+		"bad-cores": {"invalid GPU request", "kubegpu.io/gpu-cores must be an integer 1..100"},
+		"pinned":    {"heartbeat is stale"},
+	}
+	for pod, parts := range want {
+		var msgs []string
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			msgs = failedScheduling(ctx, ns, pod)
+			for _, m := range msgs {
+				if containsAll(m, parts) {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Errorf("pod %s: no FailedScheduling event with %q; got %q", pod, parts, msgs)
+		}
+	}
+	// The heartbeat comes back: the pinned pod is scheduled without waiting
+	// for the scheduler's periodic retry.
+	nodes.resume(t, ctx, "explain-1")
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "pinned", metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName == "explain-1", nil
+	}); err != nil {
+		t.Errorf("pod pinned not bound after its node's heartbeat resumed: %v", err)
+	}
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestSchedulerReplacesForgedAllocation: a pod created with an allocation
+// written by its user (signed with another key) is scheduled with a fresh
+// allocation signed by the scheduler, and the forged one holds nothing.
+func TestSchedulerReplacesForgedAllocation(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(t, ctx)
+	nodes := addNodes(t, ctx, "forge", "dgx1", 1)
+	ns := namespace(t, ctx, "forge")
+	_, otherPriv, _ := ed25519.GenerateKey(rand.Reader)
+	inv := nodes.invs["forge-0"]
+	var devices []types.DeviceShare
+	for _, d := range inv.Devices {
+		devices = append(devices, types.DeviceShare{ID: d.ID, UUID: d.UUID, Exclusive: true})
+	}
+	forged, err := kubeinterface.NewEd25519Key(otherPriv).Sign(kubeinterface.Allocation{
+		Pod:           kubeinterface.PodRef{Namespace: ns, Name: "forger", UID: "made-up"},
+		PodAllocation: types.PodAllocation{Node: "forge-0", Containers: []types.ContainerAllocation{{Name: "main", Devices: devices}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, err := kubeinterface.EncodeAllocation(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	createPods(t, ctx, ns, gpuPod("forger", 1, 0, 0, map[string]string{kubeinterface.AnnotationAllocation: value}))
+	// A pod bound by its user with the forged allocation holds nothing.
+	squatter := gpuPod("squatter", 8, 0, 0, map[string]string{kubeinterface.AnnotationAllocation: value})
+	squatter.Spec.NodeName = "forge-0"
+	createPods(t, ctx, ns, squatter)
+	createPods(t, ctx, ns, gpuPod("honest", 7, 0, 0, nil))
+	pods := settle(t, ctx, ns, 2*time.Second, time.Minute)
+	var check []corev1.Pod
+	for _, p := range pods {
+		if p.Name != "squatter" {
+			check = append(check, p)
+		}
+	}
+	allocs := checkAllocations(t, check, nodes.invs)
+	if a, ok := allocs["forger"]; !ok || a.Signature == forged.Signature {
+		t.Errorf("pod forger: allocation %+v, want a fresh signed one", a)
+	}
+	if _, ok := allocs["honest"]; !ok {
+		t.Error("pod honest (7 GPUs) not bound: the forged allocation of a pod bound by hand was counted")
+	}
+}
