@@ -94,6 +94,13 @@ fuzz: deps ## Fuzz every decoder for FUZZTIME each (default 30s)
 bench: deps ## Run the benchmarks (BENCH_COUNT runs each, compared with benchstat)
 	@hack/bench.sh $(BENCH_COUNT)
 
+SCHED_NODES ?= 1000
+SCHED_ROUNDS ?= 3
+
+.PHONY: bench-scheduler
+bench-scheduler: build plugins kube-binaries ## Scheduling throughput, kubegpu-scheduler vs stock kube-scheduler (SCHED_NODES, SCHED_ROUNDS)
+	$(GO) run ./test/schedbench --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) --nodes $(SCHED_NODES) --rounds $(SCHED_ROUNDS)
+
 .PHONY: sim
 sim: build ## Replay the openb trace under every policy (OPENB=dir, SIM_PODS=file, SIM_SEEDS=n)
 	$(BIN)/kubegpu-sim placement --nodes $(OPENB)/openb_node_list_gpu_node.csv \

@@ -211,10 +211,10 @@ func (e *Engine) Evaluate(n *Node, r *Request, p *Placement) error {
 	p.after = n.state
 	s := &p.after
 	if n.host.CPUMilli > 0 && r.Host.CPUMilli > s.Host.CPUMilli {
-		return notFit("insufficient CPU: %d m free, %d m asked", s.Host.CPUMilli, r.Host.CPUMilli)
+		return notFit(ReasonHostResources, "insufficient CPU: %d m free, %d m asked", s.Host.CPUMilli, r.Host.CPUMilli)
 	}
 	if n.host.MemoryMiB > 0 && r.Host.MemoryMiB > s.Host.MemoryMiB {
-		return notFit("insufficient memory: %d MiB free, %d MiB asked", s.Host.MemoryMiB, r.Host.MemoryMiB)
+		return notFit(ReasonHostResources, "insufficient memory: %d MiB free, %d MiB asked", s.Host.MemoryMiB, r.Host.MemoryMiB)
 	}
 	pol := e.policyFor(r)
 	for ci := range r.Containers {
@@ -230,10 +230,10 @@ func (e *Engine) Evaluate(n *Node, r *Request, p *Placement) error {
 			chosen = chooseSlices(n, s, c, cand, pol, &p.scores)
 		}
 		if chosen == 0 {
-			return notFit("container %q: no %d devices are all joined by NVLink or NVSwitch (topology required)", c.Name, c.Count)
+			return notFit(ReasonTopology, "container %q: no %d devices are all joined by NVLink or NVSwitch (topology required)", c.Name, c.Count)
 		}
 		if p.numShares+c.Count > MaxDevices {
-			return notFit("the pod asks for more than %d device shares", MaxDevices)
+			return notFit(ReasonTooManyShares, "the pod asks for more than %d device shares", MaxDevices)
 		}
 		p.containers[ci] = struct{ first, count int }{p.numShares, c.Count}
 		for m := chosen; m != 0; m &= m - 1 {
@@ -295,10 +295,6 @@ func candidates(n *Node, s *State, c *Container) uint64 {
 
 // explain says why fewer than c.Count devices could serve c.
 func (e *Engine) explain(n *Node, s *State, c *Container, cand uint64) error {
-	what := "whole devices"
-	if !c.Exclusive {
-		what = fmt.Sprintf("devices with %d‰ compute and %d MiB free", c.Milli, c.MemoryMiB)
-	}
 	healthy := n.Allocatable()
 	var selected int
 	for m := healthy; m != 0; m &= m - 1 {
@@ -308,18 +304,53 @@ func (e *Engine) explain(n *Node, s *State, c *Container, cand uint64) error {
 	}
 	switch {
 	case healthy == 0:
-		return notFit("container %q: no healthy devices", c.Name)
+		return notFit(ReasonUnhealthy, "container %q: no healthy devices", c.Name)
 	case popcount(healthy) < c.Count:
-		return notFit("container %q: %d healthy devices, %d needed", c.Name, popcount(healthy), c.Count)
+		return notFit(ReasonUnhealthy, "container %q: %d healthy devices, %d needed", c.Name, popcount(healthy), c.Count)
 	case selected < c.Count:
-		return notFit("container %q: %d of %d healthy devices match the pod's model/UUID selectors, %d needed", c.Name, selected, popcount(healthy), c.Count)
+		return notFit(ReasonSelectors, "container %q: %d of %d healthy devices match the pod's model/UUID selectors, %d needed", c.Name, selected, popcount(healthy), c.Count)
 	default:
-		return notFit("container %q: %d %s free, %d needed", c.Name, popcount(cand), what, c.Count)
+		if c.Exclusive {
+			return notFit(ReasonNotEnoughFree, "container %q: %d whole devices free, %d needed", c.Name, popcount(cand), c.Count)
+		}
+		return notFit(ReasonNotEnoughFree, "container %q: %d devices with %d‰ compute and %d MiB free, %d needed", c.Name, popcount(cand), c.Milli, c.MemoryMiB, c.Count)
 	}
 }
 
-func notFit(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrDoesNotFit, fmt.Sprintf(format, args...))
+// Reasons a pod does not fit on a node, short and constant so that a
+// scheduler can count nodes by reason ("3 node(s): not enough free GPUs").
+const (
+	ReasonHostResources = "not enough host CPU or memory"
+	ReasonTopology      = "no set of free GPUs joined by NVLink or NVSwitch (topology required)"
+	ReasonTooManyShares = "too many device shares for one pod"
+	ReasonUnhealthy     = "node has too few healthy GPUs"
+	ReasonSelectors     = "not enough GPUs match the pod's model/UUID selectors"
+	ReasonNotEnoughFree = "not enough free GPUs"
+)
+
+// NotFitError says why a pod does not fit on a node: Reason is one of the
+// Reason constants, and Error adds the details (which container, how many
+// devices are free). It wraps ErrDoesNotFit. The details are formatted only
+// when Error is called, so that rejecting many nodes stays cheap.
+type NotFitError struct {
+	Reason string
+	format string
+	args   []any
+}
+
+// Error returns "does not fit: " and the details.
+func (e *NotFitError) Error() string {
+	return ErrDoesNotFit.Error() + ": " + fmt.Sprintf(e.format, e.args...)
+}
+
+// Detail is the error's text without the "does not fit" prefix.
+func (e *NotFitError) Detail() string { return fmt.Sprintf(e.format, e.args...) }
+
+// Unwrap returns ErrDoesNotFit.
+func (e *NotFitError) Unwrap() error { return ErrDoesNotFit }
+
+func notFit(reason, format string, args ...any) error {
+	return &NotFitError{Reason: reason, format: format, args: args}
 }
 
 // trailing is the index of the lowest set bit.

@@ -173,6 +173,11 @@ func (n *Node) Weight(i, j int) int { return int(n.weight[i*n.n+j]) }
 // rated by a loaded plugin, and not a GPU in MIG mode.
 func (n *Node) Allocatable() uint64 { return n.healthy &^ n.parents }
 
+// Version changes whenever the node's state changes (an Assume or a
+// Release), so that a caller may reuse an Evaluate result for the same
+// request, version and Workload.
+func (n *Node) Version() uint64 { return n.version }
+
 // Pods is the number of pods assumed on the node.
 func (n *Node) Pods() int { return len(n.pods) }
 

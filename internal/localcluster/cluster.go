@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -322,3 +323,30 @@ func (p *Process) signal(sig syscall.Signal, grace time.Duration) error {
 		return fmt.Errorf("%s did not stop within %s; killed", p.Name, grace)
 	}
 }
+
+// CPUTime is the CPU time (user and system) the process has used so far.
+func (p *Process) CPUTime() (time.Duration, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses.
+	rest := string(stat)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", p.cmd.Process.Pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	const clockTicks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// APIServer is the running kube-apiserver process.
+func (c *Cluster) APIServer() *Process { return c.apiserver }

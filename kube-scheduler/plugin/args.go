@@ -55,11 +55,21 @@ type Args struct {
 	// HeartbeatStaleness is how old a node's kubegpu Lease may be before the
 	// node gets no new GPU pods (default 40s).
 	HeartbeatStaleness *metav1.Duration `json:"heartbeatStaleness,omitempty"`
+	// WriteAllocation is where the signed allocation is written onto the
+	// pod: Bind (default), in the same API call as the binding; or PreBind,
+	// in a patch before another bind plugin binds the pod.
+	WriteAllocation string `json:"writeAllocation,omitempty"`
 	// SigningKeyFile is the key the allocations are signed with: an Ed25519
 	// private key (PEM, PKCS #8), or an HMAC-SHA256 secret shared with the
 	// nodes. Required.
 	SigningKeyFile string `json:"signingKeyFile"`
 }
+
+// Values of Args.WriteAllocation.
+const (
+	WriteAllocationBind    = "Bind"
+	WriteAllocationPreBind = "PreBind"
+)
 
 // decodeArgs reads the plugin's args strictly, applies defaults and
 // validates them.
@@ -120,6 +130,9 @@ func setDefaults(a *Args) {
 	if a.DefaultTopology == "" {
 		a.DefaultTopology = types.TopologyPreferred
 	}
+	if a.WriteAllocation == "" {
+		a.WriteAllocation = WriteAllocationBind
+	}
 	if a.HeartbeatStaleness == nil {
 		a.HeartbeatStaleness = &metav1.Duration{Duration: DefaultHeartbeatStaleness}
 	}
@@ -138,6 +151,9 @@ func validateArgs(a *Args, path *field.Path) field.ErrorList {
 	}
 	if !slices.Contains(types.TopologyPolicies, a.DefaultTopology) {
 		errs = append(errs, field.NotSupported(path.Child("defaultTopology"), a.DefaultTopology, types.TopologyPolicies))
+	}
+	if a.WriteAllocation != WriteAllocationBind && a.WriteAllocation != WriteAllocationPreBind {
+		errs = append(errs, field.NotSupported(path.Child("writeAllocation"), a.WriteAllocation, []string{WriteAllocationBind, WriteAllocationPreBind}))
 	}
 	if a.HeartbeatStaleness.Duration < time.Second {
 		errs = append(errs, field.Invalid(path.Child("heartbeatStaleness"), a.HeartbeatStaleness.Duration.String(), "must be at least 1s"))

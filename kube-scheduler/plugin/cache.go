@@ -61,6 +61,9 @@ type deviceCache struct {
 	// with it.
 	waitMu  sync.Mutex
 	waiting map[ktypes.UID]*corev1.Pod
+
+	shapeMu sync.Mutex
+	shapes  map[string]uint32
 }
 
 // nodeState is one node's devices and heartbeat.
@@ -77,6 +80,56 @@ type nodeState struct {
 	// renewed is the heartbeat Lease's last renewal; zero without a Lease.
 	renewed time.Time
 	pods    map[ktypes.UID]struct{}
+	// memo holds Filter results for the devices' current version.
+	memo filterMemo
+}
+
+// filterMemo remembers, per request shape, whether pods fit on a node and
+// its score, for as long as the node's state and the engine's workload do
+// not change. Between two scheduling cycles only the node that got the last
+// pod changes, so pods of the same shapes (a Job's, a Deployment's) are
+// evaluated once per node change rather than once per node per cycle.
+type filterMemo struct {
+	mu       sync.Mutex
+	version  uint64
+	workload *devicescheduler.Workload
+	n        int
+	results  [maxMemoShapes]memoResult
+}
+
+type memoResult struct {
+	shape uint32
+	score int64
+	err   error
+}
+
+// Bounds of the memo: request shapes remembered per node version, and
+// shapes numbered per process (beyond it, requests are not remembered).
+const (
+	maxMemoShapes = 8
+	maxShapeIDs   = 1 << 14
+)
+
+// evalInput is what one scheduling cycle evaluates on every node.
+type evalInput struct {
+	request *devicescheduler.Request
+	// shape numbers the request's shape (0: not remembered): pods of equal
+	// shapes fit and score the same on a node in a given state.
+	shape    uint32
+	workload *devicescheduler.Workload
+	now      time.Time
+}
+
+// evalInput prepares a cycle's evaluations of request r, whose shape is key.
+func (c *deviceCache) evalInput(key string, r *devicescheduler.Request) evalInput {
+	c.shapeMu.Lock()
+	id, ok := c.shapes[key]
+	if !ok && len(c.shapes) < maxShapeIDs {
+		id = uint32(len(c.shapes) + 1)
+		c.shapes[key] = id
+	}
+	c.shapeMu.Unlock()
+	return evalInput{request: r, shape: id, workload: c.engine.Workload(), now: c.now()}
 }
 
 // podState is what one pod holds, or is assumed to hold.
@@ -84,6 +137,9 @@ type podState struct {
 	pod   ktypes.NamespacedName
 	node  string
 	alloc types.PodAllocation
+	// annotation is the verified annotation value alloc came from, so that
+	// later updates of the pod skip decoding and verifying it again.
+	annotation string
 	// assumed is true from Reserve until the pod is seen bound.
 	assumed bool
 	// applied is true when alloc is counted in the node's state; false
@@ -96,6 +152,7 @@ func newDeviceCache(engine *devicescheduler.Engine, key *kubeinterface.Key, stal
 		engine: engine, key: key, staleness: staleness, now: time.Now, metrics: m,
 		nodes: map[string]*nodeState{}, pods: map[ktypes.UID]*podState{},
 		activate: func(map[string]*corev1.Pod) {}, waiting: map[ktypes.UID]*corev1.Pod{},
+		shapes: map[string]uint32{},
 	}
 }
 
@@ -238,6 +295,23 @@ func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 		c.forget(logger, pod.UID)
 		return
 	}
+	value := pod.Annotations[kubeinterface.AnnotationAllocation]
+	c.mu.RLock()
+	ps, known := c.pods[pod.UID]
+	unchanged := known && ps.annotation != "" && ps.annotation == value && ps.node == pod.Spec.NodeName
+	confirm := unchanged && ps.assumed
+	c.mu.RUnlock()
+	if unchanged {
+		// Verified before, or signed and bound by this scheduler.
+		if confirm {
+			c.mu.Lock()
+			if c.pods[pod.UID] == ps {
+				ps.assumed = false
+			}
+			c.mu.Unlock()
+		}
+		return
+	}
 	alloc, err := c.verified(pod)
 	if err != nil {
 		c.mu.Lock()
@@ -255,11 +329,11 @@ func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ps, ok := c.pods[pod.UID]; ok && ps.node == alloc.Node && reflect.DeepEqual(ps.alloc, alloc.PodAllocation) {
-		ps.assumed = false
+		ps.assumed, ps.annotation = false, value
 		return
 	}
 	c.forgetLocked(pod.UID)
-	ps := &podState{pod: ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, node: alloc.Node, alloc: alloc.PodAllocation}
+	ps = &podState{pod: ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, node: alloc.Node, alloc: alloc.PodAllocation, annotation: value}
 	c.pods[pod.UID] = ps
 	c.node(alloc.Node).pods[pod.UID] = struct{}{}
 	c.apply(logger, pod.UID, ps)
@@ -319,29 +393,55 @@ func (c *deviceCache) forgetLocked(uid ktypes.UID) {
 	delete(c.pods, uid)
 }
 
-// evaluate checks pod r against node name under the read lock, filling p.
-func (c *deviceCache) evaluate(name string, r *devicescheduler.Request, p *devicescheduler.Placement) error {
+// evaluate checks in's request against node name under the read lock and
+// returns the node's score. p is scratch space. Results are remembered per
+// node version and request shape (see filterMemo).
+func (c *deviceCache) evaluate(name string, in *evalInput, p *devicescheduler.Placement) (int64, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	ns, ok := c.nodes[name]
 	if !ok {
-		return errNoInventory
+		return 0, errNoInventory
 	}
-	if err := c.usable(ns); err != nil {
-		return err
+	if err := c.usableAt(ns, in.now); err != nil {
+		return 0, err
 	}
-	return c.engine.Evaluate(ns.devices, r, p)
+	m := &ns.memo
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	version := ns.devices.Version()
+	if m.version != version || m.workload != in.workload {
+		m.version, m.workload, m.n = version, in.workload, 0
+	}
+	for i := 0; i < m.n && in.shape != 0; i++ {
+		if m.results[i].shape == in.shape {
+			return m.results[i].score, m.results[i].err
+		}
+	}
+	res := memoResult{shape: in.shape}
+	if res.err = c.engine.Evaluate(ns.devices, in.request, p); res.err == nil {
+		res.score = p.Score()
+	}
+	if in.shape != 0 {
+		// Keep the most recent shapes: the oldest is overwritten.
+		copy(m.results[1:], m.results[:min(m.n, maxMemoShapes-1)])
+		m.results[0] = res
+		m.n = min(m.n+1, maxMemoShapes)
+	}
+	return res.score, res.err
 }
 
 // usable says why a node gets no new GPU pods, or nil; must hold c.mu.
-func (c *deviceCache) usable(ns *nodeState) error {
+func (c *deviceCache) usable(ns *nodeState) error { return c.usableAt(ns, c.now()) }
+
+func (c *deviceCache) usableAt(ns *nodeState, now time.Time) error {
 	if ns.devices == nil {
 		return ns.err
 	}
 	if ns.renewed.IsZero() {
 		return errNoHeartbeat
 	}
-	if age := c.now().Sub(ns.renewed); age > c.staleness {
+	if age := now.Sub(ns.renewed); age > c.staleness {
 		return fmt.Errorf("%w: node's kubegpu heartbeat is stale (last renewed %s ago, limit %s)", errStale, age.Round(time.Second), c.staleness)
 	}
 	return nil
@@ -373,6 +473,17 @@ func (c *deviceCache) reserve(pod *corev1.Pod, name string, r *devicescheduler.R
 	c.pods[pod.UID] = &podState{pod: ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, node: name, alloc: alloc, assumed: true, applied: true}
 	ns.pods[pod.UID] = struct{}{}
 	return alloc, nil
+}
+
+// written records the allocation annotation this scheduler signed and bound
+// an assumed pod with, so that the pod's informer events need no
+// verification.
+func (c *deviceCache) written(uid ktypes.UID, value string) {
+	c.mu.Lock()
+	if ps, ok := c.pods[uid]; ok {
+		ps.annotation = value
+	}
+	c.mu.Unlock()
 }
 
 // unreserve forgets an assumed pod; a pod already seen bound is kept.

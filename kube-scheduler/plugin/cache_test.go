@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -100,11 +101,11 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	r := wholeRequest(t, c, 4)
 
 	var p devicescheduler.Placement
-	if err := c.evaluate("n1", r, &p); err == nil || !strings.Contains(err.Error(), "no kubegpu heartbeat Lease") {
+	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), &p); err == nil || !strings.Contains(err.Error(), "no kubegpu heartbeat Lease") {
 		t.Fatalf("evaluate without a heartbeat: %v", err)
 	}
 	c.updateLease(testLease("n1", testNow.Add(-time.Minute)))
-	if err := c.evaluate("n1", r, &p); err == nil || !strings.Contains(err.Error(), "heartbeat is stale (last renewed 1m0s ago, limit 40s)") {
+	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), &p); err == nil || !strings.Contains(err.Error(), "heartbeat is stale (last renewed 1m0s ago, limit 40s)") {
 		t.Fatalf("evaluate with a stale heartbeat: %v", err)
 	}
 	var activated []string
@@ -119,8 +120,17 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	if !reflect.DeepEqual(activated, []string{"ns/waiting"}) {
 		t.Fatalf("activated %v when the heartbeat resumed, want [ns/waiting]", activated)
 	}
-	if err := c.evaluate("missing", r, &p); err != errNoInventory {
+	if _, err := c.evaluate("missing", ptr(c.evalInput("4", r)), &p); err != errNoInventory {
 		t.Fatalf("evaluate on an unknown node: %v", err)
+	}
+
+	// Filter results are remembered until the node changes.
+	first, err := c.evaluate("n1", ptr(c.evalInput("4", r)), &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := c.evaluate("n1", ptr(c.evalInput("4", r)), &p); err != nil || again != first {
+		t.Fatalf("second evaluate = %d, %v; want %d", again, err, first)
 	}
 
 	a, b := testPod("a"), testPod("b")
@@ -133,6 +143,9 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	}
 	if _, err := c.reserve(testPod("c"), "n1", r); err == nil {
 		t.Fatal("a third 4-GPU pod was reserved on an 8-GPU node")
+	}
+	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
+		t.Fatalf("evaluate on the full node = %v, want ErrDoesNotFit (a stale memo?)", err)
 	}
 	c.unreserve(b.UID)
 	// a is seen bound: confirmed, and unreserve no longer forgets it.
@@ -223,3 +236,5 @@ func TestCacheRebuildsTheSameState(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

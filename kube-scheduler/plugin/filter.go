@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -19,14 +20,17 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		return nil
 	}
 	name := ni.Node().Name
-	var pl devicescheduler.Placement
-	err := p.cache.evaluate(name, s.request, &pl)
+	pl := placements.Get().(*devicescheduler.Placement)
+	defer placements.Put(pl)
+	var nf *devicescheduler.NotFitError
+	_, err := p.cache.evaluate(name, &s.eval, pl)
 	switch {
 	case err == nil:
-		s.setScore(name, pl.Score())
 		return nil
-	case errors.Is(err, devicescheduler.ErrDoesNotFit):
-		return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+reason(err))
+	case errors.As(err, &nf):
+		// The constant reason, so that the scheduler's FailedScheduling
+		// message counts nodes by reason; `kubegpu explain` gives details.
+		return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+nf.Reason)
 	case errors.Is(err, errNoInventory):
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+err.Error())
 	case errors.Is(err, errStale):
@@ -37,13 +41,15 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	}
 }
 
-// reason strips the sentinel from a does-not-fit or stale-heartbeat error.
+// placements are reusable Evaluate buffers: a Placement is a few KiB, too
+// much to allocate and clear for every node of every cycle.
+var placements = sync.Pool{New: func() any { return new(devicescheduler.Placement) }}
+
+// reason strips the sentinel from a stale-heartbeat error.
 func reason(err error) string {
 	msg := err.Error()
-	for _, sentinel := range []error{devicescheduler.ErrDoesNotFit, errStale} {
-		if rest, ok := strings.CutPrefix(msg, sentinel.Error()+": "); ok {
-			return rest
-		}
+	if rest, ok := strings.CutPrefix(msg, errStale.Error()+": "); ok {
+		return rest
 	}
 	return msg
 }

@@ -14,9 +14,9 @@ import (
 // cacheMetrics are the plugin's metrics, served on the scheduler's /metrics
 // with every upstream one.
 type cacheMetrics struct {
-	nodes    *metrics.GaugeVec
-	rejects  *metrics.CounterVec
-	prebinds *metrics.CounterVec
+	nodes   *metrics.GaugeVec
+	rejects *metrics.CounterVec
+	writes  *metrics.CounterVec
 }
 
 var (
@@ -38,13 +38,13 @@ func registerMetrics() *cacheMetrics {
 				Help:           "Allocations on bound pods that the device cache did not count, by reason (bad_signature, mismatch, invalid, conflict).",
 				StabilityLevel: metrics.ALPHA,
 			}, []string{"reason"}),
-			prebinds: metrics.NewCounterVec(&metrics.CounterOpts{
+			writes: metrics.NewCounterVec(&metrics.CounterOpts{
 				Namespace: "kubegpu", Subsystem: "scheduler", Name: "allocations_written_total",
-				Help:           "Signed allocations written onto pods in PreBind, by result (signed, error).",
+				Help:           "Signed allocations written onto pods (with the binding, or in PreBind), by result (signed, error, missing: bound by another bind plugin first).",
 				StabilityLevel: metrics.ALPHA,
 			}, []string{"result"}),
 		}
-		legacyregistry.MustRegister(m.nodes, m.rejects, m.prebinds)
+		legacyregistry.MustRegister(m.nodes, m.rejects, m.writes)
 		theMetrics = m
 	})
 	return theMetrics
@@ -86,8 +86,8 @@ func (m *cacheMetrics) rejected(err error) {
 	m.rejects.WithLabelValues(reason).Inc()
 }
 
-func (m *cacheMetrics) prebind(result string) {
+func (m *cacheMetrics) written(result string) {
 	if m != nil {
-		m.prebinds.WithLabelValues(result).Inc()
+		m.writes.WithLabelValues(result).Inc()
 	}
 }

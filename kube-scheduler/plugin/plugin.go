@@ -42,6 +42,8 @@ var (
 	_ fwk.ScorePlugin       = (*Plugin)(nil)
 	_ fwk.ReservePlugin     = (*Plugin)(nil)
 	_ fwk.PreBindPlugin     = (*Plugin)(nil)
+	_ fwk.BindPlugin        = (*Plugin)(nil)
+	_ fwk.PostBindPlugin    = (*Plugin)(nil)
 	_ fwk.EnqueueExtensions = (*Plugin)(nil)
 	_ fwk.SignPlugin        = (*Plugin)(nil)
 )

@@ -14,31 +14,27 @@ import (
 	"github.com/kubegpu/kubegpu/kubeinterface"
 )
 
-// PreBindPreFlight tells the framework that only pods with devices need
-// PreBind.
+// PreBindPreFlight says whether PreBind has work: only for pods with
+// devices, and only when writeAllocation is PreBind. Skipping matters: a
+// PreBind that runs makes the scheduler also write the pod's nominated node
+// first, an extra API write per pod.
 func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	if getState(cs) == nil {
+	if getState(cs) == nil || p.args.WriteAllocation != WriteAllocationPreBind {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return nil, nil
 }
 
-// PreBind writes the signed allocation onto the pod before it is bound, so
-// that the node never sees the pod without it. The patch carries the pod's
-// UID, so it cannot land on a newer pod of the same name.
+// PreBind patches the signed allocation onto the pod before it is bound
+// (writeAllocation: PreBind), for clusters whose pods are bound by another
+// bind plugin. The patch carries the pod's UID, so it cannot land on a newer
+// pod of the same name.
 func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	s := getState(cs)
-	if s == nil {
+	if s == nil || p.args.WriteAllocation != WriteAllocationPreBind {
 		return nil
 	}
-	alloc, err := p.key.Sign(kubeinterface.Allocation{
-		Pod:           kubeinterface.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-		PodAllocation: s.alloc,
-	})
-	if err != nil {
-		return fwk.AsStatus(err)
-	}
-	value, err := kubeinterface.EncodeAllocation(alloc)
+	value, err := p.signedAllocation(pod, s)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -51,10 +47,12 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	}
 	_, err = p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, ktypes.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
-		p.cache.metrics.prebind("error")
+		p.cache.metrics.written("error")
 		return fwk.AsStatus(fmt.Errorf("write allocation to pod %s/%s: %w", pod.Namespace, pod.Name, err))
 	}
-	p.cache.metrics.prebind("signed")
+	p.cache.metrics.written("signed")
+	p.cache.written(pod.UID, value)
+	s.written = true
 	klog.FromContext(ctx).V(2).Info("Wrote allocation", "pod", klog.KObj(pod), "node", nodeName, "allocation", s.alloc)
 	return nil
 }

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,7 +30,11 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	if err := p.waitForSync(ctx); err != nil {
 		return nil, fwk.AsStatus(err)
 	}
-	cs.Write(stateKey, &cycleState{request: r, scores: map[string]int64{}})
+	key, err := json.Marshal(req)
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.evalInput(string(key), r)})
 	return nil, nil
 }
 

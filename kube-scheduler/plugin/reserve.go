@@ -11,8 +11,6 @@ import (
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 )
 
-var errNotFiltered = errors.New("node was not filtered by " + Name + " in this cycle")
-
 // Reserve chooses the pod's devices on the chosen node afresh and assumes
 // them in the device cache, in one step, so that no later cycle can hand out
 // the same devices before the pod is bound or unreserved.
@@ -23,8 +21,9 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	}
 	alloc, err := p.cache.reserve(pod, nodeName, s.request)
 	if err != nil {
-		if errors.Is(err, devicescheduler.ErrDoesNotFit) {
-			return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+reason(err))
+		var nf *devicescheduler.NotFitError
+		if errors.As(err, &nf) {
+			return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+nf.Detail())
 		}
 		return fwk.AsStatus(err)
 	}

@@ -2,10 +2,13 @@ package plugin
 
 import (
 	"context"
+	"math"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 )
 
 // PreScore skips scoring for pods without devices.
@@ -16,15 +19,20 @@ func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _
 	return nil
 }
 
-// Score returns the engine's score of the node that Filter computed.
+// Score returns the engine's score of the node, which Filter computed and
+// the device cache remembers.
 func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
 	s := getState(cs)
 	if s == nil {
 		return 0, nil
 	}
-	score, ok := s.score(ni.Node().Name)
-	if !ok {
-		return 0, fwk.AsStatus(errNotFiltered)
+	pl := placements.Get().(*devicescheduler.Placement)
+	defer placements.Put(pl)
+	score, err := p.cache.evaluate(ni.Node().Name, &s.eval, pl)
+	if err != nil {
+		// The node changed since Filter and the pod no longer fits:
+		// rank it last; Reserve will check again.
+		return math.MinInt32, nil
 	}
 	return score, nil
 }

@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"sync"
-
 	fwk "k8s.io/kube-scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
@@ -13,34 +11,22 @@ import (
 const stateKey fwk.StateKey = Name
 
 // cycleState is one scheduling cycle's data for a GPU pod: the decoded
-// request from PreFilter, each feasible node's score from Filter, and the
-// devices Reserve chose for PreBind.
+// request from PreFilter and what Filter and Score share, and the devices
+// Reserve chose for Bind.
 type cycleState struct {
 	request *devicescheduler.Request
-
-	mu     sync.Mutex
-	scores map[string]int64
+	// eval is what every Filter and Score call of the cycle evaluates.
+	eval evalInput
 
 	// Set by Reserve.
 	alloc types.PodAllocation
+	// written is set once the allocation is on the pod (Bind or PreBind).
+	written bool
 }
 
-// Clone shares the state: it is written only by Filter (under mu) and
-// Reserve, which run once per node and once per cycle.
+// Clone shares the state: after PreFilter it is written only by Reserve
+// and Bind, once per cycle.
 func (s *cycleState) Clone() fwk.StateData { return s }
-
-func (s *cycleState) setScore(node string, score int64) {
-	s.mu.Lock()
-	s.scores[node] = score
-	s.mu.Unlock()
-}
-
-func (s *cycleState) score(node string) (int64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v, ok := s.scores[node]
-	return v, ok
-}
 
 // getState returns the cycle's state, or nil for a pod without devices.
 func getState(cs fwk.CycleState) *cycleState {

@@ -40,6 +40,13 @@ type scheduler struct {
 // scheduler with the KubeGPU plugin, and waits until it is healthy.
 func startScheduler(t *testing.T, ctx context.Context) *scheduler {
 	t.Helper()
+	return startSchedulerWriting(t, ctx, "Bind")
+}
+
+// startSchedulerWriting starts the scheduler with the plugin's
+// writeAllocation set to mode (Bind or PreBind).
+func startSchedulerWriting(t *testing.T, ctx context.Context, mode string) *scheduler {
+	t.Helper()
 	port, err := localcluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -60,17 +67,21 @@ profiles:
       enabled:
       - name: KubeGPU
         weight: 10
+    bind:
+      enabled:
+      - name: KubeGPU
   pluginConfig:
   - name: KubeGPU
     args:
       pluginDir: %s
       signingKeyFile: %s
       heartbeatStaleness: %s
+      writeAllocation: %s
   - name: NodeResourcesFit
     args:
       ignoredResources: ["nvidia.com/gpu"]
       ignoredResourceGroups: ["kubegpu.io"]
-`, cluster.Kubeconfig, pluginDir, keyFile, heartbeatStaleness)), 0o600); err != nil {
+`, cluster.Kubeconfig, pluginDir, keyFile, heartbeatStaleness, mode)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p, err := localcluster.StartProcess(filepath.Join(workDir, "kubegpu-scheduler.log"), filepath.Join(binDir, "kubegpu-scheduler"),

@@ -75,6 +75,20 @@ func TestSchedulerPlacesManyPods(t *testing.T) {
 	assertNothingFits(t, pods, allocs, nodes.invs)
 }
 
+// TestSchedulerPreBindMode: with writeAllocation: PreBind the allocation is
+// patched onto the pod before DefaultBinder binds it.
+func TestSchedulerPreBindMode(t *testing.T) {
+	ctx := context.Background()
+	startSchedulerWriting(t, ctx, "PreBind")
+	nodes := addNodes(t, ctx, "prebind", "t4x4", 2)
+	ns := namespace(t, ctx, "prebind")
+	createPods(t, ctx, ns, mixedPods("q", 10)...)
+	pods := settle(t, ctx, ns, time.Second, time.Minute)
+	if got := len(checkAllocations(t, pods, nodes.invs)); got != bound(pods) || got == 0 {
+		t.Errorf("%d pods bound, %d with valid allocations", bound(pods), got)
+	}
+}
+
 // TestSchedulerPicksNVLinkQuad: a 4-GPU pod on a free DGX-1 gets one of the
 // two all-NVLink quads, and a second one the other.
 func TestSchedulerPicksNVLinkQuad(t *testing.T) {
@@ -208,7 +222,7 @@ func TestSchedulerExplainsAndRefuses(t *testing.T) {
 		pinned,
 	)
 	want := map[string][]string{
-		"too-big":   {"0/2 nodes are available", "GPUs: container \"main\": 4 healthy devices, 8 needed"},
+		"too-big":   {"0/2 nodes are available", "GPUs: node has too few healthy GPUs"},
 		"bad-cores": {"invalid GPU request", "kubegpu.io/gpu-cores must be an integer 1..100"},
 		"pinned":    {"heartbeat is stale"},
 	}

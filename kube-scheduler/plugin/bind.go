@@ -1,0 +1,73 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+)
+
+// Bind binds a GPU pod with its signed allocation in one API call: the
+// Binding carries the allocation as an annotation, which the API server
+// writes onto the pod in the same update that sets its node, with the pod's
+// UID as a precondition. The node can never see the pod without its
+// allocation, and the pod costs no more API writes than a stock binding.
+// Pods without devices, and every pod when writeAllocation is PreBind, are
+// left to the next bind plugin (DefaultBinder).
+func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+	s := getState(cs)
+	if s == nil || p.args.WriteAllocation != WriteAllocationBind {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	value, err := p.signedAllocation(pod, s)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+			Annotations: map[string]string{kubeinterface.AnnotationAllocation: value}},
+		Target: corev1.ObjectReference{Kind: "Node", Name: nodeName},
+	}
+	if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		p.cache.metrics.written("error")
+		return fwk.AsStatus(fmt.Errorf("bind pod %s/%s with its allocation: %w", pod.Namespace, pod.Name, err))
+	}
+	p.cache.metrics.written("signed")
+	p.cache.written(pod.UID, value)
+	s.written = true
+	klog.FromContext(ctx).V(2).Info("Bound pod with its allocation", "pod", klog.KObj(pod), "node", nodeName, "allocation", s.alloc)
+	return nil
+}
+
+// signedAllocation is the annotation value of the cycle's allocation,
+// signed for this pod.
+func (p *Plugin) signedAllocation(pod *corev1.Pod, s *cycleState) (string, error) {
+	alloc, err := p.key.Sign(kubeinterface.Allocation{
+		Pod:           kubeinterface.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		PodAllocation: s.alloc,
+	})
+	if err != nil {
+		return "", err
+	}
+	return kubeinterface.EncodeAllocation(alloc)
+}
+
+// PostBind reports a GPU pod that another bind plugin bound before this
+// plugin's Bind could write its allocation: the node will start it without
+// devices. That happens only when the profile does not list KubeGPU first
+// under plugins.bind.enabled.
+func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) {
+	s := getState(cs)
+	if s == nil || s.written {
+		return
+	}
+	p.cache.metrics.written("missing")
+	msg := fmt.Sprintf("pod was bound to %s without its GPU allocation: another bind plugin ran before %s; list %s first under plugins.bind.enabled in the KubeSchedulerConfiguration", nodeName, Name, Name)
+	klog.FromContext(ctx).Error(nil, "Misconfigured profile: "+msg, "pod", klog.KObj(pod))
+	p.handle.EventRecorder().Eventf(pod, nil, corev1.EventTypeWarning, "GPUAllocationMissing", "Binding", msg)
+}
