@@ -27,8 +27,9 @@ kubegpu-crishim_PKG := ./crishim/cmd/kubegpu-crishim
 kubegpu-sim_PKG := ./device-scheduler/cmd/kubegpu-sim
 
 # Device modules: name -> the .so's main package.
-PLUGINS := simgpu
+PLUGINS := simgpu nvidia
 simgpu_PKG := ./plugins/simgpu/plugin
+nvidia_PKG := ./plugins/nvidia/plugin
 
 OPENB ?= $(abspath ../shared/data/openb)
 SIM_PODS ?= openb_pod_list_default.csv
