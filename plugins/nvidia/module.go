@@ -2,7 +2,6 @@ package nvidia
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -23,9 +22,17 @@ const Vendor = types.VendorNVIDIA
 
 // ErrNoNVML is wrapped by NodePlugin's error when NVML cannot be used on
 // this node: the library is missing, the kernel driver is not loaded, or
-// NVML does not initialise. The error says which. A host treats it as "this
-// node has no NVIDIA GPUs to offer" and carries on with its other modules.
-var ErrNoNVML = errors.New("NVML is not available on this node")
+// NVML does not initialise. The error says which. It matches
+// types.ErrNoDevices too, so that a host skips the module ("this node has no
+// NVIDIA GPUs to offer") and carries on with its other modules.
+var ErrNoNVML error = noNVMLError{}
+
+type noNVMLError struct{}
+
+func (noNVMLError) Error() string { return "NVML is not available on this node" }
+
+// Is makes errors.Is(err, types.ErrNoDevices) true.
+func (noNVMLError) Is(target error) bool { return target == types.ErrNoDevices }
 
 // defaultEventTimeout is how long one wait for NVML events lasts; Close
 // takes up to this long.

@@ -59,8 +59,8 @@ func TestNoNVML(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := tt.mod.NodePlugin(t.Context(), types.PluginConfig{NodeName: "n", Options: tt.opts})
-			if !errors.Is(err, ErrNoNVML) || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("NodePlugin() error = %v\nwant ErrNoNVML and %q", err, tt.want)
+			if !errors.Is(err, ErrNoNVML) || !errors.Is(err, types.ErrNoDevices) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("NodePlugin() error = %v\nwant ErrNoNVML, types.ErrNoDevices and %q", err, tt.want)
 			}
 		})
 	}
@@ -108,6 +108,9 @@ func TestNodeOptions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := parseNodeOptions(tt.opts)
+			if errors.Is(err, types.ErrNoDevices) {
+				t.Errorf("option error %v says there are no devices", err)
+			}
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("parseNodeOptions() error = %v, want %q", err, tt.wantErr)
