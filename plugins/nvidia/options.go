@@ -21,9 +21,9 @@ const (
 	OptionEdits = "edits"
 	// OptionCDIDeviceNames is how CDI devices are named with edits=cdi:
 	// "uuid" (the default; nvidia.com/gpu=GPU-..., nvidia.com/gpu=MIG-...)
-	// or "index" (nvidia.com/gpu=3, nvidia.com/gpu=3:1). nvidia-ctk cdi
-	// generate writes both by default since v1.15; older versions wrote
-	// index names only.
+	// or "index" (nvidia.com/gpu=3, nvidia.com/gpu=3:1). Recent nvidia-ctk
+	// cdi generate versions write both by default; older ones wrote index
+	// names only unless run with --device-name-strategy=uuid.
 	OptionCDIDeviceNames = "cdi-device-names"
 	// OptionMPS is "true" when the node runs an MPS control daemon for
 	// shared GPUs: shared slices then get MPS memory and compute limits.
