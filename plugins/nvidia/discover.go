@@ -24,7 +24,7 @@ func (n *node) Discover(ctx context.Context) (types.Inventory, error) {
 	defer n.discoverMu.Unlock()
 	logger := klog.FromContext(ctx)
 
-	gpus, err := n.scan(ctx)
+	gpus, answering, err := n.scan(ctx)
 	if err != nil {
 		return types.Inventory{}, err
 	}
@@ -60,7 +60,7 @@ func (n *node) Discover(ctx context.Context) (types.Inventory, error) {
 		return types.Inventory{}, fmt.Errorf("discover: %w", err)
 	}
 	n.mu.Lock()
-	n.devices, n.gpus = devices, gpus
+	n.devices, n.answering = devices, answering
 	n.mu.Unlock()
 	if logger.V(5).Enabled() {
 		logger.V(5).Info("Discovered NVIDIA devices", "inventory", inv)
@@ -68,14 +68,14 @@ func (n *node) Discover(ctx context.Context) (types.Inventory, error) {
 	return inv, nil
 }
 
-// scan reads every GPU NVML lists.
-func (n *node) scan(ctx context.Context) ([]gpuRecord, error) {
+// scan reads every GPU NVML lists. It returns the GPUs to advertise, and
+// those that answer NVML (advertised or not).
+func (n *node) scan(ctx context.Context) (gpus, answering []gpuRecord, err error) {
 	logger := klog.FromContext(ctx)
 	count, ret := n.lib.DeviceGetCount()
 	if err := nvmlError("count GPUs", ret); err != nil {
-		return nil, fmt.Errorf("discover: %w", err)
+		return nil, nil, fmt.Errorf("discover: %w", err)
 	}
-	var gpus []gpuRecord
 	known := make(map[int]gpuRecord, count)
 	for i := 0; i < count; i++ {
 		h, ret := n.lib.DeviceGetHandleByIndex(i)
@@ -95,7 +95,9 @@ func (n *node) scan(ctx context.Context) ([]gpuRecord, error) {
 			prev.lost = true
 			g = prev
 		case err != nil:
-			return nil, fmt.Errorf("discover: %w", err)
+			return nil, nil, fmt.Errorf("discover: %w", err)
+		default:
+			answering = append(answering, g)
 		}
 		if g.migEnabled && len(g.migs) == 0 {
 			// In MIG mode a GPU runs nothing itself, and it has no MIG
@@ -111,7 +113,7 @@ func (n *node) scan(ctx context.Context) ([]gpuRecord, error) {
 		gpus = append(gpus, g)
 	}
 	n.known = known
-	return gpus, nil
+	return gpus, answering, nil
 }
 
 // readGPU reads one whole GPU and its MIG devices.

@@ -283,6 +283,10 @@ func TestMIGModeWithoutMIGDevices(t *testing.T) {
 	if len(inv.Links) != 21 {
 		t.Errorf("%d links, want 21", len(inv.Links))
 	}
+	// It is watched all the same, for the MIG devices it will have.
+	if m.Registered(2) != nvml.EventTypeXidCriticalError {
+		t.Error("the MIG-mode GPU is not watched for XID errors")
+	}
 }
 
 func TestNUMAFromSysfs(t *testing.T) {

@@ -2,6 +2,7 @@ package nvidia
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -92,7 +93,7 @@ func TestEngineMIG(t *testing.T) {
 		t.Errorf("a 1-GPU pod got %s, want a MIG device of gpu0", got)
 	}
 	mig, _ := inv.DeviceByID("gpu0-mig1")
-	if err := sp.Admit(mig, types.ContainerRequest{Name: "c", Count: 1, MemoryMiB: 1024}); err != ErrMIGShared {
+	if err := sp.Admit(mig, types.ContainerRequest{Name: "c", Count: 1, MemoryMiB: 1024}); !errors.Is(err, ErrMIGShared) {
 		t.Errorf("Admit(MIG device, shared slice) = %v, want ErrMIGShared", err)
 	}
 }

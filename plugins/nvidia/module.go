@@ -121,7 +121,7 @@ func (m *module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.
 	if c.healthChecks {
 		// The watcher outlives this call: it stops on Close, not when
 		// ctx is done.
-		h, err := startHealth(context.WithoutCancel(ctx), lib, n.wholeGPUs(), c.ignoredXIDs, m.eventTimeout)
+		h, err := startHealth(context.WithoutCancel(ctx), lib, n.answeringGPUs(), c.ignoredXIDs, m.eventTimeout)
 		if err != nil {
 			return fail(err)
 		}

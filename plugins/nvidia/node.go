@@ -33,8 +33,10 @@ type node struct {
 	mu sync.RWMutex
 	// devices is the last inventory's devices by ID, for ContainerEdits.
 	devices map[string]deviceEntry
-	gpus    []gpuRecord
-	health  *health
+	// answering are the last discovery's GPUs that answer NVML, advertised
+	// or not (a GPU in MIG mode without MIG devices is not).
+	answering []gpuRecord
+	health    *health
 
 	closeOnce sync.Once
 	closeErr  error
@@ -88,17 +90,12 @@ func (n *node) setHealth(h *health) {
 	n.health = h
 }
 
-// wholeGPUs returns the last discovery's GPUs that answer NVML.
-func (n *node) wholeGPUs() []gpuRecord {
+// answeringGPUs returns the last discovery's GPUs that answer NVML,
+// advertised or not.
+func (n *node) answeringGPUs() []gpuRecord {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	var out []gpuRecord
-	for _, g := range n.gpus {
-		if !g.lost {
-			out = append(out, g)
-		}
-	}
-	return out
+	return n.answering
 }
 
 // Close stops the health watcher and shuts NVML down.

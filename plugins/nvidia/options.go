@@ -84,12 +84,12 @@ func ParseXIDs(s string) ([]uint64, error) {
 	var out []uint64
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		switch {
-		case f == "":
+		switch f {
+		case "":
 			return nil, fmt.Errorf("%w %q: empty entry", ErrInvalidXIDs, s)
-		case f == "default":
+		case "default":
 			out = append(out, DefaultIgnoredXIDs...)
-		case f == "none":
+		case "none":
 			return nil, fmt.Errorf("%w %q: none must stand alone", ErrInvalidXIDs, s)
 		default:
 			x, err := strconv.ParseUint(f, 10, 64)

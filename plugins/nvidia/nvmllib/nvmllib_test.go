@@ -104,7 +104,11 @@ func TestOpen(t *testing.T) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		t.Fatalf("Init() = %v", ret)
 	}
-	defer lib.Shutdown()
+	defer func() {
+		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
+			t.Errorf("Shutdown() = %v", ret)
+		}
+	}()
 	if count, ret := lib.DeviceGetCount(); ret != nvml.SUCCESS || count != 3 {
 		t.Errorf("DeviceGetCount() = %d, %v; want 3 from the fake library", count, ret)
 	}

@@ -93,7 +93,7 @@ func NewDGXA100() *Machine {
 		fabricManager: true,
 		events:        make(chan nvml.EventData, 64),
 	}
-	for i, d := range m.Server.Devices {
+	for i, d := range m.Devices {
 		dev := d.(*dgxa100.Device)
 		dev.UUID = fmt.Sprintf("GPU-a100a100-%04x-4000-8000-%012x", i, i)
 		dev.Name = "NVIDIA A100-SXM4-40GB"
