@@ -36,8 +36,9 @@ kubegpu-scheduler_PKG := ./kube-scheduler/cmd/kubegpu-scheduler
 kubegpu-sim_PKG := ./device-scheduler/cmd/kubegpu-sim
 
 # Device modules: name -> the .so's main package.
-PLUGINS := simgpu
+PLUGINS := simgpu nvidia
 simgpu_PKG := ./plugins/simgpu/plugin
+nvidia_PKG := ./plugins/nvidia/plugin
 
 OPENB ?= $(abspath ../shared/data/openb)
 SIM_PODS ?= openb_pod_list_default.csv

@@ -3,6 +3,7 @@ module github.com/kubegpu/kubegpu
 go 1.26.0
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.2-0
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/spf13/cobra v1.10.2
 	gonum.org/v1/plot v0.17.0

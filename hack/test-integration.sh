@@ -33,6 +33,15 @@ want='"model": "NVIDIA H100 80GB HBM3"'
 check "crishim devices dgx-h100 json" $BIN/kubegpu-crishim devices -o json --plugin-dir $PLUGINS \
 	--node-name ci --plugin-option simgpu.preset=dgx-h100
 
+# nvidia.so is installed too; without the NVIDIA driver it is skipped, with
+# the reason, and the simulated GPUs are shown.
+want="Device module has nothing to serve on this node; continuing without it"
+check "crishim skips nvidia without NVML" $BIN/kubegpu-crishim devices --plugin-dir $PLUGINS --node-name ci \
+	--plugin-option simgpu.preset=t4x4 --plugin-option nvidia.nvml-library=/nonexistent/libnvidia-ml.so.1
+want="Module simgpu: 4 devices"
+check "crishim shows simgpu beside a skipped nvidia" $BIN/kubegpu-crishim devices --plugin-dir $PLUGINS --node-name ci \
+	--plugin-option simgpu.preset=t4x4 --plugin-option nvidia.nvml-library=/nonexistent/libnvidia-ml.so.1
+
 # A plugin built with other flags than the host is refused with the fix.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -21,6 +21,12 @@ type ModuleConstructor = func() Module
 // ErrNotImplemented is returned by a Module that has no plugin for one side.
 var ErrNotImplemented = errors.New("not implemented by this module")
 
+// ErrNoDevices is wrapped by a NodePlugin error that means the node has
+// nothing for the module to serve: its devices, driver or vendor library are
+// absent. Hosts skip such a module, saying why, and carry on with the others;
+// any other error means the module is misconfigured or broken.
+var ErrNoDevices = errors.New("no devices of this module on this node")
+
 // Module is a device module: a factory for its node side and its scheduler
 // side. Both hosts, kubegpu-crishim and kubegpu-scheduler, load every module
 // from the plugin directory and ask for the side they need.
@@ -30,7 +36,9 @@ type Module interface {
 	Name() string
 	// NodePlugin builds the node side. It may touch hardware (e.g. load
 	// the vendor's library); an error means the module cannot serve this
-	// node and says why. Returns ErrNotImplemented if the module has none.
+	// node and says why, wrapping ErrNoDevices when the node simply has
+	// none of the module's devices (or their driver). Returns
+	// ErrNotImplemented if the module has none.
 	NodePlugin(ctx context.Context, cfg PluginConfig) (NodePlugin, error)
 	// SchedulerPlugin builds the scheduler side. It must not touch
 	// hardware. Returns ErrNotImplemented if the module has none.

@@ -40,7 +40,9 @@ func newDevicesCommand() *cobra.Command {
 		Short: "Discover this node's devices through the device modules and print them",
 		Long: `Loads every device module in --plugin-dir, discovers this node's devices
 and prints them with the link matrix between them: what the advertiser
-would publish. Exits non-zero if a module fails to load or to discover.`,
+would publish. A module with no devices on this node (e.g. nvidia without
+the NVIDIA driver) is skipped with a log line that says why. Exits non-zero
+if a module fails to load, to start or to discover.`,
 		Example: `  kubegpu-crishim devices --plugin-dir _output/plugins --plugin-option simgpu.preset=dgx1`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -40,11 +40,41 @@ func simgpuDir(t *testing.T) string {
 	return simDir
 }
 
+var (
+	bothOnce sync.Once
+	bothDir  string
+)
+
+// simgpuAndNvidiaDir returns a directory holding simgpu.so (a link to simgpuDir's:
+// the runtime loads a plugin file once) and a freshly built nvidia.so, as
+// on a node that installs every module.
+func simgpuAndNvidiaDir(t *testing.T) string {
+	t.Helper()
+	sim := filepath.Join(simgpuDir(t), "simgpu.so")
+	bothOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "crishim-app-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(sim, filepath.Join(dir, "simgpu.so")); err != nil {
+			t.Fatal(err)
+		}
+		plugintest.Build(t, plugintest.ModuleRoot(t), "./plugins/nvidia/plugin", plugintest.HostFlags(t), dir, "nvidia.so")
+		bothDir = dir
+	})
+	if bothDir == "" {
+		t.Fatal("building nvidia.so failed earlier")
+	}
+	return bothDir
+}
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	code := m.Run()
-	if simDir != "" {
-		os.RemoveAll(simDir)
+	for _, dir := range []string{simDir, bothDir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 	os.Exit(code)
 }
@@ -128,5 +158,26 @@ func TestDevicesEmptyDir(t *testing.T) {
 	out, err := run(t, "devices", "--plugin-dir", t.TempDir())
 	if err != nil || !strings.Contains(out, "No device modules in") {
 		t.Errorf("devices on an empty dir = %q, %v", out, err)
+	}
+}
+
+// TestDevicesWithoutNVML runs the command on a node with both modules
+// installed and no NVIDIA driver: it shows the simulated GPUs and succeeds.
+func TestDevicesWithoutNVML(t *testing.T) {
+	dir := simgpuAndNvidiaDir(t)
+	// An explicit library path keeps the test the same on machines with a driver.
+	noNVML := "nvidia.nvml-library=" + filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
+	got, err := run(t, "devices", "--plugin-dir", dir, "--node-name", "node-a", "--plugin-option", "simgpu.preset=t4x4", "--plugin-option", noNVML)
+	if err != nil {
+		t.Fatalf("devices: %v\n%s", err, got)
+	}
+	if !strings.Contains(got, "Module simgpu: 4 devices") || strings.Contains(got, "Module nvidia") {
+		t.Errorf("devices output:\n%s", got)
+	}
+	// A misconfigured module is still an error, after the others are shown.
+	got, err = run(t, "devices", "--plugin-dir", dir, "--node-name", "node-a", "--plugin-option", "simgpu.preset=t4x4",
+		"--plugin-option", noNVML, "--plugin-option", "nvidia.edits=magic")
+	if err == nil || !strings.Contains(err.Error(), "option nvidia.edits must be env or cdi") || !strings.Contains(got, "Module simgpu: 4 devices") {
+		t.Errorf("devices with a bad nvidia option: error = %v\n%s", err, got)
 	}
 }

@@ -24,10 +24,13 @@ type Plugin struct {
 // given as MODULE.KEY=VALUE flags.
 //
 // A .so that does not load, or options for a module that is not there, fail
-// the whole call: the installation is broken. A module that loads but cannot
-// serve this node (e.g. no vendor library) is reported in the returned error
-// while the modules that started are still returned, so that the caller can
-// decide to carry on without it. Modules without a node side are skipped.
+// the whole call: the installation is broken. A module whose node side says
+// the node has none of its devices (an error wrapping types.ErrNoDevices,
+// e.g. the NVIDIA module on a node without the driver) is skipped with a log
+// line that says why. A module that fails otherwise (e.g. a bad option) is
+// reported in the returned error while the modules that started are still
+// returned, so that the caller can decide to carry on without it. Modules
+// without a node side are skipped.
 func Open(ctx context.Context, dir, nodeName string, optionFlags []string) ([]Plugin, error) {
 	logger := klog.FromContext(ctx)
 	opts, err := pluginload.ParseOptions(optionFlags)
@@ -51,6 +54,9 @@ func Open(ctx context.Context, dir, nodeName string, optionFlags []string) ([]Pl
 		switch {
 		case errors.Is(err, types.ErrNotImplemented):
 			logger.V(2).Info("Device module has no node side", "module", m.Name(), "path", m.Path)
+			continue
+		case errors.Is(err, types.ErrNoDevices):
+			logger.Info("Device module has nothing to serve on this node; continuing without it", "module", m.Name(), "path", m.Path, "reason", err.Error())
 			continue
 		case err != nil:
 			failures = append(failures, fmt.Errorf("device module %s (%s): %w", m.Name(), m.Path, err))

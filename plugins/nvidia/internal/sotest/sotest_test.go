@@ -1,0 +1,120 @@
+package sotest
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kubegpu/kubegpu/plugins/nvidia"
+	"github.com/kubegpu/kubegpu/types"
+	"github.com/kubegpu/kubegpu/utils/pluginload"
+	"github.com/kubegpu/kubegpu/utils/plugintest"
+)
+
+// fakeNVML is a C library with the NVML functions discovery calls for one
+// GPU of a driver without NUMA, MIG, attribute or event support: the .so's
+// real go-nvml code runs against it through the trampolines.
+const fakeNVML = `
+#include <string.h>
+typedef struct { unsigned long long total, free, used; } memory;
+typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; } pci;
+static int gpu0;
+int nvmlInit_v2(void) { return 0; }
+int nvmlShutdown(void) { return 0; }
+int nvmlDeviceGetCount_v2(unsigned int *n) { *n = 1; return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **d) { if (i != 0) return 2; *d = &gpu0; return 0; }
+int nvmlDeviceGetUUID(void *d, char *s, unsigned int n) {
+	if (d != &gpu0) return 2;
+	strncpy(s, "GPU-fa4e0000-0000-4000-8000-000000000000", n);
+	return 0;
+}
+int nvmlDeviceGetName(void *d, char *s, unsigned int n) { strncpy(s, "NVIDIA H100 80GB HBM3", n); return 0; }
+int nvmlDeviceGetMemoryInfo(void *d, memory *m) { m->total = 81559ULL << 20; m->free = m->total; m->used = 0; return 0; }
+int nvmlDeviceGetCudaComputeCapability(void *d, int *major, int *minor) { *major = 9; *minor = 0; return 0; }
+int nvmlDeviceGetPciInfo_v3(void *d, pci *p) { memset(p, 0, sizeof *p); strcpy(p->busId, "00000000:1B:00.0"); p->bus = 0x1b; return 0; }
+int nvmlDeviceGetNumGpuCores(void *d, unsigned int *n) { *n = 132 * 128; return 0; }
+const char *nvmlErrorString(int r) { return r == 13 ? "Function Not Found" : "Unknown Error"; }
+`
+
+func buildFakeNVML(t *testing.T) string {
+	t.Helper()
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "fake.c")
+	if err := os.WriteFile(src, []byte(fakeNVML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(dir, "libnvidia-ml.so.1")
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", cc, err, out)
+	}
+	return lib
+}
+
+// TestPlugin builds nvidia.so as make plugins does and loads it into this
+// binary: it loads without the NVIDIA driver, its scheduler side works,
+// its node side says NVML is missing, and with a (fake) libnvidia-ml it
+// discovers through go-nvml's real cgo code.
+func TestPlugin(t *testing.T) {
+	so := plugintest.Build(t, plugintest.ModuleRoot(t), "./plugins/nvidia/plugin", plugintest.HostFlags(t), t.TempDir(), "nvidia.so")
+	mod, err := pluginload.Open(so)
+	if err != nil {
+		t.Fatalf("Open(nvidia.so) error = %v", err)
+	}
+	if mod.Name() != nvidia.Name {
+		t.Errorf("Name() = %q", mod.Name())
+	}
+
+	sp, err := mod.SchedulerPlugin(t.Context(), types.PluginConfig{})
+	if err != nil {
+		t.Fatalf("SchedulerPlugin() error = %v", err)
+	}
+	if sp.Vendor() != types.VendorNVIDIA || sp.LinkWeight(types.Link{Kind: types.LinkNVLink, Count: 4}) <= sp.LinkWeight(types.Link{Kind: types.LinkNVSwitch}) {
+		t.Errorf("scheduler side: vendor %q, weights wrong", sp.Vendor())
+	}
+
+	missing := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
+	_, err = mod.NodePlugin(t.Context(), types.PluginConfig{NodeName: "n", Options: map[string]string{nvidia.OptionNVMLLibrary: missing}})
+	if !errors.Is(err, nvidia.ErrNoNVML) || !errors.Is(err, types.ErrNoDevices) || !strings.Contains(err.Error(), "cannot open shared object file") {
+		t.Fatalf("NodePlugin() without NVML: error = %v, want ErrNoNVML and types.ErrNoDevices, saying the library is missing", err)
+	}
+
+	fake := buildFakeNVML(t)
+	// The fake has no event API: health checks must be off.
+	_, err = mod.NodePlugin(t.Context(), types.PluginConfig{NodeName: "n", Options: map[string]string{nvidia.OptionNVMLLibrary: fake}})
+	if err == nil || !strings.Contains(err.Error(), "create NVML event set: Function Not Found") {
+		t.Fatalf("NodePlugin() on a driver without events: error = %v", err)
+	}
+	np, err := mod.NodePlugin(t.Context(), types.PluginConfig{NodeName: "n",
+		Options: map[string]string{nvidia.OptionNVMLLibrary: fake, nvidia.OptionHealthChecks: "false"}})
+	if err != nil {
+		t.Fatalf("NodePlugin() on the fake NVML: error = %v", err)
+	}
+	defer func() {
+		if err := np.Close(); err != nil {
+			t.Errorf("Close() error = %v", err)
+		}
+	}()
+	inv, err := np.Discover(t.Context())
+	if err != nil {
+		t.Fatalf("Discover() error = %v", err)
+	}
+	want := types.Device{
+		ID: "gpu0", Index: 0, UUID: "GPU-fa4e0000-0000-4000-8000-000000000000", Vendor: types.VendorNVIDIA,
+		Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, ComputeUnits: 132, ComputeCapability: "9.0",
+		NUMANode: -1, PCIBusID: "0000:1b:00.0", Health: types.Healthy,
+	}
+	if len(inv.Devices) != 1 || inv.Devices[0] != want {
+		t.Errorf("Discover() = %+v\nwant one device %+v", inv.Devices, want)
+	}
+	edits, err := np.ContainerEdits(t.Context(), types.ContainerAllocation{Name: "c", Devices: []types.DeviceShare{{ID: "gpu0", UUID: want.UUID, Exclusive: true}}})
+	if err != nil || len(edits.Env) != 1 || edits.Env[0].Value != want.UUID {
+		t.Errorf("ContainerEdits() = %+v, %v", edits, err)
+	}
+}
