@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -305,5 +307,33 @@ func TestSchedulerReplacesForgedAllocation(t *testing.T) {
 	}
 	if _, ok := allocs["honest"]; !ok {
 		t.Error("pod honest (7 GPUs) not bound: the forged allocation of a pod bound by hand was counted")
+	}
+}
+
+// TestSchedulerLoadsEveryModule: kubegpu-scheduler loads every device
+// module in the plugin directory (the NVIDIA one too, on a machine without
+// the NVIDIA driver).
+func TestSchedulerLoadsEveryModule(t *testing.T) {
+	ctx := context.Background()
+	s := startScheduler(t, ctx)
+	sos, err := filepath.Glob(filepath.Join(pluginDir, "*.so"))
+	if err != nil || len(sos) == 0 {
+		t.Fatalf("no modules in %s: %v", pluginDir, err)
+	}
+	log, err := os.ReadFile(s.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready string
+	for _, line := range strings.Split(string(log), "\n") {
+		if strings.Contains(line, `"kubegpu plugin ready"`) {
+			ready = line
+		}
+	}
+	for _, so := range sos {
+		name := strings.TrimSuffix(filepath.Base(so), ".so")
+		if !strings.Contains(ready, `"`+name+`"`) {
+			t.Errorf("module %s not loaded; the scheduler logged: %s", name, ready)
+		}
 	}
 }
