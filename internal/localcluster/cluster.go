@@ -287,7 +287,7 @@ func (p *Process) WaitFor(ctx context.Context, timeout time.Duration, check func
 	var last error
 	for {
 		if p.Exited() {
-			return fmt.Errorf("%s exited (%v); see %s", p.Name, p.err, p.Log)
+			return fmt.Errorf("%s exited (%w); see %s", p.Name, p.err, p.Log)
 		}
 		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 		last = check(cctx)

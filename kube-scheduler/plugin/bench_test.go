@@ -43,7 +43,6 @@ func BenchmarkCacheMemory(b *testing.B) {
 				for _, n := range objs {
 					_, _ = c.evaluate(n.Name, &in, &pl)
 				}
-				objs = nil
 				runtime.GC()
 				runtime.ReadMemStats(&after)
 				perNode = float64(after.HeapAlloc-before.HeapAlloc) / nodes

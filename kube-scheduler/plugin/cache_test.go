@@ -120,7 +120,7 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	if !reflect.DeepEqual(activated, []string{"ns/waiting"}) {
 		t.Fatalf("activated %v when the heartbeat resumed, want [ns/waiting]", activated)
 	}
-	if _, err := c.evaluate("missing", ptr(c.evalInput("4", r)), &p); err != errNoInventory {
+	if _, err := c.evaluate("missing", ptr(c.evalInput("4", r)), &p); !errors.Is(err, errNoInventory) {
 		t.Fatalf("evaluate on an unknown node: %v", err)
 	}
 

@@ -59,7 +59,7 @@ func (m *cacheMetrics) setNodes(nodes map[string]*nodeState) {
 		switch {
 		case ns.devices != nil:
 			counts["ok"]++
-		case ns.err == errNoInventory:
+		case errors.Is(ns.err, errNoInventory):
 			counts["missing"]++
 		default:
 			counts["invalid"]++

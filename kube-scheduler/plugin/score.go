@@ -65,10 +65,10 @@ func normalizeByRank(scores fwk.NodeScoreList) {
 		r, _ := slices.BinarySearch(distinct, scores[i].Score)
 		rank := n - 1 - int64(r) // 0 for the best
 		if rank == 0 {
-			scores[i].Score = fwk.MaxNodeScore
+			scores[i].Score = fwk.MaxScore
 			continue
 		}
 		// 1..n-1 onto MaxNodeScore-1..0, keeping the order.
-		scores[i].Score = (fwk.MaxNodeScore - 1) - (rank-1)*(fwk.MaxNodeScore-1)/max(n-2, 1)
+		scores[i].Score = (fwk.MaxScore - 1) - (rank-1)*(fwk.MaxScore-1)/max(n-2, 1)
 	}
 }

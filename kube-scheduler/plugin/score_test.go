@@ -37,7 +37,7 @@ func TestNormalizeByRank(t *testing.T) {
 	}
 	normalizeByRank(scores)
 	for i, s := range scores {
-		if s.Score < 0 || s.Score > fwk.MaxNodeScore || (s.Score == fwk.MaxNodeScore) != (i == 999) || (i > 0 && s.Score < scores[i-1].Score) {
+		if s.Score < 0 || s.Score > fwk.MaxScore || (s.Score == fwk.MaxScore) != (i == 999) || (i > 0 && s.Score < scores[i-1].Score) {
 			t.Fatalf("node %d of 1000 normalised to %d", i, s.Score)
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -38,14 +37,14 @@ type scheduler struct {
 
 // startScheduler runs _output/bin/kubegpu-scheduler as the cluster's only
 // scheduler with the KubeGPU plugin, and waits until it is healthy.
-func startScheduler(t *testing.T, ctx context.Context) *scheduler {
+func startScheduler(ctx context.Context, t *testing.T) *scheduler {
 	t.Helper()
-	return startSchedulerWriting(t, ctx, "Bind")
+	return startSchedulerWriting(ctx, t, "Bind")
 }
 
 // startSchedulerWriting starts the scheduler with the plugin's
 // writeAllocation set to mode (Bind or PreBind).
-func startSchedulerWriting(t *testing.T, ctx context.Context, mode string) *scheduler {
+func startSchedulerWriting(ctx context.Context, t *testing.T, mode string) *scheduler {
 	t.Helper()
 	port, err := localcluster.FreePort()
 	if err != nil {
@@ -121,10 +120,10 @@ type simNodes struct {
 }
 
 // addNodes creates nodes name-0..name-(count-1) with a simgpu preset.
-func addNodes(t *testing.T, ctx context.Context, prefix, preset string, count int) *simNodes {
+func addNodes(ctx context.Context, t *testing.T, prefix, preset string, count int) *simNodes {
 	t.Helper()
 	sn := &simNodes{paused: map[string]bool{}, invs: map[string]types.Inventory{}, stopped: make(chan struct{})}
-	sn.add(t, ctx, prefix, preset, count)
+	sn.add(ctx, t, prefix, preset, count)
 	t.Cleanup(func() {
 		close(sn.stopped)
 		for _, n := range sn.names {
@@ -157,7 +156,7 @@ func addNodes(t *testing.T, ctx context.Context, prefix, preset string, count in
 	return sn
 }
 
-func (sn *simNodes) add(t *testing.T, ctx context.Context, prefix, preset string, count int) {
+func (sn *simNodes) add(ctx context.Context, t *testing.T, prefix, preset string, count int) {
 	t.Helper()
 	topo, err := simgpu.Preset(preset)
 	if err != nil {
@@ -202,7 +201,7 @@ func (sn *simNodes) add(t *testing.T, ctx context.Context, prefix, preset string
 }
 
 // pause stops renewing a node's heartbeat and backdates it by d.
-func (sn *simNodes) pause(t *testing.T, ctx context.Context, name string, d time.Duration) {
+func (sn *simNodes) pause(ctx context.Context, t *testing.T, name string, d time.Duration) {
 	t.Helper()
 	sn.mu.Lock()
 	sn.paused[name] = true
@@ -212,7 +211,7 @@ func (sn *simNodes) pause(t *testing.T, ctx context.Context, name string, d time
 	}
 }
 
-func (sn *simNodes) resume(t *testing.T, ctx context.Context, name string) {
+func (sn *simNodes) resume(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
 	sn.mu.Lock()
 	sn.paused[name] = false
@@ -224,7 +223,7 @@ func (sn *simNodes) resume(t *testing.T, ctx context.Context, name string) {
 
 // namespace makes a fresh namespace that is deleted (pods first, at once)
 // when the test ends.
-func namespace(t *testing.T, ctx context.Context, name string) string {
+func namespace(ctx context.Context, t *testing.T, name string) string {
 	t.Helper()
 	if err := cluster.EnsureNamespace(ctx, name); err != nil {
 		t.Fatal(err)
@@ -259,7 +258,7 @@ func gpuPod(name string, count, cores int, memMiB int64, annotations map[string]
 	}
 }
 
-func createPods(t *testing.T, ctx context.Context, ns string, pods ...*corev1.Pod) {
+func createPods(ctx context.Context, t *testing.T, ns string, pods ...*corev1.Pod) {
 	t.Helper()
 	for _, p := range pods {
 		if _, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -270,7 +269,7 @@ func createPods(t *testing.T, ctx context.Context, ns string, pods ...*corev1.Po
 
 // settle waits until every pod in ns is bound or marked unschedulable and
 // the count of bound pods has not changed for quiet, and returns the pods.
-func settle(t *testing.T, ctx context.Context, ns string, quiet, timeout time.Duration) []corev1.Pod {
+func settle(ctx context.Context, t *testing.T, ns string, quiet, timeout time.Duration) []corev1.Pod {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	lastBound, since := -1, time.Now()
@@ -431,11 +430,4 @@ func failedScheduling(ctx context.Context, ns, pod string) []string {
 		}
 	}
 	return out
-}
-
-func ignoreNotFound(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }

@@ -61,14 +61,14 @@ func bound(pods []corev1.Pod) int {
 // bound, every allocation verifies, no device is over-committed.
 func TestSchedulerPlacesManyPods(t *testing.T) {
 	ctx := context.Background()
-	startScheduler(t, ctx)
-	nodes := addNodes(t, ctx, "dgx1", "dgx1", 10)
-	nodes.add(t, ctx, "t4box", "t4x4", 10)
-	ns := namespace(t, ctx, "many")
+	startScheduler(ctx, t)
+	nodes := addNodes(ctx, t, "dgx1", "dgx1", 10)
+	nodes.add(ctx, t, "t4box", "t4x4", 10)
+	ns := namespace(ctx, t, "many")
 
 	start := time.Now()
-	createPods(t, ctx, ns, mixedPods("p", 200)...)
-	pods := settle(t, ctx, ns, 3*time.Second, 3*time.Minute)
+	createPods(ctx, t, ns, mixedPods("p", 200)...)
+	pods := settle(ctx, t, ns, 3*time.Second, 3*time.Minute)
 	t.Logf("%d of %d pods bound in %s", bound(pods), len(pods), time.Since(start).Round(time.Millisecond))
 	if bound(pods) < 100 {
 		t.Errorf("only %d pods bound", bound(pods))
@@ -81,11 +81,11 @@ func TestSchedulerPlacesManyPods(t *testing.T) {
 // patched onto the pod before DefaultBinder binds it.
 func TestSchedulerPreBindMode(t *testing.T) {
 	ctx := context.Background()
-	startSchedulerWriting(t, ctx, "PreBind")
-	nodes := addNodes(t, ctx, "prebind", "t4x4", 2)
-	ns := namespace(t, ctx, "prebind")
-	createPods(t, ctx, ns, mixedPods("q", 10)...)
-	pods := settle(t, ctx, ns, time.Second, time.Minute)
+	startSchedulerWriting(ctx, t, "PreBind")
+	nodes := addNodes(ctx, t, "prebind", "t4x4", 2)
+	ns := namespace(ctx, t, "prebind")
+	createPods(ctx, t, ns, mixedPods("q", 10)...)
+	pods := settle(ctx, t, ns, time.Second, time.Minute)
 	if got := len(checkAllocations(t, pods, nodes.invs)); got != bound(pods) || got == 0 {
 		t.Errorf("%d pods bound, %d with valid allocations", bound(pods), got)
 	}
@@ -95,13 +95,13 @@ func TestSchedulerPreBindMode(t *testing.T) {
 // two all-NVLink quads, and a second one the other.
 func TestSchedulerPicksNVLinkQuad(t *testing.T) {
 	ctx := context.Background()
-	startScheduler(t, ctx)
-	nodes := addNodes(t, ctx, "quad", "dgx1", 1)
-	ns := namespace(t, ctx, "quad")
-	createPods(t, ctx, ns, gpuPod("first", 4, 0, 0, nil))
-	pods := settle(t, ctx, ns, time.Second, time.Minute)
-	createPods(t, ctx, ns, gpuPod("second", 4, 0, 0, nil))
-	pods = settle(t, ctx, ns, time.Second, time.Minute)
+	startScheduler(ctx, t)
+	nodes := addNodes(ctx, t, "quad", "dgx1", 1)
+	ns := namespace(ctx, t, "quad")
+	createPods(ctx, t, ns, gpuPod("first", 4, 0, 0, nil))
+	settle(ctx, t, ns, time.Second, time.Minute)
+	createPods(ctx, t, ns, gpuPod("second", 4, 0, 0, nil))
+	pods := settle(ctx, t, ns, time.Second, time.Minute)
 	allocs := checkAllocations(t, pods, nodes.invs)
 	quads := map[string]bool{}
 	for _, name := range []string{"first", "second"} {
@@ -133,9 +133,9 @@ func TestSchedulerPicksNVLinkQuad(t *testing.T) {
 // of pods and started again allocates no device twice.
 func TestSchedulerRestartMidStream(t *testing.T) {
 	ctx := context.Background()
-	s := startScheduler(t, ctx)
-	nodes := addNodes(t, ctx, "restart", "dgx1", 8)
-	ns := namespace(t, ctx, "restart")
+	s := startScheduler(ctx, t)
+	nodes := addNodes(ctx, t, "restart", "dgx1", 8)
+	ns := namespace(ctx, t, "restart")
 	created := make(chan error, 1)
 	go func() {
 		var err error
@@ -157,11 +157,11 @@ func TestSchedulerRestartMidStream(t *testing.T) {
 	}
 	list, _ := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	t.Logf("killed the scheduler with %d pods bound", bound(list.Items))
-	startScheduler(t, ctx)
+	startScheduler(ctx, t)
 	if err := <-created; err != nil {
 		t.Fatal(err)
 	}
-	pods := settle(t, ctx, ns, 3*time.Second, 2*time.Minute)
+	pods := settle(ctx, t, ns, 3*time.Second, 2*time.Minute)
 	if len(pods) != 120 {
 		t.Fatalf("%d pods, want 120", len(pods))
 	}
@@ -173,11 +173,11 @@ func TestSchedulerRestartMidStream(t *testing.T) {
 // seconds and started again costs no allocation and no crash.
 func TestSchedulerSurvivesAPIServerRestart(t *testing.T) {
 	ctx := context.Background()
-	s := startScheduler(t, ctx)
-	nodes := addNodes(t, ctx, "outage", "dgx1", 4)
-	ns := namespace(t, ctx, "outage")
-	createPods(t, ctx, ns, mixedPods("before", 30)...)
-	settle(t, ctx, ns, 2*time.Second, time.Minute)
+	s := startScheduler(ctx, t)
+	nodes := addNodes(ctx, t, "outage", "dgx1", 4)
+	ns := namespace(ctx, t, "outage")
+	createPods(ctx, t, ns, mixedPods("before", 30)...)
+	settle(ctx, t, ns, 2*time.Second, time.Minute)
 
 	if err := cluster.KillAPIServer(); err != nil {
 		t.Fatal(err)
@@ -189,8 +189,8 @@ func TestSchedulerSurvivesAPIServerRestart(t *testing.T) {
 	if s.Exited() {
 		t.Fatalf("kubegpu-scheduler exited during the API server's outage; see %s", s.Log)
 	}
-	createPods(t, ctx, ns, mixedPods("after", 30)...)
-	pods := settle(t, ctx, ns, 3*time.Second, 2*time.Minute)
+	createPods(ctx, t, ns, mixedPods("after", 30)...)
+	pods := settle(ctx, t, ns, 3*time.Second, 2*time.Minute)
 	if s.Exited() {
 		t.Fatalf("kubegpu-scheduler exited; see %s", s.Log)
 	}
@@ -212,13 +212,13 @@ func TestSchedulerSurvivesAPIServerRestart(t *testing.T) {
 // is stale gets no pods until it is renewed.
 func TestSchedulerExplainsAndRefuses(t *testing.T) {
 	ctx := context.Background()
-	startScheduler(t, ctx)
-	nodes := addNodes(t, ctx, "explain", "t4x4", 2)
-	ns := namespace(t, ctx, "explain")
+	startScheduler(ctx, t)
+	nodes := addNodes(ctx, t, "explain", "t4x4", 2)
+	ns := namespace(ctx, t, "explain")
 	pinned := gpuPod("pinned", 1, 0, 0, nil)
 	pinned.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "explain-1"}
-	nodes.pause(t, ctx, "explain-1", 5*time.Minute)
-	createPods(t, ctx, ns,
+	nodes.pause(ctx, t, "explain-1", 5*time.Minute)
+	createPods(ctx, t, ns,
 		gpuPod("too-big", 8, 0, 0, nil),
 		gpuPod("bad-cores", 1, 150, 0, nil),
 		pinned,
@@ -245,7 +245,7 @@ func TestSchedulerExplainsAndRefuses(t *testing.T) {
 	}
 	// The heartbeat comes back: the pinned pod is scheduled without waiting
 	// for the scheduler's periodic retry.
-	nodes.resume(t, ctx, "explain-1")
+	nodes.resume(ctx, t, "explain-1")
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "pinned", metav1.GetOptions{})
 		return err == nil && p.Spec.NodeName == "explain-1", nil
@@ -268,9 +268,9 @@ func containsAll(s string, parts []string) bool {
 // allocation signed by the scheduler, and the forged one holds nothing.
 func TestSchedulerReplacesForgedAllocation(t *testing.T) {
 	ctx := context.Background()
-	startScheduler(t, ctx)
-	nodes := addNodes(t, ctx, "forge", "dgx1", 1)
-	ns := namespace(t, ctx, "forge")
+	startScheduler(ctx, t)
+	nodes := addNodes(ctx, t, "forge", "dgx1", 1)
+	ns := namespace(ctx, t, "forge")
 	_, otherPriv, _ := ed25519.GenerateKey(rand.Reader)
 	inv := nodes.invs["forge-0"]
 	var devices []types.DeviceShare
@@ -288,13 +288,13 @@ func TestSchedulerReplacesForgedAllocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	createPods(t, ctx, ns, gpuPod("forger", 1, 0, 0, map[string]string{kubeinterface.AnnotationAllocation: value}))
+	createPods(ctx, t, ns, gpuPod("forger", 1, 0, 0, map[string]string{kubeinterface.AnnotationAllocation: value}))
 	// A pod bound by its user with the forged allocation holds nothing.
 	squatter := gpuPod("squatter", 8, 0, 0, map[string]string{kubeinterface.AnnotationAllocation: value})
 	squatter.Spec.NodeName = "forge-0"
-	createPods(t, ctx, ns, squatter)
-	createPods(t, ctx, ns, gpuPod("honest", 7, 0, 0, nil))
-	pods := settle(t, ctx, ns, 2*time.Second, time.Minute)
+	createPods(ctx, t, ns, squatter)
+	createPods(ctx, t, ns, gpuPod("honest", 7, 0, 0, nil))
+	pods := settle(ctx, t, ns, 2*time.Second, time.Minute)
 	var check []corev1.Pod
 	for _, p := range pods {
 		if p.Name != "squatter" {
@@ -315,7 +315,7 @@ func TestSchedulerReplacesForgedAllocation(t *testing.T) {
 // the NVIDIA driver).
 func TestSchedulerLoadsEveryModule(t *testing.T) {
 	ctx := context.Background()
-	s := startScheduler(t, ctx)
+	s := startScheduler(ctx, t)
 	sos, err := filepath.Glob(filepath.Join(pluginDir, "*.so"))
 	if err != nil || len(sos) == 0 {
 		t.Fatalf("no modules in %s: %v", pluginDir, err)

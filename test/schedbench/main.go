@@ -168,7 +168,7 @@ func createNode(ctx context.Context, c *localcluster.Cluster, name string, topo 
 		return err
 	}
 	n.Spec.Taints = nil
-	if n, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+	if _, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
 	inv := simgpu.Inventory(topo, name)
