@@ -15,15 +15,23 @@ import (
 
 // NewCommand returns the kubegpu-crishim root command. Only main exits.
 func NewCommand(ctx context.Context) *cobra.Command {
+	o := &serveOptions{}
 	cmd := &cobra.Command{
-		Use:           "kubegpu-crishim",
-		Short:         "Device-aware CRI shim and device advertiser for kubegpu nodes",
+		Use:   "kubegpu-crishim",
+		Short: "Device-aware CRI shim and device advertiser for kubegpu nodes",
+		Long: `kubegpu-crishim serves CRI on --listen for kubelet and forwards every call to
+the container runtime, giving each container exactly the devices the
+scheduler allocated to it; it also publishes the node's devices, capacity and
+heartbeat. Point kubelet at it with
+--container-runtime-endpoint=unix:///run/kubegpu/crishim.sock.`,
+		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: false,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cmd.Help()
+			return o.run(cmd.Context())
 		},
 	}
+	o.addFlags(cmd)
 	cmd.SetContext(ctx)
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)

@@ -1,0 +1,191 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	"github.com/kubegpu/kubegpu/crishim/nodeplugins"
+	"github.com/kubegpu/kubegpu/crishim/proxy"
+	"github.com/kubegpu/kubegpu/crishim/rewrite"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
+	"github.com/kubegpu/kubegpu/utils/version"
+)
+
+type serveOptions struct {
+	pluginOptions
+	Listen          string
+	RuntimeEndpoint string
+	AllocationKey   string
+	Kubeconfig      string
+	Advertise       bool
+	Interval        time.Duration
+	SlicesPerDevice int
+}
+
+func (o *serveOptions) addFlags(cmd *cobra.Command) {
+	o.pluginOptions.addFlags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.Listen, "listen", "/run/kubegpu/crishim.sock", "unix socket to serve CRI on (kubelet's --container-runtime-endpoint)")
+	f.StringVar(&o.RuntimeEndpoint, "runtime-endpoint", "unix:///run/containerd/containerd.sock", "the container runtime's CRI endpoint")
+	f.StringVar(&o.AllocationKey, "allocation-key", "/etc/kubegpu/allocation-key.pub.pem", "key that verifies the scheduler's allocations: an Ed25519 public key (PEM) or the shared HMAC secret")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig for publishing the node's devices (default: in-cluster configuration)")
+	f.BoolVar(&o.Advertise, "advertise", true, "publish the node's devices, capacity and heartbeat")
+	f.DurationVar(&o.Interval, "interval", 10*time.Second, "how often devices are discovered and the heartbeat renewed")
+	f.IntVar(&o.SlicesPerDevice, "slices-per-device", advertiser.DefaultSlicesPerDevice, "nvidia.com/gpu capacity published per device, so that kubelet admits shared slices")
+}
+
+// run serves CRI and advertises the node's devices until ctx ends.
+func (o *serveOptions) run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("node", o.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+	if o.NodeName == "" {
+		return errors.New("--node-name is required (the host name could not be read)")
+	}
+	key, err := kubeinterface.LoadKey(o.AllocationKey)
+	if err != nil {
+		return err
+	}
+	plugins, err := nodeplugins.Open(ctx, o.PluginDir, o.NodeName, o.Options)
+	if err != nil && len(plugins) == 0 {
+		return err
+	}
+	if err != nil {
+		logger.Error(err, "Some device modules did not start; serving with the others")
+	}
+	defer func() {
+		if err := nodeplugins.Close(plugins); err != nil {
+			logger.Error(err, "Closing device modules")
+		}
+	}()
+
+	d := &discovery{plugins: plugins}
+	if _, err := d.discover(ctx); err != nil {
+		return fmt.Errorf("first device discovery: %w", err)
+	}
+	var client kubernetes.Interface
+	if o.Advertise {
+		if client, err = o.client(); err != nil {
+			return err
+		}
+	}
+
+	p, err := proxy.New(proxy.Options{
+		Backend:         o.RuntimeEndpoint,
+		CreateContainer: proxy.CreateContainer(&rewrite.Rewriter{Node: o.NodeName, Key: key, Modules: d.modules}),
+	})
+	if err != nil {
+		return err
+	}
+	l, err := proxy.Listen(o.Listen)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	serveErr := make(chan error, 1)
+	wg.Go(func() { serveErr <- p.Serve(l) })
+	if client != nil {
+		a, err := advertiser.New(advertiser.Options{Node: o.NodeName, Client: client, Discover: d.discover,
+			Interval: o.Interval, SlicesPerDevice: o.SlicesPerDevice})
+		if err != nil {
+			return err
+		}
+		wg.Go(func() { a.Run(ctx) })
+	} else {
+		// Keep the device list fresh for CreateContainer.
+		wg.Go(func() { d.loop(ctx, o.Interval) })
+	}
+	logger.Info("kubegpu-crishim serving", "version", version.Get().GitVersion, "listen", o.Listen, "runtime", o.RuntimeEndpoint,
+		"modules", len(plugins), "advertise", client != nil, "signature", key.Algorithm())
+	select {
+	case <-ctx.Done():
+		logger.Info("Shutting down")
+		p.Stop(5 * time.Second)
+		wg.Wait()
+		return nil
+	case err := <-serveErr:
+		return fmt.Errorf("serve CRI on %s: %w", o.Listen, err)
+	}
+}
+
+func (o *serveOptions) client() (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if o.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client (set --kubeconfig, or --advertise=false): %w", err)
+	}
+	cfg.UserAgent = "kubegpu-crishim/" + version.Get().GitVersion
+	return kubernetes.NewForConfig(cfg)
+}
+
+// discovery runs the modules' discovery and keeps, per module, the devices
+// it serves, for the container rewrite.
+type discovery struct {
+	plugins []nodeplugins.Plugin
+	current atomic.Pointer[[]rewrite.Module]
+}
+
+// discover asks every module for its devices and returns them merged. A
+// module whose discovery fails keeps its last devices.
+func (d *discovery) discover(ctx context.Context) (types.Inventory, error) {
+	prev := d.current.Load()
+	mods := make([]rewrite.Module, len(d.plugins))
+	invs := make([]types.Inventory, 0, len(d.plugins))
+	var errs []error
+	for i, p := range d.plugins {
+		inv, err := p.Discover(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("device module %s: %w", p.Module, err))
+			if prev == nil {
+				return types.Inventory{}, errors.Join(errs...)
+			}
+			mods[i] = (*prev)[i]
+			continue
+		}
+		devices := make(map[string]bool, len(inv.Devices))
+		for _, dev := range inv.Devices {
+			devices[dev.ID] = true
+		}
+		mods[i] = rewrite.Module{Name: p.Module, Plugin: p.NodePlugin, Devices: devices}
+		invs = append(invs, inv)
+	}
+	d.current.Store(&mods)
+	merged, err := advertiser.MergeInventories(invs...)
+	if err != nil {
+		return types.Inventory{}, err
+	}
+	return merged, errors.Join(errs...)
+}
+
+func (d *discovery) modules() []rewrite.Module { return *d.current.Load() }
+
+func (d *discovery) loop(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := d.discover(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "Device discovery failed")
+			}
+		}
+	}
+}

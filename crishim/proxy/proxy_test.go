@@ -1,0 +1,205 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/kubegpu/kubegpu/crishim/rewrite"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// fakeRuntime is a CRI runtime for unit tests: it records CreateContainer
+// requests and answers a few calls.
+type fakeRuntime struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	runtimeapi.UnimplementedImageServiceServer
+	mu      sync.Mutex
+	created []*runtimeapi.CreateContainerRequest
+}
+
+func (f *fakeRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	return &runtimeapi.VersionResponse{RuntimeName: "fake", RuntimeApiVersion: "v1"}, nil
+}
+
+func (f *fakeRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.created = append(f.created, req)
+	return &runtimeapi.CreateContainerResponse{ContainerId: "c1"}, nil
+}
+
+func (f *fakeRuntime) ContainerStatus(_ context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	return nil, status.Errorf(codes.NotFound, "container %q not found", req.GetContainerId())
+}
+
+func (f *fakeRuntime) GetContainerEvents(_ *runtimeapi.GetEventsRequest, s runtimeapi.RuntimeService_GetContainerEventsServer) error {
+	for _, id := range []string{"a", "b", "c"} {
+		if err := s.Send(&runtimeapi.ContainerEventResponse{ContainerId: id}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeRuntime) ListImages(context.Context, *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+	return &runtimeapi.ListImagesResponse{Images: []*runtimeapi.Image{{Id: "busybox"}}}, nil
+}
+
+type envModule struct{}
+
+func (envModule) ContainerEdits(_ context.Context, a types.ContainerAllocation) (types.ContainerEdits, error) {
+	v := "void"
+	if len(a.Devices) > 0 {
+		v = a.Devices[0].UUID
+	}
+	return types.ContainerEdits{Env: []types.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: v}}}, nil
+}
+
+// start runs the fake runtime and a proxy in front of it and returns a CRI
+// client of the proxy.
+func start(t *testing.T, key *kubeinterface.Key) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient, *fakeRuntime) {
+	t.Helper()
+	dir := t.TempDir()
+	fake := &fakeRuntime{}
+	backend := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(backend, fake)
+	runtimeapi.RegisterImageServiceServer(backend, fake)
+	bl, err := net.Listen("unix", filepath.Join(dir, "runtime.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = backend.Serve(bl) }()
+	t.Cleanup(backend.Stop)
+
+	r := &rewrite.Rewriter{Node: "node-1", Key: key, Modules: func() []rewrite.Module {
+		return []rewrite.Module{{Name: "sim", Plugin: envModule{}, Devices: map[string]bool{"gpu0": true}}}
+	}}
+	p, err := New(Options{Backend: "unix://" + filepath.Join(dir, "runtime.sock"), CreateContainer: CreateContainer(r)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Listen(filepath.Join(dir, "crishim.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.Serve(l) }()
+	t.Cleanup(func() { p.Stop(time.Second) })
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "crishim.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return runtimeapi.NewRuntimeServiceClient(conn), runtimeapi.NewImageServiceClient(conn), fake
+}
+
+func TestProxyForwardsEveryCall(t *testing.T) {
+	rt, img, _ := start(t, nil)
+	ctx := context.Background()
+	v, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil || v.GetRuntimeName() != "fake" {
+		t.Fatalf("Version = %v, %v", v, err)
+	}
+	if _, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: "x"}); status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), `container "x" not found`) {
+		t.Errorf("ContainerStatus error = %v, want the runtime's NotFound", err)
+	}
+	if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("a call the runtime does not implement = %v, want its Unimplemented", err)
+	}
+	imgs, err := img.ListImages(ctx, &runtimeapi.ListImagesRequest{})
+	if err != nil || len(imgs.GetImages()) != 1 {
+		t.Errorf("ListImages = %v, %v", imgs, err)
+	}
+	stream, err := rt.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, ev.GetContainerId())
+	}
+	if strings.Join(ids, ",") != "a,b,c" {
+		t.Errorf("GetContainerEvents streamed %v, want a,b,c", ids)
+	}
+}
+
+func TestProxyRewritesCreateContainer(t *testing.T) {
+	key, err := kubeinterface.ParseKey([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, _, fake := start(t, key)
+	ctx := context.Background()
+	signed, err := key.Sign(kubeinterface.Allocation{
+		Pod: kubeinterface.PodRef{Namespace: "ml", Name: "train", UID: "uid-1"},
+		PodAllocation: types.PodAllocation{Node: "node-1", Containers: []types.ContainerAllocation{{Name: "main",
+			Devices: []types.DeviceShare{{ID: "gpu0", UUID: "GPU-0", Exclusive: true}}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, _ := kubeinterface.EncodeAllocation(signed)
+	req := func(container string, annotations map[string]string) *runtimeapi.CreateContainerRequest {
+		return &runtimeapi.CreateContainerRequest{
+			PodSandboxId: "sb",
+			Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: container},
+				Envs: []*runtimeapi.KeyValue{{Key: "NVIDIA_VISIBLE_DEVICES", Value: []byte("all")}}},
+			SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Namespace: "ml", Name: "train", Uid: "uid-1"},
+				Annotations: annotations},
+		}
+	}
+	for _, tt := range []struct {
+		name, container, want string
+		annotations           map[string]string
+		code                  codes.Code
+	}{
+		{name: "allocated", container: "main", annotations: map[string]string{kubeinterface.AnnotationAllocation: value}, want: "GPU-0"},
+		{name: "no allocation", container: "main", want: "void"},
+		{name: "sidecar", container: "sidecar", annotations: map[string]string{kubeinterface.AnnotationAllocation: value}, want: "void"},
+		{name: "forged", container: "main", annotations: map[string]string{kubeinterface.AnnotationAllocation: strings.Replace(value, `"uid":"uid-1"`, `"uid":"uid-2"`, 1)}, code: codes.PermissionDenied},
+		{name: "malformed", container: "main", annotations: map[string]string{kubeinterface.AnnotationAllocation: "{}"}, code: codes.FailedPrecondition},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fake.mu.Lock()
+			fake.created = nil
+			fake.mu.Unlock()
+			_, err := rt.CreateContainer(ctx, req(tt.container, tt.annotations))
+			if tt.code != codes.OK {
+				if status.Code(err) != tt.code || !strings.Contains(err.Error(), "kubegpu-crishim: ") {
+					t.Fatalf("CreateContainer error = %v, want %v", err, tt.code)
+				}
+				if len(fake.created) != 0 {
+					t.Error("a refused CreateContainer reached the runtime")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			envs := fake.created[0].GetConfig().GetEnvs()
+			if len(envs) != 1 || envs[0].GetKey() != "NVIDIA_VISIBLE_DEVICES" || string(envs[0].GetValue()) != tt.want {
+				t.Errorf("runtime got env %v, want NVIDIA_VISIBLE_DEVICES=%s only", envs, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,156 @@
+package rewrite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// ErrForbidden is wrapped when a pod's allocation is not valid here: not
+// signed with the cluster's key, or for another pod or node.
+var ErrForbidden = errors.New("allocation refused")
+
+// ErrInvalid is wrapped when an allocation cannot be applied: malformed, or
+// naming devices this node does not have.
+var ErrInvalid = errors.New("allocation cannot be applied")
+
+// Module is a node's device module as the rewrite needs it.
+type Module struct {
+	// Name is the module's name, for errors.
+	Name string
+	// Plugin makes the container edits.
+	Plugin interface {
+		ContainerEdits(ctx context.Context, alloc types.ContainerAllocation) (types.ContainerEdits, error)
+	}
+	// Devices are the IDs of the devices the module serves on this node.
+	Devices map[string]bool
+}
+
+// Rewriter holds what deciding a container's devices needs.
+type Rewriter struct {
+	// Node is this node's name.
+	Node string
+	// Key verifies allocations.
+	Key *kubeinterface.Key
+	// Modules returns the node's device modules and their current devices.
+	Modules func() []Module
+}
+
+// ContainerAllocation returns the devices allocated to container name of
+// the pod whose sandbox config is sb: an empty allocation if the pod has
+// none or does not name the container, an error wrapping ErrForbidden or
+// ErrInvalid if its allocation may not be used here.
+func (r *Rewriter) ContainerAllocation(sb *runtimeapi.PodSandboxConfig, name string) (types.ContainerAllocation, error) {
+	none := types.ContainerAllocation{Name: name}
+	value, ok := sb.GetAnnotations()[kubeinterface.AnnotationAllocation]
+	if !ok {
+		return none, nil
+	}
+	md := sb.GetMetadata()
+	pod := fmt.Sprintf("%s/%s", md.GetNamespace(), md.GetName())
+	a, err := kubeinterface.DecodeAllocation(value)
+	if err != nil {
+		return none, fmt.Errorf("%w: pod %s: %w", ErrInvalid, pod, err)
+	}
+	if err := r.Key.Verify(a); err != nil {
+		return none, fmt.Errorf("%w: pod %s: %w", ErrForbidden, pod, err)
+	}
+	if a.Pod.Namespace != md.GetNamespace() || a.Pod.Name != md.GetName() || string(a.Pod.UID) != md.GetUid() {
+		return none, fmt.Errorf("%w: pod %s (uid %s) carries the allocation of pod %s/%s (uid %s)",
+			ErrForbidden, pod, md.GetUid(), a.Pod.Namespace, a.Pod.Name, a.Pod.UID)
+	}
+	if a.Node != r.Node {
+		return none, fmt.Errorf("%w: pod %s: the allocation is for node %q, this is node %q", ErrForbidden, pod, a.Node, r.Node)
+	}
+	for _, list := range [][]types.ContainerAllocation{a.Containers, a.InitContainers} {
+		for _, c := range list {
+			if c.Name == name {
+				return c, nil
+			}
+		}
+	}
+	return none, nil
+}
+
+// Edits asks every module for its part of alloc: the devices it serves, or
+// none, so that it hides its devices. A device no module serves is an error
+// wrapping ErrInvalid.
+func (r *Rewriter) Edits(ctx context.Context, alloc types.ContainerAllocation) (types.ContainerEdits, error) {
+	modules := r.Modules()
+	parts := make([]types.ContainerAllocation, len(modules))
+	for i := range parts {
+		parts[i].Name = alloc.Name
+	}
+	for _, d := range alloc.Devices {
+		i := slices.IndexFunc(modules, func(m Module) bool { return m.Devices[d.ID] })
+		if i < 0 {
+			return types.ContainerEdits{}, fmt.Errorf("%w: container %q: device %s (%s) is not on this node", ErrInvalid, alloc.Name, d.ID, d.UUID)
+		}
+		parts[i].Devices = append(parts[i].Devices, d)
+	}
+	var all types.ContainerEdits
+	for i, m := range modules {
+		e, err := m.Plugin.ContainerEdits(ctx, parts[i])
+		if err != nil {
+			return types.ContainerEdits{}, fmt.Errorf("%w: device module %s: %w", ErrInvalid, m.Name, err)
+		}
+		all = merge(all, e)
+	}
+	return all, nil
+}
+
+func merge(a, b types.ContainerEdits) types.ContainerEdits {
+	a.Env = append(a.Env, b.Env...)
+	a.DeviceNodes = append(a.DeviceNodes, b.DeviceNodes...)
+	a.Mounts = append(a.Mounts, b.Mounts...)
+	a.CDIDevices = append(a.CDIDevices, b.CDIDevices...)
+	if len(b.Annotations) > 0 {
+		if a.Annotations == nil {
+			a.Annotations = map[string]string{}
+		}
+		maps.Copy(a.Annotations, b.Annotations)
+	}
+	return a
+}
+
+// Apply rewrites cfg with the edits: env variables replace the container's
+// own of the same name, and device nodes, mounts, CDI devices and
+// annotations are added. It changes cfg in place.
+func Apply(cfg *runtimeapi.ContainerConfig, e types.ContainerEdits) {
+	if len(e.Env) > 0 {
+		set := make(map[string]bool, len(e.Env))
+		for _, v := range e.Env {
+			set[v.Name] = true
+		}
+		cfg.Envs = slices.DeleteFunc(cfg.Envs, func(kv *runtimeapi.KeyValue) bool { return set[kv.GetKey()] })
+		for _, v := range e.Env {
+			cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: v.Name, Value: []byte(v.Value)})
+		}
+	}
+	for _, d := range e.DeviceNodes {
+		perm := d.Permissions
+		if perm == "" {
+			perm = "rw"
+		}
+		cfg.Devices = append(cfg.Devices, &runtimeapi.Device{ContainerPath: d.ContainerPath, HostPath: d.HostPath, Permissions: perm})
+	}
+	for _, m := range e.Mounts {
+		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, Readonly: m.ReadOnly})
+	}
+	for _, name := range e.CDIDevices {
+		cfg.CDIDevices = append(cfg.CDIDevices, &runtimeapi.CDIDevice{Name: name})
+	}
+	if len(e.Annotations) > 0 {
+		if cfg.Annotations == nil {
+			cfg.Annotations = map[string]string{}
+		}
+		maps.Copy(cfg.Annotations, e.Annotations)
+	}
+}

@@ -1,0 +1,169 @@
+package rewrite
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// fakeModule makes edits that name the devices it got.
+type fakeModule struct{ env string }
+
+func (f fakeModule) ContainerEdits(_ context.Context, a types.ContainerAllocation) (types.ContainerEdits, error) {
+	if len(a.Devices) == 0 {
+		return types.ContainerEdits{Env: []types.EnvVar{{Name: f.env, Value: "void"}}}, nil
+	}
+	var ids []string
+	for _, d := range a.Devices {
+		ids = append(ids, d.UUID)
+	}
+	return types.ContainerEdits{Env: []types.EnvVar{{Name: f.env, Value: strings.Join(ids, ",")}}, CDIDevices: []string{"example.com/gpu=" + ids[0]}}, nil
+}
+
+func testKey(t *testing.T, secret string) *kubeinterface.Key {
+	t.Helper()
+	k, err := kubeinterface.ParseKey([]byte(strings.Repeat(secret, 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func sandbox(t *testing.T, key *kubeinterface.Key, ref kubeinterface.PodRef, node string) *runtimeapi.PodSandboxConfig {
+	t.Helper()
+	sb := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Namespace: "ml", Name: "train", Uid: "uid-1"}}
+	if key == nil {
+		return sb
+	}
+	a, err := key.Sign(kubeinterface.Allocation{Pod: ref, PodAllocation: types.PodAllocation{Node: node,
+		Containers:     []types.ContainerAllocation{{Name: "main", Devices: []types.DeviceShare{{ID: "gpu1", UUID: "GPU-1", Exclusive: true}}}},
+		InitContainers: []types.ContainerAllocation{{Name: "init", Devices: []types.DeviceShare{{ID: "gpu2", UUID: "GPU-2", ComputePercent: 50}}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, err := kubeinterface.EncodeAllocation(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Annotations = map[string]string{kubeinterface.AnnotationAllocation: value}
+	return sb
+}
+
+func TestContainerAllocation(t *testing.T) {
+	key := testKey(t, "k")
+	r := &Rewriter{Node: "node-1", Key: key}
+	self := kubeinterface.PodRef{Namespace: "ml", Name: "train", UID: "uid-1"}
+	for _, tt := range []struct {
+		name      string
+		sb        *runtimeapi.PodSandboxConfig
+		container string
+		want      []string // device IDs
+		wantErr   error
+		errText   string
+	}{
+		{name: "no allocation", sb: sandbox(t, nil, self, ""), container: "main"},
+		{name: "main", sb: sandbox(t, key, self, "node-1"), container: "main", want: []string{"gpu1"}},
+		{name: "init container", sb: sandbox(t, key, self, "node-1"), container: "init", want: []string{"gpu2"}},
+		{name: "container not named", sb: sandbox(t, key, self, "node-1"), container: "sidecar"},
+		{name: "forged", sb: sandbox(t, testKey(t, "x"), self, "node-1"), container: "main", wantErr: ErrForbidden, errText: "does not match the cluster's key"},
+		{name: "other pod", sb: sandbox(t, key, kubeinterface.PodRef{Namespace: "ml", Name: "train", UID: "uid-0"}, "node-1"), container: "main", wantErr: ErrForbidden, errText: "carries the allocation of pod ml/train (uid uid-0)"},
+		{name: "other node", sb: sandbox(t, key, self, "node-2"), container: "main", wantErr: ErrForbidden, errText: `the allocation is for node "node-2", this is node "node-1"`},
+		{name: "malformed", sb: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Namespace: "ml", Name: "train"},
+			Annotations: map[string]string{kubeinterface.AnnotationAllocation: "{"}}, container: "main", wantErr: ErrInvalid},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := r.ContainerAllocation(tt.sb, tt.container)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.errText) {
+					t.Fatalf("error %v, want %v containing %q", err, tt.wantErr, tt.errText)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, d := range a.Devices {
+				got = append(got, d.ID)
+			}
+			if !reflect.DeepEqual(got, tt.want) || a.Name != tt.container {
+				t.Errorf("allocation %+v, want devices %v", a, tt.want)
+			}
+		})
+	}
+}
+
+func TestEdits(t *testing.T) {
+	r := &Rewriter{Modules: func() []Module {
+		return []Module{
+			{Name: "a", Plugin: fakeModule{env: "A_DEVICES"}, Devices: map[string]bool{"gpu0": true, "gpu1": true}},
+			{Name: "b", Plugin: fakeModule{env: "B_DEVICES"}, Devices: map[string]bool{"acc0": true}},
+		}
+	}}
+	got, err := r.Edits(context.Background(), types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{{ID: "gpu1", UUID: "GPU-1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := types.ContainerEdits{
+		Env:        []types.EnvVar{{Name: "A_DEVICES", Value: "GPU-1"}, {Name: "B_DEVICES", Value: "void"}},
+		CDIDevices: []string{"example.com/gpu=GPU-1"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("edits %+v, want %+v", got, want)
+	}
+	_, err = r.Edits(context.Background(), types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{{ID: "gpu9", UUID: "GPU-9"}}})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "device gpu9 (GPU-9) is not on this node") {
+		t.Errorf("unknown device: %v", err)
+	}
+}
+
+func TestApply(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		cfg   *runtimeapi.ContainerConfig
+		edits types.ContainerEdits
+		want  *runtimeapi.ContainerConfig
+	}{
+		{
+			name: "env replaces the container's own",
+			cfg: &runtimeapi.ContainerConfig{Envs: []*runtimeapi.KeyValue{
+				{Key: "NVIDIA_VISIBLE_DEVICES", Value: []byte("all")}, {Key: "HOME", Value: []byte("/root")}}},
+			edits: types.ContainerEdits{Env: []types.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}}},
+			want: &runtimeapi.ContainerConfig{Envs: []*runtimeapi.KeyValue{
+				{Key: "HOME", Value: []byte("/root")}, {Key: "NVIDIA_VISIBLE_DEVICES", Value: []byte("void")}}},
+		},
+		{
+			name: "devices, mounts, CDI and annotations are added",
+			cfg:  &runtimeapi.ContainerConfig{Annotations: map[string]string{"a": "1"}},
+			edits: types.ContainerEdits{
+				DeviceNodes: []types.DeviceNode{{HostPath: "/dev/nvidia0", ContainerPath: "/dev/nvidia0"}},
+				Mounts:      []types.Mount{{HostPath: "/run/mps", ContainerPath: "/run/mps", ReadOnly: true}},
+				CDIDevices:  []string{"nvidia.com/gpu=GPU-1"},
+				Annotations: map[string]string{"b": "2"},
+			},
+			want: &runtimeapi.ContainerConfig{
+				Annotations: map[string]string{"a": "1", "b": "2"},
+				Devices:     []*runtimeapi.Device{{HostPath: "/dev/nvidia0", ContainerPath: "/dev/nvidia0", Permissions: "rw"}},
+				Mounts:      []*runtimeapi.Mount{{HostPath: "/run/mps", ContainerPath: "/run/mps", Readonly: true}},
+				CDIDevices:  []*runtimeapi.CDIDevice{{Name: "nvidia.com/gpu=GPU-1"}},
+			},
+		},
+		{name: "no edits", cfg: &runtimeapi.ContainerConfig{}, want: &runtimeapi.ContainerConfig{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			Apply(tt.cfg, tt.edits)
+			if !proto.Equal(tt.cfg, tt.want) {
+				t.Errorf("Apply gave %v, want %v", tt.cfg, tt.want)
+			}
+		})
+	}
+}
