@@ -15,6 +15,8 @@ PLUGIN_DIR := $(OUT)/plugins
 TOOLS := $(CURDIR)/$(OUT)/tools/bin
 
 export CGO_ENABLED := 1
+# go-nvml's cgo preamble uses NVML calls its header marks deprecated.
+export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export GOFLAGS := -trimpath -buildvcs=false
 export PATH := $(TOOLS):$(PATH)
 
@@ -30,7 +32,8 @@ KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitTreeState=clean
 
 # Host binaries: name -> main package.
-BINARIES := kubegpu-crishim kubegpu-scheduler kubegpu-sim
+BINARIES := kubegpu kubegpu-crishim kubegpu-scheduler kubegpu-sim
+kubegpu_PKG := ./cli/cmd/kubegpu
 kubegpu-crishim_PKG := ./crishim/cmd/kubegpu-crishim
 kubegpu-scheduler_PKG := ./kube-scheduler/cmd/kubegpu-scheduler
 kubegpu-sim_PKG := ./device-scheduler/cmd/kubegpu-sim
@@ -59,6 +62,7 @@ deps: ## Install what building and testing need (Debian packages, Go tools)
 build: deps ## Build the binaries into _output/bin
 	@mkdir -p $(BIN)
 	$(foreach b,$(BINARIES),$(GO) build -ldflags '$(LDFLAGS) $(KUBE_LDFLAGS)' -o $(BIN)/$(b) $($(b)_PKG) &&) true
+	ln -sf kubegpu $(BIN)/kubectl-kubegpu
 
 # Upstream binaries, built from the pinned k8s.io/kubernetes (go.mod's tool lines).
 KUBE_BINARIES := kube-apiserver kube-scheduler

@@ -1,0 +1,249 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/plugins/nvidia"
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+type explainOptions struct {
+	namespace  string
+	policy     string
+	staleness  time.Duration
+	topDevices int
+}
+
+func newExplainCommand(client func() (kubernetes.Interface, error), namespace func() string) *cobra.Command {
+	o := explainOptions{}
+	cmd := &cobra.Command{
+		Use:   "explain POD",
+		Short: "Explain, per node, why a pod's GPUs fit there or not",
+		Long: `explain evaluates the pod's GPU request on every node with the allocation
+engine kubegpu-scheduler uses, against the devices the pods on each node hold
+now, and prints per node whether it fits, its rank, the devices it would get
+and, where it does not fit, why.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			if o.namespace == "" {
+				o.namespace = namespace()
+			}
+			return o.run(cmd, c, args[0])
+		},
+	}
+	cmd.Flags().StringVar(&o.policy, "policy", devicescheduler.PolicyKubegpu, "node policy to rank with: "+strings.Join(devicescheduler.Policies(), ", "))
+	cmd.Flags().DurationVar(&o.staleness, "heartbeat-staleness", 40*time.Second, "heartbeat age beyond which a node gets no new pods (as configured in the scheduler)")
+	cmd.Flags().IntVar(&o.topDevices, "top", 3, "show the devices the pod would get on this many best nodes")
+	return cmd
+}
+
+// explainRow is one node's verdict.
+type explainRow struct {
+	node    string
+	fits    bool
+	score   int64
+	devices string
+	reason  string
+}
+
+func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name string) error {
+	ctx := cmd.Context()
+	w := cmd.OutOrStdout()
+	ns := o.namespace
+	pod, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get pod %s/%s: %w", ns, name, err)
+	}
+	if !kubeinterface.WantsDevices(pod) {
+		_, err := fmt.Fprintf(w, "Pod %s/%s asks for no GPUs: kubegpu places it like any other pod.\n", ns, name)
+		return err
+	}
+	req, err := kubeinterface.PodRequest(pod)
+	if err != nil {
+		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, err)
+		return nil
+	}
+	engine, err := newEngine(ctx, o.policy)
+	if err != nil {
+		return err
+	}
+	r, err := engine.NewRequest(req, devicescheduler.Host{})
+	if err != nil {
+		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, err)
+		return nil
+	}
+	s, err := loadState(ctx, c)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "Pod %s/%s asks for:\n", ns, name)
+	for _, ct := range r.Containers {
+		fmt.Fprintf(w, "  %s\n", describeContainer(ct))
+	}
+	if pod.Spec.NodeName != "" {
+		if a, err := kubeinterface.PodAllocation(pod); err == nil {
+			fmt.Fprintf(w, "It is bound to %s with devices %s.\n", pod.Spec.NodeName, allocationDevices(a.PodAllocation))
+		} else {
+			fmt.Fprintf(w, "It is bound to %s without a usable allocation (%v): it runs with no GPUs.\n", pod.Spec.NodeName, err)
+		}
+	}
+	fmt.Fprintln(w)
+	// The workload mix the scheduler learns: the pods running now.
+	for _, list := range s.pods {
+		for _, pa := range list {
+			if pr, err := kubeinterface.PodRequest(pa.pod); err == nil {
+				if rr, err := engine.NewRequest(pr, devicescheduler.Host{}); err == nil {
+					engine.Observe(rr)
+				}
+			}
+		}
+	}
+	rows := o.evaluate(engine, s, r, pod.UID)
+	return printExplain(w, rows, o.topDevices)
+}
+
+func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterState, r *devicescheduler.Request, self ktypes.UID) []explainRow {
+	var rows []explainRow
+	now := time.Now()
+	for _, n := range s.nodes {
+		row := explainRow{node: n.name}
+		switch {
+		case !n.hasInventory():
+			row.reason = n.why()
+		case n.renewed.IsZero():
+			row.reason = "no kubegpu heartbeat Lease"
+		case now.Sub(n.renewed) > o.staleness:
+			row.reason = fmt.Sprintf("heartbeat is stale (last renewed %s ago)", now.Sub(n.renewed).Round(time.Second))
+		default:
+			node, err := engine.NewNode(n.name, n.inv, devicescheduler.Host{})
+			if err != nil {
+				row.reason = fmt.Sprintf("inventory unusable: %v", err)
+				break
+			}
+			for _, pa := range s.pods[n.name] {
+				if pa.pod.UID == self {
+					continue
+				}
+				_ = node.Assume(string(pa.pod.UID), pa.alloc.PodAllocation, devicescheduler.Host{})
+			}
+			var pl devicescheduler.Placement
+			if err := engine.Evaluate(node, r, &pl); err != nil {
+				var nf *devicescheduler.NotFitError
+				if errors.As(err, &nf) {
+					row.reason = nf.Detail()
+				} else {
+					row.reason = err.Error()
+				}
+				break
+			}
+			row.fits, row.score = true, pl.Score()
+			a := pl.Allocation()
+			row.devices = allocationDevices(a)
+		}
+		rows = append(rows, row)
+	}
+	// Fitting nodes first, best first; then the others by name.
+	slices.SortStableFunc(rows, func(a, b explainRow) int {
+		switch {
+		case a.fits != b.fits:
+			if a.fits {
+				return -1
+			}
+			return 1
+		case a.fits && a.score != b.score:
+			if a.score > b.score {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.node, b.node)
+	})
+	return rows
+}
+
+func printExplain(w io.Writer, rows []explainRow, top int) error {
+	fits := 0
+	for _, r := range rows {
+		if r.fits {
+			fits++
+		}
+	}
+	fmt.Fprintf(w, "Fits on %d of %d nodes.\n\n", fits, len(rows))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tFITS\tRANK\tDEVICES / REASON")
+	for i, r := range rows {
+		if r.fits {
+			devices := r.devices
+			if i >= top {
+				devices = "..."
+			}
+			fmt.Fprintf(tw, "%s\tyes\t%d\t%s\n", r.node, i+1, devices)
+		} else {
+			fmt.Fprintf(tw, "%s\tno\t-\t%s\n", r.node, r.reason)
+		}
+	}
+	return tw.Flush()
+}
+
+func describeContainer(c devicescheduler.Container) string {
+	kind := "init container"
+	if !c.Init {
+		kind = "container"
+	}
+	what := fmt.Sprintf("%d whole GPU(s)", c.Count)
+	if !c.Exclusive {
+		what = fmt.Sprintf("%d GPU slice(s) of %d%% compute and %d MiB", c.Count, c.Milli/10, c.MemoryMiB)
+	}
+	return fmt.Sprintf("%s %q: %s, topology %s", kind, c.Name, what, c.Topology)
+}
+
+func allocationDevices(a types.PodAllocation) string {
+	var parts []string
+	for _, list := range [][]types.ContainerAllocation{a.InitContainers, a.Containers} {
+		for _, c := range list {
+			var ids []string
+			for _, d := range c.Devices {
+				id := d.ID
+				if !d.Exclusive {
+					id += fmt.Sprintf("(%d%%,%dMiB)", d.ComputePercent, d.MemoryMiB)
+				}
+				ids = append(ids, id)
+			}
+			parts = append(parts, c.Name+"="+strings.Join(ids, ","))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// newEngine builds the engine with the scheduler sides of the device
+// modules kubegpu ships, linked into this binary.
+func newEngine(ctx context.Context, policy string) (*devicescheduler.Engine, error) {
+	var plugins []types.SchedulerPlugin
+	for _, m := range []types.Module{simgpu.NewModule(), nvidia.NewModule()} {
+		sp, err := m.SchedulerPlugin(ctx, types.PluginConfig{})
+		if err != nil {
+			return nil, fmt.Errorf("device module %s: %w", m.Name(), err)
+		}
+		plugins = append(plugins, sp)
+	}
+	return devicescheduler.New(devicescheduler.Config{Plugins: plugins, Policy: policy})
+}

@@ -1,0 +1,134 @@
+package app
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// GPU is one row of `kubegpu gpus`, also its JSON and YAML form.
+type GPU struct {
+	Node        string   `json:"node"`
+	Index       int      `json:"index"`
+	ID          string   `json:"id"`
+	UUID        string   `json:"uuid"`
+	Model       string   `json:"model"`
+	Health      string   `json:"health"`
+	Parent      string   `json:"parent,omitempty"`
+	MemoryMiB   int64    `json:"memoryMiB"`
+	UsedMiB     int64    `json:"usedMemoryMiB"`
+	UsedCores   int      `json:"usedCoresPercent"`
+	Exclusive   bool     `json:"exclusive"`
+	Pods        []string `json:"pods"`
+	NodeProblem string   `json:"nodeProblem,omitempty"`
+}
+
+func newGPUsCommand(client func() (kubernetes.Interface, error)) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "gpus",
+		Short: "List every GPU: node, model, memory and compute in use, and its pods",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !slices.Contains([]string{"", "wide", "json", "yaml"}, output) {
+				return fmt.Errorf("--output must be wide, json or yaml, got %q", output)
+			}
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			s, err := loadState(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
+			return printGPUs(cmd.OutOrStdout(), gpus(s), output)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: wide, json or yaml")
+	return cmd
+}
+
+// gpus computes every device's use from the pods' allocations.
+func gpus(s *clusterState) []GPU {
+	var out []GPU
+	for _, n := range s.nodes {
+		if !n.hasInventory() {
+			continue
+		}
+		byID := map[string]int{}
+		for _, d := range n.inv.Devices {
+			byID[d.ID] = len(out)
+			out = append(out, GPU{Node: n.name, Index: d.Index, ID: d.ID, UUID: d.UUID, Model: d.Model,
+				Health: string(d.Health), Parent: d.Parent, MemoryMiB: d.MemoryMiB, Pods: []string{}})
+		}
+		for _, pa := range s.pods[n.name] {
+			name := pa.pod.Namespace + "/" + pa.pod.Name
+			for _, c := range append(append([]types.ContainerAllocation{}, pa.alloc.InitContainers...), pa.alloc.Containers...) {
+				for _, sh := range c.Devices {
+					i, ok := byID[sh.ID]
+					if !ok {
+						continue
+					}
+					g := &out[i]
+					if sh.Exclusive {
+						g.Exclusive, g.UsedMiB, g.UsedCores = true, g.MemoryMiB, 100
+					} else {
+						g.UsedMiB += sh.MemoryMiB
+						g.UsedCores += sh.ComputePercent
+					}
+					if !slices.Contains(g.Pods, name) {
+						g.Pods = append(g.Pods, name)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func printGPUs(w io.Writer, rows []GPU, output string) error {
+	switch output {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	case "yaml":
+		b, err := yaml.Marshal(rows)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := "NODE\tGPU\tMODEL\tMEMORY USED/TOTAL\tCORES USED\tPODS"
+	if output == "wide" {
+		header += "\tID\tUUID\tHEALTH"
+	}
+	fmt.Fprintln(tw, header)
+	for _, g := range rows {
+		pods := strings.Join(g.Pods, ",")
+		if pods == "" {
+			pods = "-"
+		}
+		idx := fmt.Sprint(g.Index)
+		if g.Parent != "" {
+			idx = g.ID // a MIG slice
+		}
+		line := fmt.Sprintf("%s\t%s\t%s\t%d/%d MiB\t%d%%\t%s", g.Node, idx, g.Model, g.UsedMiB, g.MemoryMiB, g.UsedCores, pods)
+		if output == "wide" {
+			line += fmt.Sprintf("\t%s\t%s\t%s", g.ID, g.UUID, g.Health)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	return tw.Flush()
+}
