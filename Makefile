@@ -115,10 +115,11 @@ sim: build ## Replay the openb trace under every policy (OPENB=dir, SIM_PODS=fil
 verify: deps ## gofmt, go vet, go mod tidy diff, golangci-lint
 	@hack/verify.sh
 
+KEEP ?=
+
 .PHONY: demo
-demo: ## Run the local demo cluster (not built yet)
-	@echo "make demo: the demo cluster is not built yet; see the README's status section." >&2
-	@exit 2
+demo: build plugins kube-binaries ## Run kubegpu end to end on simulated GPU nodes (KEEP=1 leaves it running)
+	$(GO) run ./demo --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) $(if $(KEEP),--keep)
 
 .PHONY: clean
 clean: ## Remove _output

@@ -74,5 +74,14 @@ printf 'p5,abc,1,1,1000,\n' >>"$tmp/pods.csv"
 want="pods.csv:7:2 (column cpu_milli): want an integer, got \"abc\""
 check "sim rejects a malformed trace line" bash -c "! $BIN/kubegpu-sim placement --nodes $tmp/nodes.csv --pods $tmp/pods.csv --seeds 1"
 
+# The demo (make demo), so that it cannot rot: it needs kube-apiserver from
+# make kube-binaries and etcd from make deps.
+if [ -x $BIN/kube-apiserver ] && command -v etcd >/dev/null; then
+	want="Fits on 0 of 5 nodes."
+	check "make demo" go run ./demo --bin-dir $BIN --plugin-dir $PLUGINS
+else
+	echo "--- SKIP: make demo (needs $BIN/kube-apiserver from make kube-binaries and etcd from make deps)"
+fi
+
 echo "integration: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,0 +1,324 @@
+// Command demo runs kubegpu end to end on loopback in a temporary
+// directory: etcd and kube-apiserver, kubegpu-scheduler as the only
+// scheduler, and simulated GPU nodes (kubegpu-crishim advertisers with the
+// simgpu module: 2 × DGX-1, 1 × DGX H100, 2 × 4-T4 box). It applies the
+// pods in examples/, waits until each is placed or refused, prints the
+// cluster's GPUs and why the pod that cannot fit is pending, and tears
+// everything down. `make demo` runs it; KEEP=1 leaves the cluster running.
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubegpu/kubegpu/internal/localcluster"
+)
+
+type options struct {
+	binDir, pluginDir, examples string
+	keep                        bool
+	timeout                     time.Duration
+}
+
+// simNodes are the simulated GPU nodes: name and simgpu preset.
+var simNodes = []struct{ name, preset string }{
+	{"dgx1-a", "dgx1"}, {"dgx1-b", "dgx1"}, {"dgx-h100", "dgx-h100"}, {"t4-box-a", "t4x4"}, {"t4-box-b", "t4x4"},
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.binDir, "bin-dir", "_output/bin", "kubegpu and Kubernetes binaries")
+	flag.StringVar(&o.pluginDir, "plugin-dir", "_output/plugins", "device modules")
+	flag.StringVar(&o.examples, "examples", "examples", "directory of example pods")
+	flag.BoolVar(&o.keep, "keep", false, "leave the cluster running until Ctrl-C and print its kubeconfig")
+	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long the demo may take")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, o)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func step(format string, args ...any) { fmt.Printf("\n==> "+format+"\n", args...) }
+
+func run(ctx context.Context, o options) (err error) {
+	start := time.Now()
+	dir, err := os.MkdirTemp("", "kubegpu-demo-")
+	if err != nil {
+		return err
+	}
+	var procs []*localcluster.Process
+	var c *localcluster.Cluster
+	defer func() {
+		step("Tearing down")
+		for i := len(procs) - 1; i >= 0; i-- {
+			_ = procs[i].Stop()
+		}
+		if c != nil {
+			c.Stop()
+		}
+		if err == nil && !o.keep {
+			os.RemoveAll(dir)
+			fmt.Println("removed", dir)
+		} else {
+			fmt.Println("logs kept in", dir)
+		}
+	}()
+	runCtx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	if o.keep {
+		runCtx = ctx
+	}
+
+	step("Starting etcd and kube-apiserver on loopback (in %s)", dir)
+	c, err = localcluster.Start(runCtx, localcluster.Options{Dir: dir, APIServer: filepath.Join(o.binDir, "kube-apiserver")})
+	if err != nil {
+		return err
+	}
+	keyFile, pubFile, err := writeKeys(dir)
+	if err != nil {
+		return err
+	}
+
+	step("Starting kubegpu-scheduler (upstream kube-scheduler + the KubeGPU plugin)")
+	p, err := startScheduler(runCtx, c, o, dir, keyFile)
+	if err != nil {
+		return err
+	}
+	procs = append(procs, p)
+
+	step("Starting %d simulated GPU nodes: kubegpu-crishim with the simgpu module", len(simNodes))
+	for _, n := range simNodes {
+		if err := createNode(runCtx, c, n.name); err != nil {
+			return err
+		}
+		p, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-crishim-"+n.name+".log"), filepath.Join(o.binDir, "kubegpu-crishim"),
+			"--node-name="+n.name, "--plugin-dir="+o.pluginDir, "--plugin-option=simgpu.preset="+n.preset,
+			"--listen="+filepath.Join(dir, n.name+".sock"), "--runtime-endpoint=unix://"+filepath.Join(dir, "no-runtime.sock"),
+			"--allocation-key="+pubFile, "--kubeconfig="+c.Kubeconfig, "--interval=5s")
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		fmt.Printf("    %-10s %s\n", n.name, n.preset)
+	}
+	if err := waitForInventories(runCtx, c); err != nil {
+		return err
+	}
+
+	step("Applying %s/", o.examples)
+	pods, err := applyExamples(runCtx, c, o.examples)
+	if err != nil {
+		return err
+	}
+	pending, err := waitForPods(runCtx, c, pods)
+	if err != nil {
+		return err
+	}
+
+	step("kubegpu gpus")
+	if err := kubegpu(runCtx, o, c, "gpus"); err != nil {
+		return err
+	}
+	for _, name := range pending {
+		step("kubegpu explain %s", name)
+		if err := kubegpu(runCtx, o, c, "explain", name); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("\nDemo ran in %s.\n", time.Since(start).Round(time.Second))
+	if o.keep {
+		step("The cluster keeps running; Ctrl-C ends it")
+		fmt.Printf("    export KUBECONFIG=%s\n    %s/kubegpu gpus\n", c.Kubeconfig, o.binDir)
+		<-ctx.Done()
+	}
+	return nil
+}
+
+func writeKeys(dir string) (private, public string, err error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	privDER, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return "", "", err
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return "", "", err
+	}
+	private, public = filepath.Join(dir, "allocation-key.pem"), filepath.Join(dir, "allocation-key.pub.pem")
+	if err := os.WriteFile(private, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600); err != nil {
+		return "", "", err
+	}
+	return private, public, os.WriteFile(public, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600)
+}
+
+func startScheduler(ctx context.Context, c *localcluster.Cluster, o options, dir, keyFile string) (*localcluster.Process, error) {
+	// The shipped configuration, pointed at this cluster.
+	shipped, err := os.ReadFile("kube-scheduler/config/kubegpu-scheduler.yaml")
+	if err != nil {
+		return nil, err
+	}
+	cfg := strings.NewReplacer(
+		"/etc/kubernetes/scheduler.conf", c.Kubeconfig,
+		"/usr/lib/kubegpu/plugins", mustAbs(o.pluginDir),
+		"/etc/kubegpu/allocation-key.pem", keyFile,
+		"leaderElect: true", "leaderElect: false",
+	).Replace(string(shipped))
+	path := filepath.Join(dir, "kubegpu-scheduler.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	port, err := localcluster.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	p, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-scheduler.log"), filepath.Join(o.binDir, "kubegpu-scheduler"),
+		"--config="+path, fmt.Sprintf("--secure-port=%d", port), "--bind-address=127.0.0.1", "--v=2")
+	if err != nil {
+		return nil, err
+	}
+	return p, p.WaitFor(ctx, time.Minute, func(ctx context.Context) error {
+		log, _ := os.ReadFile(p.Log)
+		if !bytes.Contains(log, []byte(`"kubegpu plugin ready"`)) {
+			return errors.New("plugin not loaded yet")
+		}
+		return nil
+	})
+}
+
+func mustAbs(p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	return a
+}
+
+// createNode registers a Node as kubelet would, ready and untainted.
+func createNode(ctx context.Context, c *localcluster.Cluster, name string) error {
+	n, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{"kubernetes.io/hostname": name}}}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	n.Spec.Taints = nil
+	if n, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	n.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	n.Status.Allocatable = n.Status.Capacity
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+	_, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	return err
+}
+
+func waitForInventories(ctx context.Context, c *localcluster.Cluster) error {
+	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		published := 0
+		for _, n := range nodes.Items {
+			if _, ok := n.Annotations["kubegpu.io/inventory"]; ok {
+				published++
+			}
+		}
+		return published == len(simNodes), nil
+	})
+}
+
+// applyExamples creates every pod in the YAML files of dir.
+func applyExamples(ctx context.Context, c *localcluster.Cluster, dir string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no example pods in %s", dir)
+	}
+	sort.Strings(files)
+	var names []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		for i, doc := range strings.Split(string(data), "\n---\n") {
+			var pod corev1.Pod
+			if err := yaml.UnmarshalStrict([]byte(doc), &pod); err != nil {
+				return nil, fmt.Errorf("%s: document %d: %w", f, i+1, err)
+			}
+			if _, err := c.Client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, &pod, metav1.CreateOptions{}); err != nil {
+				return nil, fmt.Errorf("%s: create pod %s: %w", f, pod.Name, err)
+			}
+			fmt.Printf("    pod/%s created (%s)\n", pod.Name, filepath.Base(f))
+			names = append(names, pod.Name)
+		}
+	}
+	return names, nil
+}
+
+// waitForPods waits until every pod is bound or refused, and returns the
+// refused ones.
+func waitForPods(ctx context.Context, c *localcluster.Cluster, names []string) ([]string, error) {
+	var pending []string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pending = nil
+		for _, name := range names {
+			p, err := c.Client.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			switch {
+			case p.Spec.NodeName != "":
+			case unschedulable(p):
+				pending = append(pending, name)
+			default:
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return pending, err
+}
+
+func unschedulable(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return true
+		}
+	}
+	return false
+}
+
+func kubegpu(ctx context.Context, o options, c *localcluster.Cluster, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(o.binDir, "kubegpu"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	return cmd.Run()
+}
