@@ -8,13 +8,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -27,7 +25,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
@@ -105,7 +102,7 @@ func run(ctx context.Context, o options) (err error) {
 	}
 
 	step("Starting kubegpu-scheduler (upstream kube-scheduler + the KubeGPU plugin)")
-	p, err := startScheduler(runCtx, c, o, dir, keyFile)
+	p, err := startScheduler(runCtx, c, o, keyFile)
 	if err != nil {
 		return err
 	}
@@ -113,7 +110,7 @@ func run(ctx context.Context, o options) (err error) {
 
 	step("Starting %d simulated GPU nodes: kubegpu-crishim with the simgpu module", len(simNodes))
 	for _, n := range simNodes {
-		if err := createNode(runCtx, c, n.name); err != nil {
+		if err := c.RegisterNode(runCtx, n.name, localcluster.NodeCapacity("64", "512Gi", 110)); err != nil {
 			return err
 		}
 		p, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-crishim-"+n.name+".log"), filepath.Join(o.binDir, "kubegpu-crishim"),
@@ -179,38 +176,17 @@ func writeKeys(dir string) (private, public string, err error) {
 	return private, public, os.WriteFile(public, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600)
 }
 
-func startScheduler(ctx context.Context, c *localcluster.Cluster, o options, dir, keyFile string) (*localcluster.Process, error) {
+func startScheduler(ctx context.Context, c *localcluster.Cluster, o options, keyFile string) (*localcluster.Process, error) {
 	// The shipped configuration, pointed at this cluster.
-	shipped, err := os.ReadFile("kube-scheduler/config/kubegpu-scheduler.yaml")
+	config, err := c.ShippedSchedulerConfig("kube-scheduler/config/kubegpu-scheduler.yaml", mustAbs(o.pluginDir), keyFile, 200)
 	if err != nil {
 		return nil, err
 	}
-	cfg := strings.NewReplacer(
-		"/etc/kubernetes/scheduler.conf", c.Kubeconfig,
-		"/usr/lib/kubegpu/plugins", mustAbs(o.pluginDir),
-		"/etc/kubegpu/allocation-key.pem", keyFile,
-		"leaderElect: true", "leaderElect: false",
-	).Replace(string(shipped))
-	path := filepath.Join(dir, "kubegpu-scheduler.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		return nil, err
-	}
-	port, err := localcluster.FreePort()
+	s, err := c.StartScheduler(ctx, filepath.Join(o.binDir, "kubegpu-scheduler"), config, "kubegpu-scheduler", "--v=2")
 	if err != nil {
 		return nil, err
 	}
-	p, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-scheduler.log"), filepath.Join(o.binDir, "kubegpu-scheduler"),
-		"--config="+path, fmt.Sprintf("--secure-port=%d", port), "--bind-address=127.0.0.1", "--v=2")
-	if err != nil {
-		return nil, err
-	}
-	return p, p.WaitFor(ctx, time.Minute, func(ctx context.Context) error {
-		log, _ := os.ReadFile(p.Log)
-		if !bytes.Contains(log, []byte(`"kubegpu plugin ready"`)) {
-			return errors.New("plugin not loaded yet")
-		}
-		return nil
-	})
+	return s.Process, nil
 }
 
 func mustAbs(p string) string {
@@ -219,25 +195,6 @@ func mustAbs(p string) string {
 		return p
 	}
 	return a
-}
-
-// createNode registers a Node as kubelet would, ready and untainted.
-func createNode(ctx context.Context, c *localcluster.Cluster, name string) error {
-	n, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-		Labels: map[string]string{"kubernetes.io/hostname": name}}}, metav1.CreateOptions{})
-	if err != nil {
-		return err
-	}
-	n.Spec.Taints = nil
-	if n, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		return err
-	}
-	n.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"),
-		corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("110")}
-	n.Status.Allocatable = n.Status.Capacity
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
-	_, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-	return err
 }
 
 func waitForInventories(ctx context.Context, c *localcluster.Cluster) error {

@@ -205,9 +205,10 @@ func (c *Cluster) writeKubeconfig() error {
 	return err
 }
 
-// EnsureNamespace creates a namespace, if missing, with the default
-// ServiceAccount that the ServiceAccount admission plugin requires of pods
-// (a controller-manager would create it).
+// EnsureNamespace creates a namespace, if missing, with what a
+// controller-manager would add: the default ServiceAccount (the
+// ServiceAccount admission plugin requires it of pods) and the
+// kube-root-ca.crt ConfigMap (kubelet mounts it into pods).
 func (c *Cluster) EnsureNamespace(ctx context.Context, name string) error {
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
@@ -215,6 +216,11 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name string) error {
 			return false, nil
 		}
 		_, err = c.Client.CoreV1().ServiceAccounts(name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, nil
+		}
+		_, err = c.Client.CoreV1().ConfigMaps(name).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"},
+			Data: map[string]string{"ca.crt": string(c.pki.caCert)}}, metav1.CreateOptions{})
 		return err == nil || apierrors.IsAlreadyExists(err), nil
 	})
 }

@@ -2,12 +2,8 @@ package integration
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net/http"
-	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -29,82 +25,28 @@ import (
 // and the restart after it.
 const heartbeatStaleness = 60 * time.Second
 
-// scheduler is a running kubegpu-scheduler.
-type scheduler struct {
-	*localcluster.Process
-	port int
-}
-
-// startScheduler runs _output/bin/kubegpu-scheduler as the cluster's only
-// scheduler with the KubeGPU plugin, and waits until it is healthy.
-func startScheduler(ctx context.Context, t *testing.T) *scheduler {
+// startScheduler runs _output/bin/kubegpu-scheduler with the shipped
+// configuration (kube-scheduler/config/kubegpu-scheduler.yaml) as the
+// cluster's only scheduler, and waits until it is healthy.
+func startScheduler(ctx context.Context, t *testing.T) *localcluster.Scheduler {
 	t.Helper()
 	return startSchedulerWriting(ctx, t, "Bind")
 }
 
 // startSchedulerWriting starts the scheduler with the plugin's
 // writeAllocation set to mode (Bind or PreBind).
-func startSchedulerWriting(ctx context.Context, t *testing.T, mode string) *scheduler {
+func startSchedulerWriting(ctx context.Context, t *testing.T, mode string) *localcluster.Scheduler {
 	t.Helper()
-	port, err := localcluster.FreePort()
+	config, err := cluster.ShippedSchedulerConfig(filepath.Join(repoRoot, "kube-scheduler/config/kubegpu-scheduler.yaml"), pluginDir, keyFile, 500,
+		"heartbeatStaleness: "+heartbeatStaleness.String(), "writeAllocation: "+mode)
 	if err != nil {
 		t.Fatal(err)
 	}
-	config := filepath.Join(workDir, "scheduler.yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: %s
-  qps: 500
-  burst: 1000
-leaderElection:
-  leaderElect: false
-profiles:
-- schedulerName: default-scheduler
-  plugins:
-    multiPoint:
-      enabled:
-      - name: KubeGPU
-        weight: 10
-    bind:
-      enabled:
-      - name: KubeGPU
-  pluginConfig:
-  - name: KubeGPU
-    args:
-      pluginDir: %s
-      signingKeyFile: %s
-      heartbeatStaleness: %s
-      writeAllocation: %s
-  - name: NodeResourcesFit
-    args:
-      ignoredResources: ["nvidia.com/gpu"]
-      ignoredResourceGroups: ["kubegpu.io"]
-`, cluster.Kubeconfig, pluginDir, keyFile, heartbeatStaleness, mode)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p, err := localcluster.StartProcess(filepath.Join(workDir, "kubegpu-scheduler.log"), filepath.Join(binDir, "kubegpu-scheduler"),
-		"--config="+config, "--secure-port="+strconv.Itoa(port), "--bind-address=127.0.0.1", "--v=2")
+	s, err := cluster.StartScheduler(ctx, filepath.Join(binDir, "kubegpu-scheduler"), config, "kubegpu-scheduler", "--v=2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &scheduler{Process: p, port: port}
 	t.Cleanup(func() { _ = s.Stop() })
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // the scheduler's self-signed serving cert
-	if err := p.WaitFor(ctx, time.Minute, func(ctx context.Context) error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), nil)
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("healthz: %s", resp.Status)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
 	return s
 }
 
@@ -167,23 +109,7 @@ func (sn *simNodes) add(ctx context.Context, t *testing.T, prefix, preset string
 	}
 	for i := 0; i < count; i++ {
 		name := fmt.Sprintf("%s-%d", prefix, i)
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
-		created, err := cluster.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// No controller-manager: drop the not-ready taint admission adds.
-		created.Spec.Taints = nil
-		if created, err = cluster.Client.CoreV1().Nodes().Update(ctx, created, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		created.Status.Capacity = corev1.ResourceList{
-			corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("768Gi"),
-			corev1.ResourcePods: resource.MustParse("250"),
-		}
-		created.Status.Allocatable = created.Status.Capacity
-		created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
-		if _, err := cluster.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		if err := cluster.RegisterNode(ctx, name, localcluster.NodeCapacity("96", "768Gi", 250)); err != nil {
 			t.Fatal(err)
 		}
 		inv := simgpu.Inventory(topo, name)

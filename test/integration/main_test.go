@@ -21,7 +21,9 @@ import (
 )
 
 var (
-	binDir    = os.Getenv("KUBEGPU_BIN_DIR")
+	binDir = os.Getenv("KUBEGPU_BIN_DIR")
+	// repoRoot is the checkout, for the shipped configurations.
+	repoRoot  = "../.."
 	pluginDir = os.Getenv("KUBEGPU_PLUGIN_DIR")
 	cluster   *localcluster.Cluster
 	workDir   string

@@ -22,7 +22,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -162,28 +161,11 @@ func createNodes(ctx context.Context, c *localcluster.Cluster, o options) error 
 }
 
 func createNode(ctx context.Context, c *localcluster.Cluster, name string, topo simgpu.Topology) error {
-	n, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-		Labels: map[string]string{"kubernetes.io/hostname": name}}}, metav1.CreateOptions{})
-	if err != nil {
-		return err
-	}
-	n.Spec.Taints = nil
-	if _, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+	if err := c.RegisterNode(ctx, name, localcluster.NodeCapacity("96", "768Gi", 110)); err != nil {
 		return err
 	}
 	inv := simgpu.Inventory(topo, name)
 	if err := advertiser.PublishInventory(ctx, c.Client, name, inv, advertiser.Capacity(inv, 1)); err != nil {
-		return err
-	}
-	if n, err = c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
-		return err
-	}
-	for k, v := range map[corev1.ResourceName]string{corev1.ResourceCPU: "96", corev1.ResourceMemory: "768Gi", corev1.ResourcePods: "110"} {
-		n.Status.Capacity[k] = resource.MustParse(v)
-		n.Status.Allocatable[k] = resource.MustParse(v)
-	}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
-	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
 	return advertiser.RenewLease(ctx, c.Client, name, time.Hour, time.Now())
@@ -303,34 +285,9 @@ func runOnce(ctx context.Context, c *localcluster.Cluster, o options, dir, keyFi
 }
 
 func startScheduler(ctx context.Context, c *localcluster.Cluster, o options, dir, keyFile, sched string) (*localcluster.Process, error) {
-	port, err := localcluster.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	profile := `- schedulerName: default-scheduler`
-	if sched == "kubegpu-scheduler" {
-		profile = fmt.Sprintf(`- schedulerName: default-scheduler
-  plugins:
-    multiPoint:
-      enabled:
-      - name: KubeGPU
-        weight: 10
-    bind:
-      enabled:
-      - name: KubeGPU
-  pluginConfig:
-  - name: KubeGPU
-    args:
-      pluginDir: %s
-      signingKeyFile: %s
-      heartbeatStaleness: 1h
-  - name: NodeResourcesFit
-    args:
-      ignoredResources: ["nvidia.com/gpu"]
-      ignoredResourceGroups: ["kubegpu.io"]`, o.pluginDir, keyFile)
-	}
-	config := filepath.Join(dir, sched+".yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+	// Both with client QPS 5000 and no leader election; kubegpu-scheduler
+	// with the shipped configuration, the stock scheduler with defaults.
+	config := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
   kubeconfig: %s
@@ -338,43 +295,47 @@ clientConnection:
   burst: 5000
 leaderElection:
   leaderElect: false
-profiles:
-%s
-`, c.Kubeconfig, profile)), 0o600); err != nil {
-		return nil, err
+`, c.Kubeconfig)
+	if sched == "kubegpu-scheduler" {
+		var err error
+		config, err = c.ShippedSchedulerConfig("kube-scheduler/config/kubegpu-scheduler.yaml", mustAbs(o.pluginDir), keyFile, 5000, "heartbeatStaleness: 1h")
+		if err != nil {
+			return nil, err
+		}
 	}
-	p, err := localcluster.StartProcess(filepath.Join(dir, sched+".log"), filepath.Join(o.binDir, sched),
-		"--config="+config, "--secure-port="+strconv.Itoa(port), "--bind-address=127.0.0.1", "--v=1",
+	s, err := c.StartScheduler(ctx, filepath.Join(o.binDir, sched), config, sched, "--v=1",
 		"--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*")
 	if err != nil {
 		return nil, err
 	}
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // self-signed serving cert
-	err = p.WaitFor(ctx, time.Minute, func(ctx context.Context) error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), nil)
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
-	})
-	if err == nil && os.Getenv("SCHEDBENCH_PROFILE") != "" {
-		go func() {
-			resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/profile?seconds=%s", port, os.Getenv("SCHEDBENCH_PROFILE")))
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "schedbench: profile:", err)
-				return
-			}
-			defer resp.Body.Close()
-			f, err := os.Create(filepath.Join(dir, sched+".pprof"))
-			if err == nil {
-				_, _ = f.ReadFrom(resp.Body)
-				f.Close()
-			}
-		}()
+	if os.Getenv("SCHEDBENCH_PROFILE") != "" {
+		go profile(dir, sched, s.Port, os.Getenv("SCHEDBENCH_PROFILE"))
 	}
-	return p, err
+	return s.Process, nil
+}
+
+// profile saves a CPU profile of the scheduler to dir/NAME.pprof.
+func profile(dir, sched string, port int, seconds string) {
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback, self-signed
+	resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/profile?seconds=%s", port, seconds))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "schedbench: profile:", err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(filepath.Join(dir, sched+".pprof"))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.ReadFrom(resp.Body)
+}
+
+func mustAbs(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 func report(o options, results []result) {

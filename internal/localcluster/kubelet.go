@@ -1,0 +1,132 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// KubeletOptions configure a kubelet.
+type KubeletOptions struct {
+	// Kubelet is the kubelet binary.
+	Kubelet string
+	// Node is the node name the kubelet registers.
+	Node string
+	// RuntimeEndpoint is the CRI endpoint, e.g. unix:///run/kubegpu/crishim.sock.
+	RuntimeEndpoint string
+	// Dir holds the kubelet's root directory, configuration and log.
+	Dir string
+}
+
+// Kubelet is a running kubelet.
+type Kubelet struct {
+	*Process
+	Node string
+}
+
+// StartKubelet starts a kubelet registered as opts.Node with the cluster's
+// admin credentials, and waits until its Node is Ready; it then removes the
+// not-ready taint a controller-manager would remove.
+//
+// Settings for a VM like the CI's: cgroup v1 allowed, cgroupfs driver, swap
+// allowed, no eviction thresholds, loopback addresses.
+func (c *Cluster) StartKubelet(ctx context.Context, opts KubeletOptions) (*Kubelet, error) {
+	if _, err := os.Stat(opts.Kubelet); err != nil {
+		return nil, fmt.Errorf("localcluster: kubelet binary: %w (run make kube-binaries)", err)
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	healthz, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	root := filepath.Join(opts.Dir, "kubelet")
+	if err := os.MkdirAll(root, 0o750); err != nil {
+		return nil, err
+	}
+	config := filepath.Join(opts.Dir, "kubelet-config.yaml")
+	if err := os.WriteFile(config, fmt.Appendf(nil, `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: false
+  x509:
+    clientCAFile: %s
+authorization:
+  mode: AlwaysAllow
+containerRuntimeEndpoint: %s
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+evictionHard:
+  memory.available: "0%%"
+  nodefs.available: "0%%"
+  imagefs.available: "0%%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+staticPodPath: ""
+resolvConf: ""
+enforceNodeAllocatable: []
+nodeStatusUpdateFrequency: 4s
+`, port, healthz, c.pki.caFile, opts.RuntimeEndpoint), 0o600); err != nil {
+		return nil, err
+	}
+	p, err := StartProcess(filepath.Join(opts.Dir, "kubelet.log"), opts.Kubelet,
+		"--config="+config, "--kubeconfig="+c.Kubeconfig, "--root-dir="+root,
+		"--cert-dir="+filepath.Join(opts.Dir, "kubelet-pki"),
+		"--hostname-override="+opts.Node, "--node-ip=127.0.0.1", "--v=2")
+	if err != nil {
+		return nil, fmt.Errorf("localcluster: start kubelet: %w", err)
+	}
+	k := &Kubelet{Process: p, Node: opts.Node}
+	err = p.WaitFor(ctx, 2*time.Minute, func(ctx context.Context) error {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, opts.Node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return errors.New("node not Ready")
+	})
+	if err != nil {
+		_ = p.Stop()
+		return nil, err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, opts.Node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+			return t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable
+		})
+		_, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		_ = p.Stop()
+		return nil, fmt.Errorf("localcluster: untaint node %s: %w", opts.Node, err)
+	}
+	return k, nil
+}

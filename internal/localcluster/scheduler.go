@@ -1,0 +1,149 @@
+package localcluster
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Scheduler is a running kube-scheduler (stock or kubegpu-scheduler).
+type Scheduler struct {
+	*Process
+	// Port is its secure port on 127.0.0.1.
+	Port int
+}
+
+// StartScheduler writes config (a KubeSchedulerConfiguration) to
+// Dir/NAME.yaml, starts binary with it on a free loopback port, logging to
+// Dir/NAME.log, and waits until /healthz answers.
+func (c *Cluster) StartScheduler(ctx context.Context, binary, config, name string, args ...string) (*Scheduler, error) {
+	path := filepath.Join(c.opts.Dir, name+".yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		return nil, err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	p, err := StartProcess(filepath.Join(c.opts.Dir, name+".log"), binary,
+		append([]string{"--config=" + path, "--secure-port=" + strconv.Itoa(port), "--bind-address=127.0.0.1"}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("localcluster: start %s: %w", name, err)
+	}
+	// The scheduler's serving certificate is self-signed.
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback health check
+	err = p.WaitFor(ctx, time.Minute, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("healthz: %s", resp.Status)
+		}
+		return nil
+	})
+	if err != nil {
+		_ = p.Stop()
+		return nil, err
+	}
+	return &Scheduler{Process: p, Port: port}, nil
+}
+
+// ShippedSchedulerConfig returns the KubeSchedulerConfiguration at path
+// (one of kube-scheduler/config/) pointed at this cluster: its kubeconfig
+// with the given client QPS, no leader election, the plugin directory and
+// signing key given, and extra KubeGPU args ("heartbeatStaleness: 1m").
+func (c *Cluster) ShippedSchedulerConfig(path, pluginDir, keyFile string, qps int, extraArgs ...string) (string, error) {
+	shipped, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	lines := strings.Split(string(shipped), "\n")
+	// Extra args replace the shipped value of the same key, or are added.
+	extra := map[string]string{}
+	for _, a := range extraArgs {
+		k, _, _ := strings.Cut(a, ":")
+		extra[k] = a
+	}
+	present := map[string]bool{}
+	for _, l := range lines {
+		k, _, _ := strings.Cut(strings.TrimSpace(l), ":")
+		present[k] = extra[k] != ""
+	}
+	var out []string
+	for _, l := range lines {
+		key, _, _ := strings.Cut(strings.TrimSpace(l), ":")
+		indent := l[:len(l)-len(strings.TrimLeft(l, " "))]
+		if a, ok := extra[key]; ok {
+			out = append(out, indent+a)
+			continue
+		}
+		switch key {
+		case "kubeconfig":
+			out = append(out, indent+"kubeconfig: "+c.Kubeconfig, fmt.Sprintf("%sqps: %d", indent, qps), fmt.Sprintf("%sburst: %d", indent, qps))
+		case "leaderElect":
+			out = append(out, indent+"leaderElect: false")
+		case "pluginDir":
+			out = append(out, indent+"pluginDir: "+pluginDir)
+		case "signingKeyFile":
+			out = append(out, indent+"signingKeyFile: "+keyFile)
+			for _, a := range extraArgs {
+				if k, _, _ := strings.Cut(a, ":"); !present[k] {
+					out = append(out, indent+a)
+				}
+			}
+		default:
+			out = append(out, l)
+		}
+	}
+	if !slices.ContainsFunc(out, func(l string) bool { return strings.Contains(l, "signingKeyFile: "+keyFile) }) {
+		return "", fmt.Errorf("%s has no KubeGPU signingKeyFile to point at %s", path, keyFile)
+	}
+	return strings.Join(out, "\n"), nil
+}
+
+// RegisterNode creates a Node as kubelet would for a node without one:
+// Ready, untainted (no controller-manager removes the not-ready taint
+// admission adds), with the given capacity.
+func (c *Cluster) RegisterNode(ctx context.Context, name string, capacity corev1.ResourceList) error {
+	n, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{"kubernetes.io/hostname": name}}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", name, err)
+	}
+	n.Spec.Taints = nil
+	if n, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("untaint node %s: %w", name, err)
+	}
+	n.Status.Capacity = capacity.DeepCopy()
+	n.Status.Allocatable = capacity.DeepCopy()
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("node %s status: %w", name, err)
+	}
+	return nil
+}
+
+// NodeCapacity is a capacity of cpu, memory and pods.
+func NodeCapacity(cpu, memory string, pods int) corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory),
+		corev1.ResourcePods: *resource.NewQuantity(int64(pods), resource.DecimalSI),
+	}
+}
