@@ -72,6 +72,19 @@ kube-binaries: deps ## Build upstream kube-apiserver, kube-scheduler and kubelet
 	@mkdir -p $(BIN)
 	$(foreach b,$(KUBE_BINARIES),$(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/$(b) k8s.io/kubernetes/cmd/$(b) &&) true
 
+# A local container node (internal/localnode) for the CRI shim's tests:
+# containerd v2.4.2 with CDI, ctr, crictl and critest v1.34.0, and the
+# loopback registry critest pulls from, built into _output/tools/bin.
+NODE_BIN := $(TOOLS)
+
+.PHONY: node-binaries
+node-binaries: deps ## Build containerd 2.4.2, ctr, crictl, critest into _output/tools/bin (once)
+	@hack/node-binaries.sh
+
+.PHONY: node-test
+node-test: node-binaries ## Run pods on a real containerd: images, CDI, restart, clean stop (root)
+	KUBEGPU_NODE_BIN_DIR=$(NODE_BIN) $(GO) test $(GOTEST_FLAGS) -count=1 -v ./internal/localnode/
+
 .PHONY: plugins
 plugins: deps ## Build the device modules into _output/plugins/*.so
 	@mkdir -p $(PLUGIN_DIR)

@@ -2,7 +2,9 @@
 # Installs what building and testing kubegpu need on a Debian machine, and
 # only what is missing: a C compiler for cgo (Go plugins need it) and a Go
 # toolchain new enough for go.mod (an older go >= 1.21 fetches the right one
-# from the module proxy by itself), and etcd for the integration tests.
+# from the module proxy by itself), etcd for the integration tests, and what
+# the local node (internal/localnode, make critest) runs containers with:
+# runc, the CNI plugins and a static busybox for the test image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +23,12 @@ command -v gcc >/dev/null || apt_install gcc libc6-dev
 command -v git >/dev/null || apt_install git
 # The integration tests and the demo run a real etcd (Debian's 3.4).
 command -v etcd >/dev/null || apt_install etcd-server
+# The local node: containerd (built by make node-binaries) runs containers
+# with runc, networks them with the CNI plugins in /usr/lib/cni, and the
+# test image is built from /bin/busybox.
+command -v runc >/dev/null || apt_install runc
+[ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/loopback ] || apt_install containernetworking-plugins
+[ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx sh || apt_install busybox-static
 
 if ! command -v go >/dev/null; then
 	if [ -x /usr/local/go/bin/go ]; then
