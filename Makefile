@@ -98,10 +98,10 @@ unit: deps ## Run unit tests and the fuzz seed corpora
 	KUBEGPU_OPENB=$(OPENB) $(GO) test $(GOTEST_FLAGS) ./...
 
 .PHONY: integration
-integration: build plugins kube-binaries ## Run the built binaries against the plugins and a real etcd + kube-apiserver
+integration: build plugins kube-binaries node-binaries ## The built binaries against a real etcd + kube-apiserver, containerd and kubelet
 	hack/test-integration.sh
-	KUBEGPU_BIN_DIR=$(CURDIR)/$(BIN) KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(PLUGIN_DIR) \
-		$(GO) test $(GOTEST_FLAGS) -count=1 -timeout 20m -v ./test/integration/ 2>&1 | \
+	KUBEGPU_BIN_DIR=$(CURDIR)/$(BIN) KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(PLUGIN_DIR) KUBEGPU_NODE_BIN_DIR=$(NODE_BIN) \
+		$(GO) test $(GOTEST_FLAGS) -count=1 -timeout 20m -v ./test/integration/ ./internal/localnode/ 2>&1 | \
 		grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|panic)|_test.go|integration:' 
 
 .PHONY: fuzz

@@ -1,0 +1,321 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubegpu/kubegpu/internal/localcluster"
+	"github.com/kubegpu/kubegpu/internal/localnode"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// nodeBinDir holds containerd, ctr and crictl (make node-binaries).
+var nodeBinDir = os.Getenv("KUBEGPU_NODE_BIN_DIR")
+
+const busyboxImage = "docker.io/library/busybox:latest"
+
+// startNode starts containerd on a temp dir with the busybox image, or
+// skips the test without the node binaries.
+func startNode(ctx context.Context, t *testing.T) *localnode.Node {
+	t.Helper()
+	if nodeBinDir == "" {
+		t.Skip("needs KUBEGPU_NODE_BIN_DIR with containerd, ctr and crictl (make node-binaries)")
+	}
+	dir, err := os.MkdirTemp("", "kg-node-") // short: containerd's socket path is limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := localnode.Start(ctx, localnode.Options{Dir: dir, BinDir: nodeBinDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Stop(); err != nil {
+			t.Error(err)
+		}
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		}
+	})
+	archive := filepath.Join(dir, "busybox.tar")
+	if err := localnode.WriteImageArchive(archive, localnode.ImageSpec{Names: []string{busyboxImage}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.ImportImage(ctx, archive); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// startShim runs kubegpu-crishim in front of the node's containerd for
+// nodeName with a simgpu preset, and waits for its socket.
+func startShim(ctx context.Context, t *testing.T, n *localnode.Node, nodeName string, args ...string) (*localcluster.Process, string) {
+	t.Helper()
+	sock := filepath.Join(n.Dir, "crishim.sock")
+	all := append([]string{"--node-name=" + nodeName, "--plugin-dir=" + pluginDir, "--listen=" + sock,
+		"--runtime-endpoint=" + n.Endpoint(), "--allocation-key=" + keyFile, "--v=2"}, args...)
+	p, err := localcluster.StartProcess(filepath.Join(n.Dir, "kubegpu-crishim.log"), filepath.Join(binDir, "kubegpu-crishim"), all...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	if err := p.WaitFor(ctx, 30*time.Second, func(ctx context.Context) error {
+		_, err := crictl(ctx, n, sock, "version")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return p, sock
+}
+
+// crictl runs crictl against endpoint (a socket path).
+func crictl(ctx context.Context, n *localnode.Node, sock string, args ...string) (string, error) {
+	out, err := n.Crictl(ctx, append([]string{"--runtime-endpoint", "unix://" + sock, "--image-endpoint", "unix://" + sock, "--timeout", "20s"}, args...)...)
+	return strings.TrimSpace(string(out)), err
+}
+
+// sandboxConfig is a crictl pod config; allocation, if set, is signed for it.
+func sandboxConfig(t *testing.T, dir, name, node string, alloc *types.PodAllocation, key *kubeinterface.Key) string {
+	t.Helper()
+	ns, uid := "gpu", "uid-"+name
+	annotations := map[string]string{}
+	if alloc != nil {
+		a := *alloc
+		a.Node = node
+		signed, err := key.Sign(kubeinterface.Allocation{Pod: kubeinterface.PodRef{Namespace: ns, Name: name, UID: ktypes.UID(uid)}, PodAllocation: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		value, err := kubeinterface.EncodeAllocation(signed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		annotations[kubeinterface.AnnotationAllocation] = value
+	}
+	cfg := map[string]any{
+		"metadata":      map[string]any{"name": name, "namespace": ns, "uid": uid, "attempt": 0},
+		"annotations":   annotations,
+		"log_directory": filepath.Join(dir, "logs", name),
+		"linux":         map[string]any{},
+	}
+	return writeJSON(t, filepath.Join(dir, name+"-pod.json"), cfg)
+}
+
+func containerConfig(t *testing.T, dir, name string) string {
+	t.Helper()
+	return writeJSON(t, filepath.Join(dir, name+"-ctr.json"), map[string]any{
+		"metadata": map[string]any{"name": "main"},
+		"image":    map[string]any{"image": busyboxImage},
+		"command":  []string{"env"},
+		// The image or the pod asking for every GPU must not get them.
+		"envs":     []map[string]string{{"key": "NVIDIA_VISIBLE_DEVICES", "value": "all"}},
+		"log_path": "main.log",
+		"linux":    map[string]any{},
+	})
+}
+
+func writeJSON(t *testing.T, path string, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runEnv creates a sandbox and an `env` container through sock and returns
+// the container's output, or the error of the step that failed.
+func runEnv(ctx context.Context, t *testing.T, n *localnode.Node, sock, podCfg, ctrCfg string) (string, error) {
+	t.Helper()
+	pod, err := crictl(ctx, n, sock, "runp", podCfg)
+	if err != nil {
+		return "", fmt.Errorf("runp: %w: %s", err, pod)
+	}
+	t.Cleanup(func() {
+		_, _ = crictl(context.Background(), n, sock, "stopp", pod)
+		_, _ = crictl(context.Background(), n, sock, "rmp", pod)
+	})
+	ctr, err := crictl(ctx, n, sock, "create", pod, ctrCfg, podCfg)
+	if err != nil {
+		return "", fmt.Errorf("create: %w: %s", err, ctr)
+	}
+	if out, err := crictl(ctx, n, sock, "start", ctr); err != nil {
+		return "", fmt.Errorf("start: %w: %s", err, out)
+	}
+	var logs string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		logs, err = crictl(ctx, n, sock, "logs", ctr)
+		return err == nil && strings.Contains(logs, "PATH="), nil
+	})
+	return logs, err
+}
+
+// simUUID is the UUID simgpu gives GPU i of a t4x4 node.
+func simUUID(t *testing.T, node string, i int) string {
+	t.Helper()
+	topo, err := simgpu.Preset("t4x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return simgpu.Inventory(topo, node).Devices[i].UUID
+}
+
+// TestShimGivesContainersTheirDevices: crictl through kubegpu-crishim into a
+// real containerd: a container with a signed allocation gets its devices
+// (env and CDI), one without gets none, a forged one is refused.
+func TestShimGivesContainersTheirDevices(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(ctx, t)
+	// A CDI spec for the simulated GPUs, as nvidia-ctk writes one for real
+	// GPUs: each device injects an env variable naming itself.
+	var devices []map[string]any
+	for i := 0; i < 4; i++ {
+		devices = append(devices, map[string]any{"name": fmt.Sprintf("gpu%d", i),
+			"containerEdits": map[string]any{"env": []string{fmt.Sprintf("SIMGPU_CDI_DEVICE_%d=injected", i)}}})
+	}
+	writeJSON(t, filepath.Join(n.CDISpecDir, "simgpu.json"), map[string]any{"cdiVersion": "0.6.0", "kind": "kubegpu.io/simgpu", "devices": devices})
+
+	for _, edits := range []string{"env", "cdi"} {
+		t.Run(edits, func(t *testing.T) {
+			shim, sock := startShim(ctx, t, n, "shim-node", "--advertise=false", "--plugin-option=simgpu.preset=t4x4", "--plugin-option=simgpu.edits="+edits)
+			defer func() { _ = shim.Stop() }()
+			alloc := &types.PodAllocation{Containers: []types.ContainerAllocation{{Name: "main",
+				Devices: []types.DeviceShare{{ID: "gpu2", UUID: simUUID(t, "shim-node", 2), Exclusive: true}}}}}
+			dir := t.TempDir()
+
+			out, err := runEnv(ctx, t, n, sock, sandboxConfig(t, dir, "with-"+edits, "shim-node", alloc, signingKey), containerConfig(t, dir, "with-"+edits))
+			if err != nil {
+				t.Fatalf("%v; shim log %s", err, shim.Log)
+			}
+			want := "NVIDIA_VISIBLE_DEVICES=" + simUUID(t, "shim-node", 2)
+			if edits == "cdi" {
+				want = "SIMGPU_CDI_DEVICE_2=injected"
+			}
+			if !strings.Contains(out, want) || strings.Contains(out, "NVIDIA_VISIBLE_DEVICES=all") {
+				t.Errorf("container with gpu2 printed:\n%s\nwant %s and not NVIDIA_VISIBLE_DEVICES=all", out, want)
+			}
+
+			out, err = runEnv(ctx, t, n, sock, sandboxConfig(t, dir, "without-"+edits, "shim-node", nil, nil), containerConfig(t, dir, "without-"+edits))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, "NVIDIA_VISIBLE_DEVICES=void") || strings.Contains(out, "SIMGPU_CDI_DEVICE") {
+				t.Errorf("container without an allocation printed:\n%s\nwant NVIDIA_VISIBLE_DEVICES=void and no device", out)
+			}
+
+			forger, err := kubeinterface.ParseKey([]byte(strings.Repeat("f", 32)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = runEnv(ctx, t, n, sock, sandboxConfig(t, dir, "forged-"+edits, "shim-node", alloc, forger), containerConfig(t, dir, "forged-"+edits))
+			if err == nil || !strings.Contains(err.Error(), "allocation refused") {
+				t.Errorf("forged allocation: %v, want CreateContainer refused", err)
+			}
+		})
+	}
+}
+
+// TestShimSurvivesRestarts: containerd restarted under the shim, and the
+// shim restarted, lose no container and need no help to reconnect.
+func TestShimSurvivesRestarts(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(ctx, t)
+	shim, sock := startShim(ctx, t, n, "restart-node", "--advertise=false", "--plugin-option=simgpu.preset=t4x4")
+	dir := t.TempDir()
+	if _, err := runEnv(ctx, t, n, sock, sandboxConfig(t, dir, "survivor", "restart-node", nil, nil), containerConfig(t, dir, "survivor")); err != nil {
+		t.Fatal(err)
+	}
+	before, err := crictl(ctx, n, sock, "ps", "-a", "-q")
+	if err != nil || before == "" {
+		t.Fatalf("ps: %v %q", err, before)
+	}
+
+	if err := n.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		after, err := crictl(ctx, n, sock, "ps", "-a", "-q")
+		return err == nil && after == before, nil
+	}); err != nil {
+		t.Errorf("through the shim after containerd restarted: containers not back (%v); shim log %s", err, shim.Log)
+	}
+
+	if err := shim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_, sock = startShim(ctx, t, n, "restart-node", "--advertise=false", "--plugin-option=simgpu.preset=t4x4")
+	if after, err := crictl(ctx, n, sock, "ps", "-a", "-q"); err != nil || after != before {
+		t.Errorf("after the shim restarted: containers %q (%v), want %q", after, err, before)
+	}
+}
+
+// TestKubeletThroughShim: a real kubelet → kubegpu-crishim → containerd
+// node; a GPU pod placed by kubegpu-scheduler starts and its container's
+// env shows the devices it was allocated.
+func TestKubeletThroughShim(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(ctx, t)
+	const nodeName = "kubelet-node"
+	_, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--kubeconfig="+cluster.Kubeconfig, "--interval=3s")
+	k, err := cluster.StartKubelet(ctx, localcluster.KubeletOptions{Kubelet: filepath.Join(binDir, "kubelet"), Node: nodeName,
+		RuntimeEndpoint: "unix://" + sock, Dir: n.Dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = k.Stop()
+		_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{})
+	})
+	startScheduler(ctx, t)
+	ns := namespace(ctx, t, "kubelet")
+	pod := gpuPod("env", 2, 0, 0, nil)
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	pod.Spec.Containers[0].Image = busyboxImage
+	pod.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+	pod.Spec.Containers[0].Command = []string{"env"}
+	pod.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}
+	createPods(ctx, t, ns, pod)
+	var got *corev1.Pod
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err = cluster.Client.CoreV1().Pods(ns).Get(ctx, "env", metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.PodSucceeded, nil
+	}); err != nil {
+		t.Fatalf("pod did not succeed: %v; phase %s, status %+v; kubelet log %s", err, got.Status.Phase, got.Status.ContainerStatuses, k.Log)
+	}
+	a, err := kubeinterface.PodAllocation(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uuids []string
+	for _, d := range a.Containers[0].Devices {
+		uuids = append(uuids, d.UUID)
+	}
+	ids, err := crictl(ctx, n, sock, "ps", "-a", "-q", "--label", "io.kubernetes.pod.name=env")
+	if err != nil || ids == "" {
+		t.Fatalf("find the container: %v %q", err, ids)
+	}
+	logs, err := crictl(ctx, n, sock, "logs", strings.Fields(ids)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "NVIDIA_VISIBLE_DEVICES=" + strings.Join(uuids, ","); !strings.Contains(logs, want) {
+		t.Errorf("container printed:\n%s\nwant %s", logs, want)
+	}
+}
