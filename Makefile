@@ -131,8 +131,8 @@ verify: deps ## gofmt, go vet, go mod tidy diff, golangci-lint
 KEEP ?=
 
 .PHONY: demo
-demo: build plugins kube-binaries ## Run kubegpu end to end on simulated GPU nodes (KEEP=1 leaves it running)
-	$(GO) run ./demo --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) $(if $(KEEP),--keep)
+demo: build plugins kube-binaries node-binaries ## Run kubegpu end to end: simulated GPU nodes and a real kubelet/containerd node (KEEP=1 leaves it running)
+	$(GO) run ./demo --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) --node-bin-dir $(NODE_BIN) $(if $(KEEP),--keep)
 
 .PHONY: clean
 clean: ## Remove _output

@@ -30,12 +30,14 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubegpu/kubegpu/internal/localcluster"
+	"github.com/kubegpu/kubegpu/internal/localnode"
+	"github.com/kubegpu/kubegpu/kubeinterface"
 )
 
 type options struct {
-	binDir, pluginDir, examples string
-	keep                        bool
-	timeout                     time.Duration
+	binDir, pluginDir, examples, nodeBinDir string
+	keep                                    bool
+	timeout                                 time.Duration
 }
 
 // simNodes are the simulated GPU nodes: name and simgpu preset.
@@ -48,6 +50,7 @@ func main() {
 	flag.StringVar(&o.binDir, "bin-dir", "_output/bin", "kubegpu and Kubernetes binaries")
 	flag.StringVar(&o.pluginDir, "plugin-dir", "_output/plugins", "device modules")
 	flag.StringVar(&o.examples, "examples", "examples", "directory of example pods")
+	flag.StringVar(&o.nodeBinDir, "node-bin-dir", "_output/tools/bin", "containerd, ctr and crictl for the real node")
 	flag.BoolVar(&o.keep, "keep", false, "leave the cluster running until Ctrl-C and print its kubeconfig")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long the demo may take")
 	flag.Parse()
@@ -123,7 +126,14 @@ func run(ctx context.Context, o options) (err error) {
 		procs = append(procs, p)
 		fmt.Printf("    %-10s %s\n", n.name, n.preset)
 	}
-	if err := waitForInventories(runCtx, c); err != nil {
+
+	step("Starting a real node: kubelet -> kubegpu-crishim -> containerd + runc (4 simulated T4s)")
+	real, stopReal, err := startRealNode(runCtx, c, o, pubFile)
+	defer stopReal()
+	if err != nil {
+		return err
+	}
+	if err := waitForInventories(runCtx, c, len(simNodes)+1); err != nil {
 		return err
 	}
 
@@ -146,6 +156,10 @@ func run(ctx context.Context, o options) (err error) {
 		if err := kubegpu(runCtx, o, c, "explain", name); err != nil {
 			return err
 		}
+	}
+	step("The container on the real node: its env (the pod asked for NVIDIA_VISIBLE_DEVICES=all)")
+	if err := showEnv(runCtx, c, real, "show-my-gpus"); err != nil {
+		return err
 	}
 	fmt.Printf("\nDemo ran in %s.\n", time.Since(start).Round(time.Second))
 	if o.keep {
@@ -197,7 +211,7 @@ func mustAbs(p string) string {
 	return a
 }
 
-func waitForInventories(ctx context.Context, c *localcluster.Cluster) error {
+func waitForInventories(ctx context.Context, c *localcluster.Cluster, want int) error {
 	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -209,7 +223,7 @@ func waitForInventories(ctx context.Context, c *localcluster.Cluster) error {
 				published++
 			}
 		}
-		return published == len(simNodes), nil
+		return published == want, nil
 	})
 }
 
@@ -278,4 +292,104 @@ func kubegpu(ctx context.Context, o options, c *localcluster.Cluster, args ...st
 	cmd := exec.CommandContext(ctx, filepath.Join(o.binDir, "kubegpu"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	return cmd.Run()
+}
+
+// realNode is the demo's node with a kubelet and a container runtime.
+type realNode struct {
+	node *localnode.Node
+	shim string // the shim's socket
+}
+
+// startRealNode starts containerd (with the busybox image), kubegpu-crishim
+// in front of it and a kubelet on the shim, registered as real-node. The
+// returned function stops them, in reverse order.
+func startRealNode(ctx context.Context, c *localcluster.Cluster, o options, pubFile string) (*realNode, func(), error) {
+	var stops []func()
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	dir, err := os.MkdirTemp("", "kg-demo-node-") // short: socket paths are limited
+	if err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, func() { os.RemoveAll(dir) })
+	n, err := localnode.Start(ctx, localnode.Options{Dir: dir, BinDir: o.nodeBinDir})
+	if err != nil {
+		return nil, stop, fmt.Errorf("containerd: %w (make node-binaries builds it)", err)
+	}
+	stops = append(stops, func() { _ = n.Stop() })
+	archive := filepath.Join(dir, "busybox.tar")
+	if err := localnode.WriteImageArchive(archive, localnode.ImageSpec{Names: []string{"docker.io/library/busybox:latest"}}); err != nil {
+		return nil, stop, err
+	}
+	if err := n.ImportImage(ctx, archive); err != nil {
+		return nil, stop, err
+	}
+	sock := filepath.Join(dir, "crishim.sock")
+	shim, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-crishim.log"), filepath.Join(o.binDir, "kubegpu-crishim"),
+		"--node-name=real-node", "--plugin-dir="+o.pluginDir, "--plugin-option=simgpu.preset=t4x4",
+		"--listen="+sock, "--runtime-endpoint="+n.Endpoint(), "--allocation-key="+pubFile,
+		"--kubeconfig="+c.Kubeconfig, "--interval=5s")
+	if err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, func() { _ = shim.Stop() })
+	if err := shim.WaitFor(ctx, 30*time.Second, func(context.Context) error { _, err := os.Stat(sock); return err }); err != nil {
+		return nil, stop, err
+	}
+	k, err := c.StartKubelet(ctx, localcluster.KubeletOptions{Kubelet: filepath.Join(o.binDir, "kubelet"), Node: "real-node",
+		RuntimeEndpoint: "unix://" + sock, Dir: dir})
+	if err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, func() { _ = k.Stop() })
+	fmt.Printf("    %-10s kubelet %s, kubegpu-crishim %s, containerd %s\n", "real-node", k.Log, shim.Log, n.Log)
+	return &realNode{node: n, shim: sock}, stop, nil
+}
+
+// showEnv waits for the pod on the real node to finish and prints its
+// container's output, read through the shim as kubelet reads it.
+func showEnv(ctx context.Context, c *localcluster.Cluster, r *realNode, name string) error {
+	var pod *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := c.Client.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pod = p
+		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("pod %s did not finish (phase %s): %w", name, pod.Status.Phase, err)
+	}
+	fmt.Printf("    pod/%s on %s: %s, allocation %s\n", name, pod.Spec.NodeName, pod.Status.Phase, allocationSummary(pod))
+	endpoint := "unix://" + r.shim
+	ids, err := r.node.Crictl(ctx, "--runtime-endpoint", endpoint, "ps", "-a", "-q", "--label", "io.kubernetes.pod.name="+name)
+	if err != nil || len(strings.Fields(string(ids))) == 0 {
+		return fmt.Errorf("find the container of pod %s: %v %s", name, err, ids)
+	}
+	logs, err := r.node.Crictl(ctx, "--runtime-endpoint", endpoint, "logs", strings.Fields(string(ids))[0])
+	if err != nil {
+		return fmt.Errorf("container logs: %w: %s", err, logs)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(logs)), "\n") {
+		fmt.Println("    " + l)
+	}
+	return nil
+}
+
+func allocationSummary(p *corev1.Pod) string {
+	a, err := kubeinterface.PodAllocation(p)
+	if err != nil {
+		return "none"
+	}
+	var uuids []string
+	for _, c := range a.Containers {
+		for _, d := range c.Devices {
+			uuids = append(uuids, d.ID+"="+d.UUID)
+		}
+	}
+	return strings.Join(uuids, ", ")
 }

@@ -76,11 +76,11 @@ check "sim rejects a malformed trace line" bash -c "! $BIN/kubegpu-sim placement
 
 # The demo (make demo), so that it cannot rot: it needs kube-apiserver from
 # make kube-binaries and etcd from make deps.
-if [ -x $BIN/kube-apiserver ] && command -v etcd >/dev/null; then
-	want="Fits on 0 of 5 nodes."
-	check "make demo" go run ./demo --bin-dir $BIN --plugin-dir $PLUGINS
+if [ -x $BIN/kube-apiserver ] && [ -x _output/tools/bin/containerd ] && command -v etcd >/dev/null; then
+	want="NVIDIA_VISIBLE_DEVICES=GPU-"
+	check "make demo" go run ./demo --bin-dir $BIN --plugin-dir $PLUGINS --node-bin-dir _output/tools/bin
 else
-	echo "--- SKIP: make demo (needs $BIN/kube-apiserver from make kube-binaries and etcd from make deps)"
+	echo "--- SKIP: make demo (needs make kube-binaries node-binaries deps)"
 fi
 
 echo "integration: $passed passed, $failed failed"
