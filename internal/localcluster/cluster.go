@@ -356,3 +356,6 @@ func (p *Process) CPUTime() (time.Duration, error) {
 
 // APIServer is the running kube-apiserver process.
 func (c *Cluster) APIServer() *Process { return c.apiserver }
+
+// Pid is the process's ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }

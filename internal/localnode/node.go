@@ -143,8 +143,13 @@ func (o *Options) resolve() error {
 		if *p == "" {
 			*p = filepath.Join(o.BinDir, name)
 		}
-		if _, err := exec.LookPath(*p); err != nil {
+		found, err := exec.LookPath(*p)
+		if err != nil {
 			return fmt.Errorf("localnode: %s binary not found at %s: %s", name, *p, buildHint)
+		}
+		// containerd takes only absolute paths to runtime binaries.
+		if *p, err = filepath.Abs(found); err != nil {
+			return fmt.Errorf("localnode: %s: %w", name, err)
 		}
 		return nil
 	}
