@@ -367,8 +367,11 @@ func showEnv(ctx context.Context, c *localcluster.Cluster, r *realNode, name str
 	fmt.Printf("    pod/%s on %s: %s, allocation %s\n", name, pod.Spec.NodeName, pod.Status.Phase, allocationSummary(pod))
 	endpoint := "unix://" + r.shim
 	ids, err := r.node.Crictl(ctx, "--runtime-endpoint", endpoint, "ps", "-a", "-q", "--label", "io.kubernetes.pod.name="+name)
-	if err != nil || len(strings.Fields(string(ids))) == 0 {
-		return fmt.Errorf("find the container of pod %s: %v %s", name, err, ids)
+	if err != nil {
+		return fmt.Errorf("find the container of pod %s: %w: %s", name, err, ids)
+	}
+	if len(strings.Fields(string(ids))) == 0 {
+		return fmt.Errorf("find the container of pod %s: none through the shim", name)
 	}
 	logs, err := r.node.Crictl(ctx, "--runtime-endpoint", endpoint, "logs", strings.Fields(string(ids))[0])
 	if err != nil {
