@@ -177,6 +177,8 @@ func (c *deviceCache) updateNode(logger klog.Logger, node *corev1.Node) {
 		return
 	}
 	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err = true, has, value, nil, errNoInventory
+	// A rebuilt Node starts its version again: forget its Filter results.
+	ns.memo.n = 0
 	if has {
 		inv, err := kubeinterface.NodeInventory(node)
 		if err == nil {
@@ -202,7 +204,8 @@ func deviceCount(ns *nodeState) int {
 	return ns.devices.NumDevices()
 }
 
-// deleteNode forgets a node; its pods stay recorded in case it comes back.
+// deleteNode forgets a node's devices; its pods stay recorded and are
+// counted again if the node comes back (e.g. kubelet re-registers it).
 func (c *deviceCache) deleteNode(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -213,7 +216,8 @@ func (c *deviceCache) deleteNode(name string) {
 	for uid := range ns.pods {
 		c.pods[uid].applied = false
 	}
-	delete(c.nodes, name)
+	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err = false, false, "", nil, errNoInventory
+	ns.memo.n = 0
 	c.metrics.setNodes(c.nodes)
 }
 
@@ -243,7 +247,20 @@ func (c *deviceCache) updateLease(lease *coordinationv1.Lease) {
 // waitForHeartbeat remembers a pod that a node refused for its heartbeat.
 func (c *deviceCache) waitForHeartbeat(pod *corev1.Pod) {
 	c.waitMu.Lock()
-	c.waiting[pod.UID] = pod
+	if len(c.waiting) < maxWaiting {
+		c.waiting[pod.UID] = pod
+	}
+	c.waitMu.Unlock()
+}
+
+// maxWaiting bounds the pods remembered for a heartbeat; beyond it they wait
+// for the scheduler's periodic retry of unschedulable pods.
+const maxWaiting = 10000
+
+// notWaiting forgets a pod that was placed or deleted.
+func (c *deviceCache) notWaiting(uid ktypes.UID) {
+	c.waitMu.Lock()
+	delete(c.waiting, uid)
 	c.waitMu.Unlock()
 }
 
@@ -295,12 +312,24 @@ func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 		c.forget(logger, pod.UID)
 		return
 	}
-	value := pod.Annotations[kubeinterface.AnnotationAllocation]
+	value, annotated := pod.Annotations[kubeinterface.AnnotationAllocation]
 	c.mu.RLock()
 	ps, known := c.pods[pod.UID]
 	unchanged := known && ps.annotation != "" && ps.annotation == value && ps.node == pod.Spec.NodeName
 	confirm := unchanged && ps.assumed
+	// A confirmed pod keeps the devices it was verified with: its containers
+	// hold them whatever later happens to the annotation.
+	pinned := known && !ps.assumed && ps.annotation != "" && ps.node == pod.Spec.NodeName && !unchanged
 	c.mu.RUnlock()
+	if !known && !annotated {
+		return // holds nothing, and nothing to forget
+	}
+	if pinned {
+		c.metrics.rejected(errChanged)
+		logger.Info("Allocation annotation of a running pod was changed or removed; keeping the devices it was verified with",
+			"pod", klog.KObj(pod), "node", pod.Spec.NodeName)
+		return
+	}
 	if unchanged {
 		// Verified before, or signed and bound by this scheduler.
 		if confirm {
@@ -358,6 +387,9 @@ func (c *deviceCache) verified(pod *corev1.Pod) (kubeinterface.Allocation, error
 
 var errMismatch = errors.New("allocation belongs elsewhere")
 
+// errChanged counts allocations changed after the pod was confirmed.
+var errChanged = errors.New("allocation changed after binding")
+
 // apply counts ps on its node, if the node is known; must hold c.mu.
 func (c *deviceCache) apply(logger klog.Logger, uid ktypes.UID, ps *podState) {
 	ns, ok := c.nodes[ps.node]
@@ -377,6 +409,7 @@ func (c *deviceCache) forget(_ klog.Logger, uid ktypes.UID) {
 	c.mu.Lock()
 	c.forgetLocked(uid)
 	c.mu.Unlock()
+	c.notWaiting(uid)
 }
 
 func (c *deviceCache) forgetLocked(uid ktypes.UID) {
@@ -472,6 +505,7 @@ func (c *deviceCache) reserve(pod *corev1.Pod, name string, r *devicescheduler.R
 	alloc.Node = name
 	c.pods[pod.UID] = &podState{pod: ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, node: name, alloc: alloc, assumed: true, applied: true}
 	ns.pods[pod.UID] = struct{}{}
+	c.notWaiting(pod.UID)
 	return alloc, nil
 }
 

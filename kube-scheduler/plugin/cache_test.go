@@ -238,3 +238,51 @@ func TestCacheRebuildsTheSameState(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestCacheNodeChanges: a rebuilt inventory invalidates remembered Filter
+// results, and a node deleted and re-added counts its pods again.
+func TestCacheNodeChanges(t *testing.T) {
+	c, key := testCache(t)
+	logger := klog.Background()
+	c.updateNode(logger, testNode(t, "n1", "t4x4"))
+	c.updateLease(testLease("n1", testNow))
+	var p devicescheduler.Placement
+	r := wholeRequest(t, c, 4)
+	in := c.evalInput("4", r)
+	if _, err := c.evaluate("n1", &in, &p); err != nil {
+		t.Fatal(err)
+	}
+	// One GPU turns unhealthy: the idle node's version is 0 again, but the
+	// 4-GPU pod must no longer fit.
+	topo, _ := simgpu.Preset("t4x4")
+	inv := simgpu.Inventory(topo, "n1")
+	inv.Devices[3].Health = types.Unhealthy
+	sick := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	if err := kubeinterface.SetNodeInventory(sick, inv); err != nil {
+		t.Fatal(err)
+	}
+	c.updateNode(logger, sick)
+	if _, err := c.evaluate("n1", &in, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
+		t.Fatalf("after a GPU turned unhealthy: %v, want ErrDoesNotFit (a stale memo?)", err)
+	}
+
+	c.updateNode(logger, testNode(t, "n2", "t4x4"))
+	c.updateLease(testLease("n2", testNow))
+	alloc, err := c.reserve(testPod("a"), "n2", wholeRequest(t, c, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.updatePod(logger, boundWith(t, key, testPod("a"), alloc))
+	c.deleteNode("n2")
+	c.updateNode(logger, testNode(t, "n2", "t4x4"))
+	if got := c.snapshot()["n2"].Pods; !reflect.DeepEqual(got, []string{"uid-a"}) {
+		t.Fatalf("pods on the re-added node = %v, want [uid-a]", got)
+	}
+	// Removing the annotation of the running pod does not free its GPUs.
+	stripped := boundWith(t, key, testPod("a"), alloc)
+	stripped.Annotations = nil
+	c.updatePod(logger, stripped)
+	if got := c.snapshot()["n2"].Pods; !reflect.DeepEqual(got, []string{"uid-a"}) {
+		t.Fatalf("pods after the annotation was removed = %v, want [uid-a]", got)
+	}
+}

@@ -35,7 +35,7 @@ func registerMetrics() *cacheMetrics {
 			}, []string{"inventory"}),
 			rejects: metrics.NewCounterVec(&metrics.CounterOpts{
 				Namespace: "kubegpu", Subsystem: "scheduler", Name: "rejected_allocations_total",
-				Help:           "Allocations on bound pods that the device cache did not count, by reason (bad_signature, mismatch, invalid, conflict).",
+				Help:           "Allocations on bound pods that the device cache did not count, by reason (bad_signature, mismatch, invalid, conflict, changed_after_binding: kept as first verified).",
 				StabilityLevel: metrics.ALPHA,
 			}, []string{"reason"}),
 			writes: metrics.NewCounterVec(&metrics.CounterOpts{
@@ -82,6 +82,8 @@ func (m *cacheMetrics) rejected(err error) {
 		reason = "mismatch"
 	case errors.Is(err, devicescheduler.ErrConflict):
 		reason = "conflict"
+	case errors.Is(err, errChanged):
+		reason = "changed_after_binding"
 	}
 	m.rejects.WithLabelValues(reason).Inc()
 }

@@ -274,7 +274,9 @@ func heldDevices(_ klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint,
 	if d, ok := oldObj.(toolscache.DeletedFinalStateUnknown); ok {
 		oldObj = d.Obj
 	}
-	if pod, ok := oldObj.(*corev1.Pod); ok && (pod.Spec.NodeName == "" || pod.Annotations[kubeinterface.AnnotationAllocation] == "") {
+	// An assumed pod whose binding failed comes without the allocation
+	// (it travels in the Binding): a bound or assumed GPU pod is enough.
+	if pod, ok := oldObj.(*corev1.Pod); ok && (pod.Spec.NodeName == "" || !kubeinterface.WantsDevices(pod)) {
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil
