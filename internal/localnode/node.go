@@ -36,8 +36,8 @@ type Options struct {
 	Containerd, Shim, Ctr, Crictl string
 	// Runc is the OCI runtime (default: runc on PATH, Debian's runc).
 	Runc string
-	// CNIBinDir holds the CNI plugins, bridge, host-local and loopback
-	// (default /usr/lib/cni, Debian's containernetworking-plugins).
+	// CNIBinDir holds the CNI plugins bridge, host-local, loopback and
+	// portmap (default /usr/lib/cni, Debian's containernetworking-plugins).
 	CNIBinDir string
 	// Snapshotter is containerd's snapshotter (default "overlayfs"; "native"
 	// where the node's directory is on a filesystem overlayfs cannot use).
@@ -53,6 +53,9 @@ type Options struct {
 }
 
 // Node is a containerd with its CRI plugin, running as a child process.
+// Ctr, Crictl, ImportImage, TagImage and MirrorRegistry may run
+// concurrently; Kill, Restart and Stop must not run concurrently with
+// anything else.
 type Node struct {
 	// Dir is the node's directory (Options.Dir, symbolic links resolved).
 	Dir string
@@ -143,8 +146,17 @@ func (o *Options) resolve() error {
 		if *p == "" {
 			*p = filepath.Join(o.BinDir, name)
 		}
-		if _, err := exec.LookPath(*p); err != nil {
-			return fmt.Errorf("localnode: %s binary not found at %s: %s", name, *p, buildHint)
+		found, err := exec.LookPath(*p)
+		if err != nil {
+			where := *p
+			if abs, err := filepath.Abs(*p); err == nil && abs != *p {
+				where += " (" + abs + ")"
+			}
+			return fmt.Errorf("localnode: %s binary not found at %s: %s", name, where, buildHint)
+		}
+		// containerd takes only absolute paths to runtime binaries.
+		if *p, err = filepath.Abs(found); err != nil {
+			return fmt.Errorf("localnode: %s: %w", name, err)
 		}
 		return nil
 	}
@@ -165,7 +177,7 @@ func (o *Options) resolve() error {
 	if o.CNIBinDir == "" {
 		o.CNIBinDir = "/usr/lib/cni"
 	}
-	for _, p := range []string{"bridge", "host-local", "loopback"} {
+	for _, p := range []string{"bridge", "host-local", "loopback", "portmap"} {
 		if _, err := os.Stat(filepath.Join(o.CNIBinDir, p)); err != nil {
 			return fmt.Errorf("localnode: CNI plugin %s not found in %s: install Debian's containernetworking-plugins (make deps)", p, o.CNIBinDir)
 		}

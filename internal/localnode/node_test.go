@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,7 +158,7 @@ func output(t *testing.T, ctx context.Context, n *Node, id string) string {
 
 // TestNode runs pods on a real containerd: images imported from an archive,
 // a container's environment, a CDI device injected from a spec file, the
-// pod network, a restart of containerd under a running container, and a
+// pod network and a host port, a restart of containerd under a running container, and a
 // Stop that leaves no process, mount or bridge behind.
 func TestNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -186,9 +188,14 @@ func TestNode(t *testing.T) {
 		}},
 	})
 
+	hostPort, err := localcluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	podConfig := writeJSON(t, filepath.Join(n.Dir, "pod.json"), obj{
 		"metadata":      obj{"name": "localnode-test", "namespace": "default", "uid": "localnode-test-uid"},
 		"log_directory": filepath.Join(n.Dir, "pod-logs"),
+		"port_mappings": []obj{{"container_port": 80, "host_port": hostPort}},
 		"linux":         obj{},
 	})
 	podID := crictl(t, ctx, n, "runp", podConfig)
@@ -208,6 +215,14 @@ func TestNode(t *testing.T) {
 		_, subnet, _ := net.ParseCIDR(n.Subnet)
 		if ip := net.ParseIP(pod.Status.Network.IP); ip == nil || !subnet.Contains(ip) {
 			t.Errorf("pod IP %q, want one in the node's subnet %s", pod.Status.Network.IP, n.Subnet)
+		}
+	})
+
+	t.Run("host port", func(t *testing.T) {
+		runContainer(t, ctx, n, podID, podConfig, "web", webServer())
+		url := fmt.Sprintf("http://127.0.0.1:%d/", hostPort)
+		if body := httpGet(t, url); body != "kubegpu\n" {
+			t.Errorf("GET %s: %q, want kubegpu", url, body)
 		}
 	})
 
@@ -284,7 +299,8 @@ func TestNode(t *testing.T) {
 
 // TestNodeStopAfterCrash stops a node whose containerd was killed with a
 // pod running: Stop cannot remove the pod through CRI and must kill the
-// containers and shims, unmount and delete what is left itself.
+// containers and shims, unmount, and delete the host port rules and
+// whatever else is left itself.
 func TestNodeStopAfterCrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -296,13 +312,19 @@ func TestNodeStopAfterCrash(t *testing.T) {
 	if err := n.ImportImage(ctx, archive); err != nil {
 		t.Fatal(err)
 	}
+	hostPort, err := localcluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	podConfig := writeJSON(t, filepath.Join(n.Dir, "pod.json"), obj{
 		"metadata":      obj{"name": "localnode-crash", "namespace": "default", "uid": "localnode-crash-uid"},
 		"log_directory": filepath.Join(n.Dir, "pod-logs"),
+		"port_mappings": []obj{{"container_port": 80, "host_port": hostPort}},
 		"linux":         obj{},
 	})
 	podID := crictl(t, ctx, n, "runp", podConfig)
-	id := runContainer(t, ctx, n, podID, podConfig, "sleeper", obj{"command": []string{"sleep", "inf"}})
+	id := runContainer(t, ctx, n, podID, podConfig, "web", webServer())
+	httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/", hostPort))
 	pids := []int{infoPID(t, ctx, n, "inspectp", podID), infoPID(t, ctx, n, "inspect", id)}
 	if mounts, _ := MountsUnder(n.Dir); len(mounts) == 0 {
 		t.Fatalf("no mounts under %s with a pod running; the test checks nothing", n.Dir)
@@ -349,4 +371,43 @@ func assertNothingLeft(t *testing.T, n *Node, pids []int) {
 	if results, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", n.cniNetwork+"-*")); len(results) > 0 {
 		t.Errorf("CNI cache entries left: %v", results)
 	}
+	sandboxes, _ := filepath.Glob(filepath.Join(n.Dir, "*", "io.containerd.grpc.v1.cri", "sandboxes", "*"))
+	for _, sb := range sandboxes {
+		if _, err := os.Stat(filepath.Join("/var/lib/cni/results", "cni-loopback-"+filepath.Base(sb)+"-lo")); err == nil {
+			t.Errorf("CNI loopback cache entry of sandbox %s left", filepath.Base(sb))
+		}
+	}
+	if out, err := run(context.Background(), "iptables", "-w", "-t", "nat", "-S"); err == nil {
+		if rules := portMappingRules(string(out), n.cniNetwork); len(rules) > 0 {
+			t.Errorf("host port rules left: %v", rules)
+		}
+	}
+}
+
+// webServer is a container running busybox httpd on port 80.
+func webServer() obj {
+	return obj{"command": []string{"sh", "-c", "mkdir -p /www && echo kubegpu >/www/index.html && exec httpd -f -p 80 -h /www"}}
+}
+
+// httpGet gets url, retrying for 10 s while the server starts, and returns
+// the body of a 200 response.
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	var last error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(url)
+		if err != nil {
+			last = err
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			last = fmt.Errorf("%s %s (%v)", resp.Status, body, err)
+			continue
+		}
+		return string(body)
+	}
+	t.Fatalf("GET %s: %v", url, last)
+	return ""
 }
