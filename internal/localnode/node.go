@@ -139,6 +139,13 @@ func (o *Options) resolve() error {
 	if o.Dir == "" {
 		return errors.New("localnode: no node directory given (Options.Dir)")
 	}
+	if o.BinDir != "" {
+		// Relative to the working directory (the package's under go test);
+		// errors show where that is.
+		if abs, err := filepath.Abs(o.BinDir); err == nil {
+			o.BinDir = abs
+		}
+	}
 	if o.BinDir == "" && (o.Containerd == "" || o.Shim == "" || o.Ctr == "" || o.Crictl == "") {
 		return fmt.Errorf("localnode: no binary directory: set Options.BinDir to the directory of containerd, containerd-shim-runc-v2, ctr and crictl; %s", buildHint)
 	}
@@ -148,11 +155,7 @@ func (o *Options) resolve() error {
 		}
 		found, err := exec.LookPath(*p)
 		if err != nil {
-			where := *p
-			if abs, err := filepath.Abs(*p); err == nil && abs != *p {
-				where += " (" + abs + ")"
-			}
-			return fmt.Errorf("localnode: %s binary not found at %s: %s", name, where, buildHint)
+			return fmt.Errorf("localnode: %s binary not found at %s: %s", name, *p, buildHint)
 		}
 		// containerd takes only absolute paths to runtime binaries.
 		if *p, err = filepath.Abs(found); err != nil {
