@@ -85,6 +85,25 @@ node-binaries: deps ## Build containerd 2.4.2, ctr, crictl, critest into _output
 node-test: node-binaries ## Run pods on a real containerd: images, CDI, restart, clean stop (root)
 	KUBEGPU_NODE_BIN_DIR=$(NODE_BIN) $(GO) test $(GOTEST_FLAGS) -count=1 -v ./internal/localnode/
 
+# critest (test/critest) against a local containerd, or against
+# CRITEST_ENDPOINT (e.g. the shim's socket) in front of a containerd whose
+# registry config directory is CRITEST_CONTAINERD_HOSTS (a localnode's
+# Dir/certs.d: mirror mode), or else whose socket is CRITEST_CONTAINERD
+# (prefix mode). CRITEST_ARGS go to critest (e.g. --ginkgo.focus=Streaming).
+CRITEST_ENDPOINT ?=
+CRITEST_CONTAINERD_HOSTS ?=
+CRITEST_CONTAINERD ?=
+CRITEST_IMAGE_MODE ?= auto
+CRITEST_ARGS ?=
+
+.PHONY: critest
+critest: node-binaries ## CRI validation (critest, ~2 min) against containerd or CRITEST_ENDPOINT; pass/fail counts
+	$(GO) run ./test/critest --bin-dir $(NODE_BIN) --out $(OUT)/critest --image-mode $(CRITEST_IMAGE_MODE) \
+		$(if $(CRITEST_ENDPOINT),--endpoint $(CRITEST_ENDPOINT)) \
+		$(if $(CRITEST_CONTAINERD_HOSTS),--containerd-hosts-dir $(CRITEST_CONTAINERD_HOSTS)) \
+		$(if $(CRITEST_CONTAINERD),--containerd-address $(CRITEST_CONTAINERD)) \
+		$(if $(CRITEST_ARGS),-- $(CRITEST_ARGS))
+
 .PHONY: plugins
 plugins: deps ## Build the device modules into _output/plugins/*.so
 	@mkdir -p $(PLUGIN_DIR)

@@ -4,7 +4,7 @@
 # toolchain new enough for go.mod (an older go >= 1.21 fetches the right one
 # from the module proxy by itself), etcd for the integration tests, and what
 # the local node (internal/localnode, make critest) runs containers with:
-# runc, the CNI plugins and a static busybox for the test image.
+# runc, the CNI plugins, iptables and a static busybox for the test image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,9 +24,10 @@ command -v git >/dev/null || apt_install git
 # The integration tests and the demo run a real etcd (Debian's 3.4).
 command -v etcd >/dev/null || apt_install etcd-server
 # The local node: containerd (built by make node-binaries) runs containers
-# with runc, networks them with the CNI plugins in /usr/lib/cni, and the
-# test image is built from /bin/busybox.
+# with runc, networks them with the CNI plugins in /usr/lib/cni (host ports
+# through iptables), and the test image is built from /bin/busybox.
 command -v runc >/dev/null || apt_install runc
+command -v iptables >/dev/null || apt_install iptables
 [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/loopback ] || apt_install containernetworking-plugins
 [ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx sh || apt_install busybox-static
 

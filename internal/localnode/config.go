@@ -102,7 +102,8 @@ func hostsTOML(mirror string) string {
 
 // bridgeNetwork is the CNI network of a node: a bridge of its own with a
 // /24 of its own, host-local IPAM with its state in the node's directory,
-// no masquerading and no port mappings (they need iptables rules).
+// no masquerading, and host ports through the portmap plugin (iptables NAT
+// rules commented with the network's name).
 type bridgeNetwork struct {
 	Name     string // CNI network name
 	Bridge   string // Linux bridge interface, at most 15 bytes
@@ -154,6 +155,9 @@ func (n *bridgeNetwork) conflist() ([]byte, error) {
 				"ranges":  [][]obj{{{"subnet": n.Subnet.String(), "gateway": n.Gateway.String(), "rangeEnd": n.RangeEnd.String()}}},
 				"routes":  []obj{{"dst": "0.0.0.0/0"}},
 			},
+		}, {
+			"type":         "portmap",
+			"capabilities": obj{"portMappings": true},
 		}},
 	}
 	return json.MarshalIndent(conf, "", "  ")

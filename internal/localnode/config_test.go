@@ -105,9 +105,25 @@ func TestBridgeNetwork(t *testing.T) {
 	if err := json.Unmarshal(conf, &parsed); err != nil {
 		t.Fatal(err)
 	}
-	if parsed.Name != a.Name || len(parsed.Plugins) != 1 || parsed.Plugins[0].Type != "bridge" ||
+	if parsed.Name != a.Name || len(parsed.Plugins) != 2 || parsed.Plugins[0].Type != "bridge" || parsed.Plugins[1].Type != "portmap" ||
 		parsed.Plugins[0].Bridge != a.Bridge || parsed.Plugins[0].IPAM.DataDir != "/tmp/node-a/cni/ipam" {
 		t.Errorf("conflist:\n%s", conf)
+	}
+}
+
+func TestPortMappingRules(t *testing.T) {
+	out := `-N CNI-HOSTPORT-DNAT
+-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \"kubegpu-3d498dcc\" id: \"e4f4\"" -m multiport --dports 12099 -j CNI-DN-43e6ed9b84488a56c16b9
+-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \"kubegpu-other\" id: \"aaaa\"" -m multiport --dports 12000 -j CNI-DN-0000
+`
+	rules := portMappingRules(out, "kubegpu-3d498dcc")
+	if len(rules) != 1 {
+		t.Fatalf("rules %+v, want the one of kubegpu-3d498dcc", rules)
+	}
+	want := []string{"CNI-HOSTPORT-DNAT", "-p", "tcp", "-m", "comment", "--comment", `dnat name: "kubegpu-3d498dcc" id: "e4f4"`,
+		"-m", "multiport", "--dports", "12099", "-j", "CNI-DN-43e6ed9b84488a56c16b9"}
+	if strings.Join(rules[0].spec, "|") != strings.Join(want, "|") || rules[0].chain != "CNI-DN-43e6ed9b84488a56c16b9" {
+		t.Errorf("rule %q (chain %s), want %q", rules[0].spec, rules[0].chain, want)
 	}
 }
 

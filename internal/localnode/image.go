@@ -45,6 +45,9 @@ type ImageSpec struct {
 	// Labels of the image configuration; different labels make different
 	// image IDs from the same layer.
 	Labels map[string]string
+	// Passwd and Group are lines added to the image's /etc/passwd and
+	// /etc/group.
+	Passwd, Group []string
 	// Busybox is a statically linked busybox binary (default
 	// DefaultBusybox, from Debian's busybox-static).
 	Busybox string
@@ -179,7 +182,7 @@ func imageFiles(spec ImageSpec) ([]layoutFile, error) {
 		}
 	}
 
-	layer, diffID, err := busyboxLayer(spec.Busybox)
+	layer, diffID, err := busyboxLayer(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -239,9 +242,11 @@ func refTag(ref string) string {
 }
 
 // busyboxLayer returns the gzipped layer and the digest of its tar: the
-// busybox binary in /bin, a symlink per applet beside it, the directories a
-// container expects and an /etc/passwd and /etc/group.
-func busyboxLayer(busybox string) (layer []byte, diffID string, err error) {
+// busybox binary in /bin, a hard link to it per applet (as in Docker's
+// busybox image, so that masking one applet's path masks only that one),
+// the directories a container expects and an /etc/passwd and /etc/group.
+func busyboxLayer(spec ImageSpec) (layer []byte, diffID string, err error) {
+	busybox := spec.Busybox
 	bin, err := os.ReadFile(busybox)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -273,12 +278,14 @@ func busyboxLayer(busybox string) (layer []byte, diffID string, err error) {
 	}
 	write(tarHeader("bin/busybox", tar.TypeReg, 0o755, int64(len(bin))), bin)
 	for _, a := range applets {
-		h := tarHeader("bin/"+a, tar.TypeSymlink, 0o777, 0)
-		h.Linkname = "busybox"
+		h := tarHeader("bin/"+a, tar.TypeLink, 0o755, 0)
+		h.Linkname = "bin/busybox"
 		write(h, nil)
 	}
-	passwd := []byte("root:x:0:0:root:/root:/bin/sh\nwww-data:x:33:33:www-data:/var/www:/bin/false\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")
-	group := []byte("root:x:0:\nwww-data:x:33:\nnogroup:x:65534:\n")
+	passwd := []byte(strings.Join(append([]string{"root:x:0:0:root:/root:/bin/sh",
+		"www-data:x:33:33:www-data:/var/www:/bin/false",
+		"nobody:x:65534:65534:nobody:/nonexistent:/bin/false"}, spec.Passwd...), "\n") + "\n")
+	group := []byte(strings.Join(append([]string{"root:x:0:", "www-data:x:33:", "nogroup:x:65534:"}, spec.Group...), "\n") + "\n")
 	write(tarHeader("etc/group", tar.TypeReg, 0o644, int64(len(group))), group)
 	write(tarHeader("etc/passwd", tar.TypeReg, 0o644, int64(len(passwd))), passwd)
 	if err == nil {

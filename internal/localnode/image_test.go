@@ -48,7 +48,9 @@ func TestWriteImageLayout(t *testing.T) {
 	needBusybox(t)
 	dir := t.TempDir()
 	names := []string{BusyboxImage, "registry.k8s.io/e2e-test-images/busybox:1.29-2"}
-	if err := WriteImageLayout(dir, ImageSpec{Names: names, Entrypoint: []string{"sleep", "inf"}}); err != nil {
+	spec := ImageSpec{Names: names, Entrypoint: []string{"sleep", "inf"},
+		Passwd: []string{"default-user:x:1000:1000::/home/default-user:/bin/sh"}, Group: []string{"extra:x:50000:default-user"}}
+	if err := WriteImageLayout(dir, spec); err != nil {
 		t.Fatal(err)
 	}
 
@@ -94,6 +96,7 @@ func TestWriteImageLayout(t *testing.T) {
 	}
 
 	entries := map[string]*tar.Header{}
+	contents := map[string]string{}
 	tr := tar.NewReader(bytes.NewReader(raw))
 	for {
 		h, err := tr.Next()
@@ -104,13 +107,23 @@ func TestWriteImageLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		entries[h.Name] = h
+		if strings.HasPrefix(h.Name, "etc/") {
+			data, _ := io.ReadAll(tr)
+			contents[h.Name] = string(data)
+		}
+	}
+	if p := contents["etc/passwd"]; !strings.HasPrefix(p, "root:x:0:0:") || !strings.Contains(p, "\ndefault-user:x:1000:") {
+		t.Errorf("etc/passwd:\n%s\nwant root first and the extra user", p)
+	}
+	if g := contents["etc/group"]; !strings.Contains(g, "\nextra:x:50000:default-user\n") {
+		t.Errorf("etc/group:\n%s\nwant the extra group", g)
 	}
 	if h := entries["bin/busybox"]; h == nil || h.Typeflag != tar.TypeReg || h.Mode&0o111 == 0 {
 		t.Errorf("bin/busybox missing or not executable: %+v", h)
 	}
 	for _, applet := range []string{"sh", "env", "sleep", "cat", "ls"} {
-		if h := entries["bin/"+applet]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "busybox" {
-			t.Errorf("bin/%s is not a symlink to busybox: %+v", applet, h)
+		if h := entries["bin/"+applet]; h == nil || h.Typeflag != tar.TypeLink || h.Linkname != "bin/busybox" {
+			t.Errorf("bin/%s is not a hard link to bin/busybox: %+v", applet, h)
 		}
 	}
 	for _, f := range []string{"etc/passwd", "etc/group", "tmp/", "proc/", "dev/"} {

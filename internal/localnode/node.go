@@ -36,8 +36,8 @@ type Options struct {
 	Containerd, Shim, Ctr, Crictl string
 	// Runc is the OCI runtime (default: runc on PATH, Debian's runc).
 	Runc string
-	// CNIBinDir holds the CNI plugins, bridge, host-local and loopback
-	// (default /usr/lib/cni, Debian's containernetworking-plugins).
+	// CNIBinDir holds the CNI plugins bridge, host-local, loopback and
+	// portmap (default /usr/lib/cni, Debian's containernetworking-plugins).
 	CNIBinDir string
 	// Snapshotter is containerd's snapshotter (default "overlayfs"; "native"
 	// where the node's directory is on a filesystem overlayfs cannot use).
@@ -53,6 +53,9 @@ type Options struct {
 }
 
 // Node is a containerd with its CRI plugin, running as a child process.
+// Ctr, Crictl, ImportImage, TagImage and MirrorRegistry may run
+// concurrently; Kill, Restart and Stop must not run concurrently with
+// anything else.
 type Node struct {
 	// Dir is the node's directory (Options.Dir, symbolic links resolved).
 	Dir string
@@ -136,6 +139,13 @@ func (o *Options) resolve() error {
 	if o.Dir == "" {
 		return errors.New("localnode: no node directory given (Options.Dir)")
 	}
+	if o.BinDir != "" {
+		// Relative to the working directory (the package's under go test);
+		// errors show where that is.
+		if abs, err := filepath.Abs(o.BinDir); err == nil {
+			o.BinDir = abs
+		}
+	}
 	if o.BinDir == "" && (o.Containerd == "" || o.Shim == "" || o.Ctr == "" || o.Crictl == "") {
 		return fmt.Errorf("localnode: no binary directory: set Options.BinDir to the directory of containerd, containerd-shim-runc-v2, ctr and crictl; %s", buildHint)
 	}
@@ -170,7 +180,7 @@ func (o *Options) resolve() error {
 	if o.CNIBinDir == "" {
 		o.CNIBinDir = "/usr/lib/cni"
 	}
-	for _, p := range []string{"bridge", "host-local", "loopback"} {
+	for _, p := range []string{"bridge", "host-local", "loopback", "portmap"} {
 		if _, err := os.Stat(filepath.Join(o.CNIBinDir, p)); err != nil {
 			return fmt.Errorf("localnode: CNI plugin %s not found in %s: install Debian's containernetworking-plugins (make deps)", p, o.CNIBinDir)
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,7 +32,7 @@ func nodeBinDir(t *testing.T) string {
 
 // startNode starts a node in a directory of its own, stopped at the end of
 // the test. On failure the directory, with containerd's log, is kept.
-func startNode(t *testing.T, ctx context.Context) *Node {
+func startNode(ctx context.Context, t *testing.T) *Node {
 	t.Helper()
 	bin := nodeBinDir(t)
 	dir, err := os.MkdirTemp("", "localnode-")
@@ -59,7 +61,7 @@ func startNode(t *testing.T, ctx context.Context) *Node {
 }
 
 // crictl runs crictl against the node and fails the test on error.
-func crictl(t *testing.T, ctx context.Context, n *Node, args ...string) string {
+func crictl(ctx context.Context, t *testing.T, n *Node, args ...string) string {
 	t.Helper()
 	out, err := n.Crictl(ctx, args...)
 	if err != nil {
@@ -83,19 +85,19 @@ func writeJSON(t *testing.T, path string, v any) string {
 type obj = map[string]any
 
 // runContainer creates and starts a container in the pod and returns its ID.
-func runContainer(t *testing.T, ctx context.Context, n *Node, podID, podConfig, name string, config obj) string {
+func runContainer(ctx context.Context, t *testing.T, n *Node, podID, podConfig, name string, config obj) string {
 	t.Helper()
 	config["metadata"] = obj{"name": name}
 	config["image"] = obj{"image": BusyboxImage}
 	config["log_path"] = name + ".log"
 	path := writeJSON(t, filepath.Join(n.Dir, "container-"+name+".json"), config)
-	id := crictl(t, ctx, n, "create", podID, path, podConfig)
-	crictl(t, ctx, n, "start", id)
+	id := crictl(ctx, t, n, "create", podID, path, podConfig)
+	crictl(ctx, t, n, "start", id)
 	return id
 }
 
 // containerState returns the container's CRI state and exit code.
-func containerState(t *testing.T, ctx context.Context, n *Node, id string) (string, int) {
+func containerState(ctx context.Context, t *testing.T, n *Node, id string) (string, int) {
 	t.Helper()
 	var status struct {
 		Status struct {
@@ -103,21 +105,21 @@ func containerState(t *testing.T, ctx context.Context, n *Node, id string) (stri
 			ExitCode int    `json:"exitCode"`
 		} `json:"status"`
 	}
-	if err := json.Unmarshal([]byte(crictl(t, ctx, n, "inspect", "-o", "json", id)), &status); err != nil {
+	if err := json.Unmarshal([]byte(crictl(ctx, t, n, "inspect", "-o", "json", id)), &status); err != nil {
 		t.Fatal(err)
 	}
 	return status.Status.State, status.Status.ExitCode
 }
 
 // infoPID returns the host PID crictl inspect or inspectp reports.
-func infoPID(t *testing.T, ctx context.Context, n *Node, verb, id string) int {
+func infoPID(ctx context.Context, t *testing.T, n *Node, verb, id string) int {
 	t.Helper()
 	var v struct {
 		Info struct {
 			PID int `json:"pid"`
 		} `json:"info"`
 	}
-	if err := json.Unmarshal([]byte(crictl(t, ctx, n, verb, "-o", "json", id)), &v); err != nil || v.Info.PID == 0 {
+	if err := json.Unmarshal([]byte(crictl(ctx, t, n, verb, "-o", "json", id)), &v); err != nil || v.Info.PID == 0 {
 		t.Fatalf("no PID in crictl %s %s (%v)", verb, id, err)
 	}
 	return v.Info.PID
@@ -135,13 +137,13 @@ func alive(pid int) bool {
 }
 
 // output waits for the container to exit with 0 and returns its log.
-func output(t *testing.T, ctx context.Context, n *Node, id string) string {
+func output(ctx context.Context, t *testing.T, n *Node, id string) string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		state, code := containerState(t, ctx, n, id)
+		state, code := containerState(ctx, t, n, id)
 		if state == "CONTAINER_EXITED" {
-			logs := crictl(t, ctx, n, "logs", id)
+			logs := crictl(ctx, t, n, "logs", id)
 			if code != 0 {
 				t.Fatalf("container %s exited with %d; log:\n%s", id, code, logs)
 			}
@@ -156,12 +158,12 @@ func output(t *testing.T, ctx context.Context, n *Node, id string) string {
 
 // TestNode runs pods on a real containerd: images imported from an archive,
 // a container's environment, a CDI device injected from a spec file, the
-// pod network, a restart of containerd under a running container, and a
+// pod network and a host port, a restart of containerd under a running container, and a
 // Stop that leaves no process, mount or bridge behind.
 func TestNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	n := startNode(t, ctx)
+	n := startNode(ctx, t)
 
 	// Images: busybox under two names, from one archive.
 	archive := filepath.Join(n.Dir, "images", "busybox.tar")
@@ -173,7 +175,7 @@ func TestNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, img := range []string{BusyboxImage, alias, PauseImage} {
-		crictl(t, ctx, n, "inspecti", img)
+		crictl(ctx, t, n, "inspecti", img)
 	}
 
 	// A CDI spec, written after containerd started.
@@ -186,13 +188,18 @@ func TestNode(t *testing.T) {
 		}},
 	})
 
+	hostPort, err := localcluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	podConfig := writeJSON(t, filepath.Join(n.Dir, "pod.json"), obj{
 		"metadata":      obj{"name": "localnode-test", "namespace": "default", "uid": "localnode-test-uid"},
 		"log_directory": filepath.Join(n.Dir, "pod-logs"),
+		"port_mappings": []obj{{"container_port": 80, "host_port": hostPort}},
 		"linux":         obj{},
 	})
-	podID := crictl(t, ctx, n, "runp", podConfig)
-	pids := []int{infoPID(t, ctx, n, "inspectp", podID)}
+	podID := crictl(ctx, t, n, "runp", podConfig)
+	pids := []int{infoPID(ctx, t, n, "inspectp", podID)}
 
 	t.Run("pod network", func(t *testing.T) {
 		var pod struct {
@@ -202,7 +209,7 @@ func TestNode(t *testing.T) {
 				} `json:"network"`
 			} `json:"status"`
 		}
-		if err := json.Unmarshal([]byte(crictl(t, ctx, n, "inspectp", "-o", "json", podID)), &pod); err != nil {
+		if err := json.Unmarshal([]byte(crictl(ctx, t, n, "inspectp", "-o", "json", podID)), &pod); err != nil {
 			t.Fatal(err)
 		}
 		_, subnet, _ := net.ParseCIDR(n.Subnet)
@@ -211,36 +218,44 @@ func TestNode(t *testing.T) {
 		}
 	})
 
+	t.Run("host port", func(t *testing.T) {
+		runContainer(ctx, t, n, podID, podConfig, "web", webServer())
+		url := fmt.Sprintf("http://127.0.0.1:%d/", hostPort)
+		if body := httpGet(t, url); body != "kubegpu\n" {
+			t.Errorf("GET %s: %q, want kubegpu", url, body)
+		}
+	})
+
 	t.Run("env", func(t *testing.T) {
-		id := runContainer(t, ctx, n, podID, podConfig, "env", obj{
+		id := runContainer(ctx, t, n, podID, podConfig, "env", obj{
 			"command": []string{"env"},
 			"envs":    []obj{{"key": "HELLO", "value": "world"}},
 		})
-		if out := output(t, ctx, n, id); !strings.Contains(out, "HELLO=world") {
+		if out := output(ctx, t, n, id); !strings.Contains(out, "HELLO=world") {
 			t.Errorf("env printed\n%s\nwant HELLO=world", out)
 		}
 	})
 
 	t.Run("CDI device", func(t *testing.T) {
-		id := runContainer(t, ctx, n, podID, podConfig, "cdi", obj{
+		id := runContainer(ctx, t, n, podID, podConfig, "cdi", obj{
 			"command":     []string{"env"},
 			"CDI_devices": []obj{{"name": "kubegpu.io/test=gpu0"}},
 		})
-		if out := output(t, ctx, n, id); !strings.Contains(out, "FOO=bar") {
+		if out := output(ctx, t, n, id); !strings.Contains(out, "FOO=bar") {
 			t.Errorf("env printed\n%s\nwant FOO=bar, injected from the CDI spec", out)
 		}
 	})
 
 	t.Run("restart", func(t *testing.T) {
-		id := runContainer(t, ctx, n, podID, podConfig, "sleeper", obj{"command": []string{"sleep", "inf"}})
-		pids = append(pids, infoPID(t, ctx, n, "inspect", id))
+		id := runContainer(ctx, t, n, podID, podConfig, "sleeper", obj{"command": []string{"sleep", "inf"}})
+		pids = append(pids, infoPID(ctx, t, n, "inspect", id))
 		if err := n.Restart(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if state, _ := containerState(t, ctx, n, id); state != "CONTAINER_RUNNING" {
+		if state, _ := containerState(ctx, t, n, id); state != "CONTAINER_RUNNING" {
 			t.Fatalf("container %s is %s after a containerd restart, want CONTAINER_RUNNING", id, state)
 		}
-		if out := crictl(t, ctx, n, "exec", "--sync", id, "echo", "alive"); out != "alive" {
+		if out := crictl(ctx, t, n, "exec", "--sync", id, "echo", "alive"); out != "alive" {
 			t.Errorf("exec after restart printed %q, want alive", out)
 		}
 	})
@@ -271,8 +286,8 @@ func TestNode(t *testing.T) {
 		if err := n.MirrorRegistry("registry.k8s.io", "http://"+strings.TrimSpace(string(addr))); err != nil {
 			t.Fatal(err)
 		}
-		crictl(t, ctx, n, "pull", "registry.k8s.io/kubegpu/mirrored:1")
-		crictl(t, ctx, n, "inspecti", "registry.k8s.io/kubegpu/mirrored:1")
+		crictl(ctx, t, n, "pull", "registry.k8s.io/kubegpu/mirrored:1")
+		crictl(ctx, t, n, "inspecti", "registry.k8s.io/kubegpu/mirrored:1")
 	})
 
 	// Stop with the pod and the sleeper still running: nothing may be left.
@@ -284,11 +299,12 @@ func TestNode(t *testing.T) {
 
 // TestNodeStopAfterCrash stops a node whose containerd was killed with a
 // pod running: Stop cannot remove the pod through CRI and must kill the
-// containers and shims, unmount and delete what is left itself.
+// containers and shims, unmount, and delete the host port rules and
+// whatever else is left itself.
 func TestNodeStopAfterCrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	n := startNode(t, ctx)
+	n := startNode(ctx, t)
 	archive := filepath.Join(n.Dir, "images", "busybox.tar")
 	if err := WriteImageArchive(archive, ImageSpec{}); err != nil {
 		t.Fatal(err)
@@ -296,14 +312,20 @@ func TestNodeStopAfterCrash(t *testing.T) {
 	if err := n.ImportImage(ctx, archive); err != nil {
 		t.Fatal(err)
 	}
+	hostPort, err := localcluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	podConfig := writeJSON(t, filepath.Join(n.Dir, "pod.json"), obj{
 		"metadata":      obj{"name": "localnode-crash", "namespace": "default", "uid": "localnode-crash-uid"},
 		"log_directory": filepath.Join(n.Dir, "pod-logs"),
+		"port_mappings": []obj{{"container_port": 80, "host_port": hostPort}},
 		"linux":         obj{},
 	})
-	podID := crictl(t, ctx, n, "runp", podConfig)
-	id := runContainer(t, ctx, n, podID, podConfig, "sleeper", obj{"command": []string{"sleep", "inf"}})
-	pids := []int{infoPID(t, ctx, n, "inspectp", podID), infoPID(t, ctx, n, "inspect", id)}
+	podID := crictl(ctx, t, n, "runp", podConfig)
+	id := runContainer(ctx, t, n, podID, podConfig, "web", webServer())
+	httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/", hostPort))
+	pids := []int{infoPID(ctx, t, n, "inspectp", podID), infoPID(ctx, t, n, "inspect", id)}
 	if mounts, _ := MountsUnder(n.Dir); len(mounts) == 0 {
 		t.Fatalf("no mounts under %s with a pod running; the test checks nothing", n.Dir)
 	}
@@ -349,4 +371,47 @@ func assertNothingLeft(t *testing.T, n *Node, pids []int) {
 	if results, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", n.cniNetwork+"-*")); len(results) > 0 {
 		t.Errorf("CNI cache entries left: %v", results)
 	}
+	sandboxes, _ := filepath.Glob(filepath.Join(n.Dir, "*", "io.containerd.grpc.v1.cri", "sandboxes", "*"))
+	for _, sb := range sandboxes {
+		if _, err := os.Stat(filepath.Join("/var/lib/cni/results", "cni-loopback-"+filepath.Base(sb)+"-lo")); err == nil {
+			t.Errorf("CNI loopback cache entry of sandbox %s left", filepath.Base(sb))
+		}
+	}
+	if out, err := run(context.Background(), "iptables", "-w", "-t", "nat", "-S"); err == nil {
+		if rules := portMappingRules(string(out), n.cniNetwork); len(rules) > 0 {
+			t.Errorf("host port rules left: %v", rules)
+		}
+	}
+}
+
+// webServer is a container running busybox httpd on port 80.
+func webServer() obj {
+	return obj{"command": []string{"sh", "-c", "mkdir -p /www && echo kubegpu >/www/index.html && exec httpd -f -p 80 -h /www"}}
+}
+
+// httpGet gets url, retrying for 10 s while the server starts, and returns
+// the body of a 200 response.
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	var last error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(url)
+		if err != nil {
+			last = err
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			last = err
+			continue
+		}
+		if resp.StatusCode != http.StatusOK {
+			last = fmt.Errorf("%s: %s", resp.Status, body)
+			continue
+		}
+		return string(body)
+	}
+	t.Fatalf("GET %s: %v", url, last)
+	return ""
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -43,7 +44,7 @@ func (n *Node) Stop() error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, UnmountUnder(n.Dir), n.deleteBridge(), n.removeCNIResults())
+	errs = append(errs, UnmountUnder(n.Dir), n.deleteBridge(), n.removeCNIResults(), n.removePortMappings())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("localnode: stop (containerd log: %s): %w", n.Log, err)
 	}
@@ -190,19 +191,124 @@ func (n *Node) deleteBridge() error {
 	return nil
 }
 
-// removeCNIResults removes what CNI cached of the node's network in
-// /var/lib/cni/results; CNI removes it itself when a pod is removed through
-// CRI, but not when containerd was killed.
+// removeCNIResults removes what CNI cached of the node's pods in
+// /var/lib/cni/results (NETWORK-SANDBOX-eth0 and cni-loopback-SANDBOX-lo);
+// CNI removes it itself when a pod is removed through CRI, but not when
+// containerd was killed.
 func (n *Node) removeCNIResults() error {
 	if n.cniNetwork == "" {
 		return nil
 	}
-	results, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", n.cniNetwork+"-*"))
+	const cache = "/var/lib/cni/results"
+	results, _ := filepath.Glob(filepath.Join(cache, n.cniNetwork+"-*"))
+	// The sandboxes' directories, in containerd's root and state.
+	sandboxes, _ := filepath.Glob(filepath.Join(n.Dir, "*", "io.containerd.grpc.v1.cri", "sandboxes", "*"))
+	for _, sb := range sandboxes {
+		results = append(results, filepath.Join(cache, "cni-loopback-"+filepath.Base(sb)+"-lo"))
+	}
 	var errs []error
 	for _, r := range results {
-		errs = append(errs, os.Remove(r))
+		if err := os.Remove(r); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// removePortMappings deletes the host port rules the CNI portmap plugin
+// made for the node's pods (in iptables' nat table, commented with the
+// network's name); CNI deletes them itself when a pod is removed through
+// CRI, but not when containerd was killed, and a stale rule would send a
+// host port to a dead pod.
+func (n *Node) removePortMappings() error {
+	if n.cniNetwork == "" {
+		return nil
+	}
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := run(ctx, "iptables", "-w", "-t", "nat", "-S", "CNI-HOSTPORT-DNAT")
+	if err != nil {
+		return nil // no chain: no host ports were ever mapped
+	}
+	var errs []error
+	for _, rule := range portMappingRules(string(out), n.cniNetwork) {
+		if _, err := run(ctx, "iptables", append([]string{"-w", "-t", "nat", "-D"}, rule.spec...)...); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if rule.chain != "" {
+			_, _ = run(ctx, "iptables", "-w", "-t", "nat", "-F", rule.chain)
+			_, _ = run(ctx, "iptables", "-w", "-t", "nat", "-X", rule.chain)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type natRule struct {
+	spec  []string // chain and match, as iptables -D takes them
+	chain string   // the per-pod chain the rule jumps to
+}
+
+// portMappingRules picks the rules of network from iptables -S output.
+func portMappingRules(out, network string) []natRule {
+	var rules []natRule
+	for _, line := range strings.Split(out, "\n") {
+		words := splitShellWords(line)
+		if len(words) < 2 || words[0] != "-A" {
+			continue
+		}
+		mine := false
+		var r natRule
+		for i, w := range words {
+			if strings.HasPrefix(w, "dnat name: \""+network+"\"") {
+				mine = true
+			}
+			if w == "-j" && i+1 < len(words) && strings.HasPrefix(words[i+1], "CNI-DN-") {
+				r.chain = words[i+1]
+			}
+		}
+		if mine {
+			r.spec = words[1:]
+			rules = append(rules, r)
+		}
+	}
+	return rules
+}
+
+// splitShellWords splits a line of iptables -S output into words the way a
+// shell would: double quotes group, backslash escapes.
+func splitShellWords(line string) []string {
+	var words []string
+	var w strings.Builder
+	inWord, quoted := false, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == '\\' && i+1 < len(line):
+			i++
+			w.WriteByte(line[i])
+			inWord = true
+		case c == '"':
+			quoted = !quoted
+			inWord = true
+		case (c == ' ' || c == '\t') && !quoted:
+			if inWord {
+				words = append(words, w.String())
+				w.Reset()
+				inWord = false
+			}
+		default:
+			w.WriteByte(c)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, w.String())
+	}
+	return words
 }
 
 // UnmountUnder lazily unmounts (MNT_DETACH) every mount at or below dir,
