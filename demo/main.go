@@ -362,7 +362,11 @@ func showEnv(ctx context.Context, c *localcluster.Cluster, r *realNode, name str
 		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed, nil
 	})
 	if err != nil {
-		return fmt.Errorf("pod %s did not finish (phase %s): %w", name, pod.Status.Phase, err)
+		phase := corev1.PodPhase("unknown")
+		if pod != nil {
+			phase = pod.Status.Phase
+		}
+		return fmt.Errorf("pod %s did not finish (phase %s): %w", name, phase, err)
 	}
 	fmt.Printf("    pod/%s on %s: %s, allocation %s\n", name, pod.Spec.NodeName, pod.Status.Phase, allocationSummary(pod))
 	endpoint := "unix://" + r.shim

@@ -102,6 +102,12 @@ func ParseKey(data []byte) (*Key, error) {
 			return nil, fmt.Errorf("PEM block %q: want \"PRIVATE KEY\" (Ed25519, PKCS #8) or \"PUBLIC KEY\" (Ed25519, PKIX)", block.Type)
 		}
 	}
+	if bytes.Contains(data, []byte("-----BEGIN")) {
+		return nil, errors.New("the file looks like PEM but does not decode: a damaged key? (an HMAC secret must not contain -----BEGIN)")
+	}
+	if bytes.HasPrefix(bytes.TrimSpace(data), []byte("ssh-")) {
+		return nil, errors.New("the file is an OpenSSH key; convert it to PEM (ssh-keygen -e -m PKCS8) or use openssl genpkey -algorithm ed25519")
+	}
 	secret := bytes.TrimSpace(data)
 	if len(secret) < MinHMACKeyBytes {
 		return nil, fmt.Errorf("not a PEM Ed25519 key, and as an HMAC secret %d bytes are too short (want at least %d)", len(secret), MinHMACKeyBytes)

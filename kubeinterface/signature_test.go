@@ -132,6 +132,8 @@ func TestKeyErrors(t *testing.T) {
 		{"short secret", "too short", "9 bytes are too short"},
 		{"other PEM", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", `PEM block "CERTIFICATE"`},
 		{"bad PKCS8", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "parse PKCS #8 private key"},
+		{"damaged PEM", "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEI", "looks like PEM but does not decode"},
+		{"OpenSSH key", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl user@host", "OpenSSH key"},
 	} {
 		if _, err := ParseKey([]byte(tt.data)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: ParseKey() = %v, want an error containing %q", tt.name, err, tt.want)

@@ -106,11 +106,18 @@ func (a *Advertiser) Once(ctx context.Context) error {
 		a.mu.Unlock()
 		logger.V(2).Info("Published device inventory", "devices", len(inv.Devices))
 	}
-	if err := RenewLease(ctx, a.opts.Client, a.opts.Node, a.opts.LeaseDuration, time.Now()); err != nil {
+	created, err := renewLease(ctx, a.opts.Client, a.opts.Node, a.opts.LeaseDuration, time.Now())
+	if err != nil {
 		// Publish the inventory again once the API answers: the node may
 		// have been re-created meanwhile.
 		a.forget()
 		return err
+	}
+	if created && !changed {
+		// A new Lease means a new Node object (the old Lease went with the
+		// old Node): publish again, now.
+		a.forget()
+		return a.Once(ctx)
 	}
 	return nil
 }

@@ -83,6 +83,13 @@ func PublishInventory(ctx context.Context, client kubernetes.Interface, node str
 // RenewLease creates or renews the node's heartbeat Lease
 // (kube-node-lease/kubegpu-NODE), owned by the Node so that it goes with it.
 func RenewLease(ctx context.Context, client kubernetes.Interface, node string, duration time.Duration, now time.Time) error {
+	_, err := renewLease(ctx, client, node, duration, now)
+	return err
+}
+
+// renewLease is RenewLease that also says whether the Lease had to be
+// created (first start, or the Node and its Lease were re-created).
+func renewLease(ctx context.Context, client kubernetes.Interface, node string, duration time.Duration, now time.Time) (bool, error) {
 	leases := client.CoordinationV1().Leases(kubeinterface.LeaseNamespace)
 	name := kubeinterface.LeaseName(node)
 	renew := metav1.NewMicroTime(now)
@@ -101,17 +108,17 @@ func RenewLease(ctx context.Context, client kubernetes.Interface, node string, d
 			lease.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}
 		}
 		if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create heartbeat lease of node %s: %w", node, err)
+			return false, fmt.Errorf("create heartbeat lease of node %s: %w", node, err)
 		}
-		return nil
+		return true, nil
 	}
 	if err != nil {
-		return fmt.Errorf("get heartbeat lease of node %s: %w", node, err)
+		return false, fmt.Errorf("get heartbeat lease of node %s: %w", node, err)
 	}
 	lease.Spec.RenewTime = &renew
 	lease.Spec.LeaseDurationSeconds = ptr.To(int32(duration / time.Second))
 	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("renew heartbeat lease of node %s: %w", node, err)
+		return false, fmt.Errorf("renew heartbeat lease of node %s: %w", node, err)
 	}
-	return nil
+	return false, nil
 }

@@ -57,12 +57,13 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The shim is the node's only CRI endpoint: a device problem must not
+	// take the node's containers down. Modules that do not start are
+	// reported and left out; containers then get no devices of theirs
+	// (rewrite.Baseline hides NVIDIA GPUs whatever is loaded).
 	plugins, err := nodeplugins.Open(ctx, o.PluginDir, o.NodeName, o.Options)
-	if err != nil && len(plugins) == 0 {
-		return err
-	}
 	if err != nil {
-		logger.Error(err, "Some device modules did not start; serving with the others")
+		logger.Error(err, "Device modules did not all start; serving CRI with the others", "started", len(plugins))
 	}
 	defer func() {
 		if err := nodeplugins.Close(plugins); err != nil {
@@ -72,7 +73,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 
 	d := &discovery{plugins: plugins}
 	if _, err := d.discover(ctx); err != nil {
-		return fmt.Errorf("first device discovery: %w", err)
+		logger.Error(err, "First device discovery failed; serving CRI without those devices and retrying")
 	}
 	var client kubernetes.Interface
 	if o.Advertise {
@@ -152,10 +153,12 @@ func (d *discovery) discover(ctx context.Context) (types.Inventory, error) {
 		inv, err := p.Discover(ctx)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("device module %s: %w", p.Module, err))
-			if prev == nil {
-				return types.Inventory{}, errors.Join(errs...)
+			if prev != nil {
+				mods[i] = (*prev)[i]
+			} else {
+				// Never discovered: it serves no devices yet.
+				mods[i] = rewrite.Module{Name: p.Module, Plugin: p.NodePlugin, Devices: map[string]bool{}}
 			}
-			mods[i] = (*prev)[i]
 			continue
 		}
 		devices := make(map[string]bool, len(inv.Devices))
@@ -173,7 +176,12 @@ func (d *discovery) discover(ctx context.Context) (types.Inventory, error) {
 	return merged, errors.Join(errs...)
 }
 
-func (d *discovery) modules() []rewrite.Module { return *d.current.Load() }
+func (d *discovery) modules() []rewrite.Module {
+	if m := d.current.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
 
 func (d *discovery) loop(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)

@@ -87,13 +87,25 @@ func New(opts Options) (*Proxy, error) {
 }
 
 // Listen opens the unix socket at path, readable and writable by its owner
-// only (the CRI socket is root's), replacing a stale socket file.
+// only (the CRI socket is root's). A stale socket left by a crash is
+// replaced; a socket something still serves on (another shim, or the
+// runtime itself when --listen points at it by mistake) and any other file
+// are refused.
 func Listen(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("listen on %s: remove the old socket: %w", path, err)
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("listen on %s: a file that is not a socket is there; remove it or choose another --listen", path)
+		}
+		if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			conn.Close()
+			return nil, fmt.Errorf("listen on %s: something already serves there (another kubegpu-crishim, or the runtime's own socket?)", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("listen on %s: remove the stale socket: %w", path, err)
+		}
 	}
 	l, err := net.Listen("unix", path)
 	if err != nil {

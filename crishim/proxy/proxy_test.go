@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -201,5 +202,38 @@ func TestProxyRewritesCreateContainer(t *testing.T) {
 				t.Errorf("runtime got env %v, want NVIDIA_VISIBLE_DEVICES=%s only", envs, tt.want)
 			}
 		})
+	}
+}
+
+func TestListen(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, "live.sock")
+	l, err := Listen(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := Listen(live); err == nil || !strings.Contains(err.Error(), "something already serves there") {
+		t.Errorf("Listen on a live socket: %v", err)
+	}
+	// A stale socket (its server gone) is replaced.
+	stale := filepath.Join(dir, "stale.sock")
+	sl, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl.(*net.UnixListener).SetUnlinkOnClose(false)
+	sl.Close()
+	l2, err := Listen(stale)
+	if err != nil {
+		t.Fatalf("Listen on a stale socket: %v", err)
+	}
+	l2.Close()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(file); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("Listen on a regular file: %v", err)
 	}
 }

@@ -79,9 +79,15 @@ func (r *Rewriter) ContainerAllocation(sb *runtimeapi.PodSandboxConfig, name str
 	return none, nil
 }
 
+// Baseline are the edits every container starts from, whatever modules are
+// loaded: no NVIDIA GPU unless a module gives it one. A node whose NVIDIA
+// module is not running (driver not loaded yet, NVML broken) so still hides
+// every GPU from images that ask for "all".
+var Baseline = types.ContainerEdits{Env: []types.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}}}
+
 // Edits asks every module for its part of alloc: the devices it serves, or
-// none, so that it hides its devices. A device no module serves is an error
-// wrapping ErrInvalid.
+// none, so that it hides its devices; on top of Baseline. A device no module
+// serves is an error wrapping ErrInvalid.
 func (r *Rewriter) Edits(ctx context.Context, alloc types.ContainerAllocation) (types.ContainerEdits, error) {
 	modules := r.Modules()
 	parts := make([]types.ContainerAllocation, len(modules))
@@ -95,7 +101,7 @@ func (r *Rewriter) Edits(ctx context.Context, alloc types.ContainerAllocation) (
 		}
 		parts[i].Devices = append(parts[i].Devices, d)
 	}
-	var all types.ContainerEdits
+	all := merge(types.ContainerEdits{}, Baseline)
 	for i, m := range modules {
 		e, err := m.Plugin.ContainerEdits(ctx, parts[i])
 		if err != nil {
@@ -130,8 +136,16 @@ func Apply(cfg *runtimeapi.ContainerConfig, e types.ContainerEdits) {
 			set[v.Name] = true
 		}
 		cfg.Envs = slices.DeleteFunc(cfg.Envs, func(kv *runtimeapi.KeyValue) bool { return set[kv.GetKey()] })
-		for _, v := range e.Env {
-			cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: v.Name, Value: []byte(v.Value)})
+		// A later edit of the same variable (a module's) overrides an
+		// earlier one (the baseline's).
+		last := make(map[string]int, len(e.Env))
+		for i, v := range e.Env {
+			last[v.Name] = i
+		}
+		for i, v := range e.Env {
+			if last[v.Name] == i {
+				cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: v.Name, Value: []byte(v.Value)})
+			}
 		}
 	}
 	for _, d := range e.DeviceNodes {

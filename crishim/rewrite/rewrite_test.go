@@ -114,11 +114,18 @@ func TestEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := types.ContainerEdits{
-		Env:        []types.EnvVar{{Name: "A_DEVICES", Value: "GPU-1"}, {Name: "B_DEVICES", Value: "void"}},
+		Env:        []types.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}, {Name: "A_DEVICES", Value: "GPU-1"}, {Name: "B_DEVICES", Value: "void"}},
 		CDIDevices: []string{"example.com/gpu=GPU-1"},
 	}
-	if !reflect.DeepEqual(got, want) {
+	if !reflect.DeepEqual(got.Env, want.Env) || !reflect.DeepEqual(got.CDIDevices, want.CDIDevices) {
 		t.Errorf("edits %+v, want %+v", got, want)
+	}
+	// No module running (e.g. the NVIDIA driver not loaded yet): containers
+	// still get no GPU.
+	none := &Rewriter{Modules: func() []Module { return nil }}
+	got, err = none.Edits(context.Background(), types.ContainerAllocation{Name: "main"})
+	if err != nil || !reflect.DeepEqual(got.Env, Baseline.Env) {
+		t.Errorf("edits without modules = %+v, %v; want the baseline %+v", got, err, Baseline)
 	}
 	_, err = r.Edits(context.Background(), types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{{ID: "gpu9", UUID: "GPU-9"}}})
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "device gpu9 (GPU-9) is not on this node") {
@@ -158,6 +165,12 @@ func TestApply(t *testing.T) {
 			},
 		},
 		{name: "no edits", cfg: &runtimeapi.ContainerConfig{}, want: &runtimeapi.ContainerConfig{}},
+		{
+			name:  "a later edit of a variable wins",
+			cfg:   &runtimeapi.ContainerConfig{},
+			edits: types.ContainerEdits{Env: []types.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}, {Name: "NVIDIA_VISIBLE_DEVICES", Value: "GPU-1"}}},
+			want:  &runtimeapi.ContainerConfig{Envs: []*runtimeapi.KeyValue{{Key: "NVIDIA_VISIBLE_DEVICES", Value: []byte("GPU-1")}}},
+		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			Apply(tt.cfg, tt.edits)

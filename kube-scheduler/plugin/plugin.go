@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -61,7 +63,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, err
 	}
-	shared, err := sharedState(ctx, args, h.SharedInformerFactory(), h)
+	shared, err := sharedState(ctx, args, h.SharedInformerFactory(), h.ClientSet(), h)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +90,7 @@ var (
 	sharedByFactory = map[informers.SharedInformerFactory]*shared{}
 )
 
-func sharedState(ctx context.Context, args *Args, factory informers.SharedInformerFactory, activator fwk.PodActivator) (*shared, error) {
+func sharedState(ctx context.Context, args *Args, factory informers.SharedInformerFactory, client kubernetes.Interface, activator fwk.PodActivator) (*shared, error) {
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	if s, ok := sharedByFactory[factory]; ok {
@@ -97,7 +99,7 @@ func sharedState(ctx context.Context, args *Args, factory informers.SharedInform
 		}
 		return s, nil
 	}
-	s, err := newShared(ctx, args, factory, activator)
+	s, err := newShared(ctx, args, factory, client, activator)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +111,7 @@ func argsEqual(a, b *Args) bool {
 	return fmt.Sprintf("%+v", *a) == fmt.Sprintf("%+v", *b)
 }
 
-func newShared(ctx context.Context, args *Args, factory informers.SharedInformerFactory, activator fwk.PodActivator) (*shared, error) {
+func newShared(ctx context.Context, args *Args, factory informers.SharedInformerFactory, client kubernetes.Interface, activator fwk.PodActivator) (*shared, error) {
 	logger := klog.FromContext(ctx).WithName(Name)
 	key, err := kubeinterface.LoadKey(args.SigningKeyFile)
 	if err != nil {
@@ -133,10 +135,27 @@ func newShared(ctx context.Context, args *Args, factory informers.SharedInformer
 	}
 	c := newDeviceCache(engine, key, args.HeartbeatStaleness.Duration, registerMetrics())
 	c.activate = func(pods map[string]*corev1.Pod) { activator.Activate(logger, pods) }
-	synced, err := addHandlers(logger, c, factory)
+	// Heartbeat Leases come from an informer of their own, limited to
+	// kube-node-lease: the scheduler's role may read Leases there and not
+	// cluster-wide (see kube-scheduler/deploy/rbac.yaml).
+	leases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(kubeinterface.LeaseNamespace))
+	synced, err := addHandlers(logger, c, factory, leases)
 	if err != nil {
 		return nil, err
 	}
+	leases.Start(ctx.Done())
+	go func() {
+		// A cache that never syncs stalls every GPU pod: say why, loudly.
+		timer := time.NewTimer(time.Minute)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+			if !synced() {
+				logger.Error(nil, "Device cache not synced after a minute: GPU pods wait. Check that the scheduler may list and watch nodes, pods and Leases in kube-node-lease (kube-scheduler/deploy/rbac.yaml)")
+			}
+		}
+	}()
 	return &shared{args: args, modules: names, engine: engine, key: key, cache: c, synced: synced}, nil
 }
 
@@ -176,11 +195,12 @@ func loadSchedulerPlugins(ctx context.Context, args *Args) ([]types.SchedulerPlu
 	return plugins, names, nil
 }
 
-// addHandlers feeds the cache from the scheduler's shared informers: nodes,
-// pods (the scheduler's pod informer leaves out finished pods) and Leases. It
+// addHandlers feeds the cache from the scheduler's shared informers: nodes
+// and pods (the scheduler's pod informer leaves out finished pods), and from
+// the plugin's own informer of heartbeat Leases. It
 // returns a function that reports whether every handler has seen its
 // informer's initial list.
-func addHandlers(logger klog.Logger, c *deviceCache, factory informers.SharedInformerFactory) (func() bool, error) {
+func addHandlers(logger klog.Logger, c *deviceCache, factory, leases informers.SharedInformerFactory) (func() bool, error) {
 	var regs []toolscache.ResourceEventHandlerRegistration
 	add := func(inf toolscache.SharedIndexInformer, h toolscache.ResourceEventHandlerFuncs) error {
 		reg, err := inf.AddEventHandler(h)
@@ -201,7 +221,7 @@ func addHandlers(logger klog.Logger, c *deviceCache, factory informers.SharedInf
 			UpdateFunc: func(_, obj any) { withObject(obj, func(p *corev1.Pod) { c.updatePod(logger, p) }) },
 			DeleteFunc: func(obj any) { withObject(obj, func(p *corev1.Pod) { c.forget(logger, p.UID) }) },
 		}),
-		add(factory.Coordination().V1().Leases().Informer(), toolscache.ResourceEventHandlerFuncs{
+		add(leases.Coordination().V1().Leases().Informer(), toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { withObject(obj, c.updateLease) },
 			UpdateFunc: func(_, obj any) { withObject(obj, c.updateLease) },
 			DeleteFunc: func(obj any) { withObject(obj, c.deleteLease) },
