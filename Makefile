@@ -97,12 +97,21 @@ CRITEST_IMAGE_MODE ?= auto
 CRITEST_ARGS ?=
 
 .PHONY: critest
-critest: node-binaries ## CRI validation (critest, ~2 min) against containerd or CRITEST_ENDPOINT; pass/fail counts
+critest: node-binaries build plugins ## CRI validation (critest, ~2 min each): containerd directly, then through kubegpu-crishim; pass/fail counts
+ifeq ($(CRITEST_ENDPOINT),)
+	$(GO) run ./test/critest --bin-dir $(NODE_BIN) --out $(OUT)/critest/direct --image-mode $(CRITEST_IMAGE_MODE) \
+		$(if $(CRITEST_ARGS),-- $(CRITEST_ARGS)) | tee $(OUT)/critest-direct.txt
+	$(GO) run ./test/critest --bin-dir $(NODE_BIN) --out $(OUT)/critest/shim --image-mode $(CRITEST_IMAGE_MODE) \
+		--shim $(BIN)/kubegpu-crishim --shim-plugin-dir $(PLUGIN_DIR) \
+		$(if $(CRITEST_ARGS),-- $(CRITEST_ARGS)) | tee $(OUT)/critest-shim.txt
+	@echo "critest summary:"; grep -h "^critest: [0-9]* passed" $(OUT)/critest-direct.txt $(OUT)/critest-shim.txt
+else
 	$(GO) run ./test/critest --bin-dir $(NODE_BIN) --out $(OUT)/critest --image-mode $(CRITEST_IMAGE_MODE) \
-		$(if $(CRITEST_ENDPOINT),--endpoint $(CRITEST_ENDPOINT)) \
+		--endpoint $(CRITEST_ENDPOINT) \
 		$(if $(CRITEST_CONTAINERD_HOSTS),--containerd-hosts-dir $(CRITEST_CONTAINERD_HOSTS)) \
 		$(if $(CRITEST_CONTAINERD),--containerd-address $(CRITEST_CONTAINERD)) \
 		$(if $(CRITEST_ARGS),-- $(CRITEST_ARGS))
+endif
 
 .PHONY: plugins
 plugins: deps ## Build the device modules into _output/plugins/*.so

@@ -55,15 +55,16 @@ import (
 )
 
 type options struct {
-	binDir, outDir     string
-	endpoint           string
-	containerdAddress  string
-	containerdHostsDir string
-	imageMode          string
-	knownFailures      string
-	timeout            time.Duration
-	keep               bool
-	critestArgs        []string
+	binDir, outDir      string
+	endpoint            string
+	shim, shimPluginDir string
+	containerdAddress   string
+	containerdHostsDir  string
+	imageMode           string
+	knownFailures       string
+	timeout             time.Duration
+	keep                bool
+	critestArgs         []string
 }
 
 func main() {
@@ -77,6 +78,8 @@ func main() {
 	flag.StringVar(&o.knownFailures, "known-failures", "", "specs expected to fail on this machine; others fail the command (default: test/critest/known-failures.txt, or known-failures-prefix.txt in prefix mode)")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "limit for the whole run")
 	flag.BoolVar(&o.keep, "keep", false, "keep the node's directory")
+	flag.StringVar(&o.shim, "shim", "", "kubegpu-crishim binary: test through it, in front of the local containerd")
+	flag.StringVar(&o.shimPluginDir, "shim-plugin-dir", "_output/plugins", "with --shim: its device modules")
 	flag.Parse()
 	o.critestArgs = flag.Args()
 
@@ -238,6 +241,14 @@ func run(ctx context.Context, o options) error {
 		}
 		fmt.Printf("critest: containerd %s ready in %s (log: %s, copied to %s)\n", node.Socket,
 			time.Since(start).Round(time.Millisecond), node.Log, filepath.Join(o.outDir, "containerd.log"))
+		if o.shim != "" {
+			sock, stop, err := startShim(ctx, o, nodeDir, node.Endpoint())
+			if err != nil {
+				return err
+			}
+			defer stop()
+			endpoint = "unix://" + sock
+		}
 	}
 	var prefixMode bool
 	switch o.imageMode {
@@ -488,4 +499,28 @@ func copyFile(from, to string) {
 	if err == nil {
 		_ = os.WriteFile(to, data, 0o644)
 	}
+}
+
+// startShim runs kubegpu-crishim in front of the runtime at backend, with
+// simulated GPUs, and returns its socket.
+func startShim(ctx context.Context, o options, dir, backend string) (string, func(), error) {
+	key := filepath.Join(dir, "allocation-key")
+	if err := os.WriteFile(key, []byte(strings.Repeat("k", 32)), 0o600); err != nil {
+		return "", nil, err
+	}
+	sock := filepath.Join(dir, "crishim.sock")
+	log := filepath.Join(o.outDir, "kubegpu-crishim.log")
+	p, err := localcluster.StartProcess(log, o.shim, "--node-name=critest", "--plugin-dir="+o.shimPluginDir,
+		"--plugin-option=simgpu.preset=t4x4", "--listen="+sock, "--runtime-endpoint="+backend,
+		"--allocation-key="+key, "--advertise=false")
+	if err != nil {
+		return "", nil, err
+	}
+	stop := func() { _ = p.Stop() }
+	if err := p.WaitFor(ctx, 30*time.Second, func(context.Context) error { _, err := os.Stat(sock); return err }); err != nil {
+		stop()
+		return "", nil, err
+	}
+	fmt.Printf("critest: kubegpu-crishim %s in front of %s (log: %s)\n", sock, backend, log)
+	return sock, stop, nil
 }
