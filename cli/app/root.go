@@ -49,18 +49,6 @@ kubectl-kubegpu.`,
 		}
 		return ns
 	}
-	cmd.AddCommand(newGPUsCommand(client), newExplainCommand(client, namespace), newVersionCommand())
+	cmd.AddCommand(newGPUsCommand(client), newExplainCommand(client, namespace), version.NewCommand("kubegpu"))
 	return cmd
-}
-
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), "kubegpu", version.Get())
-			return err
-		},
-	}
 }

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"strings"
 
@@ -37,20 +36,8 @@ heartbeat. Point kubelet at it with
 	klog.InitFlags(klogFlags)
 	cmd.PersistentFlags().AddGoFlagSet(klogFlags)
 
-	cmd.AddCommand(newDevicesCommand(), newVersionCommand())
+	cmd.AddCommand(newDevicesCommand(), version.NewCommand("kubegpu-crishim"))
 	return cmd
-}
-
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), "kubegpu-crishim", version.Get())
-			return err
-		},
-	}
 }
 
 // defaultNodeName is the host name, lower-cased as Kubernetes node names are.
