@@ -196,6 +196,24 @@ func (inv Inventory) Validate() error {
 	return nil
 }
 
+// LinkLabels is the link matrix as nvidia-smi topo -m labels it: "X" on
+// the diagonal, Link.Label elsewhere.
+func (inv Inventory) LinkLabels() [][]string {
+	m := inv.LinkMatrix()
+	out := make([][]string, len(m))
+	for i, row := range m {
+		out[i] = make([]string, len(row))
+		for j, l := range row {
+			if i == j {
+				out[i][j] = "X"
+			} else {
+				out[i][j] = l.Label()
+			}
+		}
+	}
+	return out
+}
+
 // LinkMatrix returns the link between every pair of devices, indexed by the
 // devices' positions in inv.Devices. Pairs without a Link get LinkCrossSocket;
 // a MIG slice gets its parent's links, and slices of one GPU are joined by

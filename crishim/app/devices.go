@@ -131,17 +131,8 @@ func printInventory(w io.Writer, module string, inv types.Inventory) error {
 		header = append(header, d.ID)
 	}
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
-	m := inv.LinkMatrix()
-	for i, row := range m {
-		cells := []string{inv.Devices[i].ID}
-		for j, l := range row {
-			if i == j {
-				cells = append(cells, "X")
-				continue
-			}
-			cells = append(cells, l.Label())
-		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	for i, row := range inv.LinkLabels() {
+		fmt.Fprintln(tw, inv.Devices[i].ID+"\t"+strings.Join(row, "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

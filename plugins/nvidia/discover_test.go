@@ -63,17 +63,8 @@ func discover(t testing.TB, np types.NodePlugin) types.Inventory {
 
 // linkTable renders the link matrix as nvidia-smi topo -m does.
 func linkTable(inv types.Inventory) []string {
-	m := inv.LinkMatrix()
 	var rows []string
-	for i := range m {
-		var cells []string
-		for j := range m[i] {
-			if i == j {
-				cells = append(cells, "X")
-			} else {
-				cells = append(cells, m[i][j].Label())
-			}
-		}
+	for _, cells := range inv.LinkLabels() {
 		rows = append(rows, strings.Join(cells, " "))
 	}
 	return rows
