@@ -76,3 +76,23 @@ func Build(t testing.TB, dir, pkg string, flags []string, outDir, name string) s
 	}
 	return out
 }
+
+// BuildCLibrary compiles C source into the shared library dir/name with
+// $CC (default gcc), e.g. a fake vendor library for a module's tests.
+func BuildCLibrary(t testing.TB, source, name string) string {
+	t.Helper()
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "lib.c")
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(dir, name)
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", cc, err, out)
+	}
+	return lib
+}

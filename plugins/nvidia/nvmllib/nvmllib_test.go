@@ -3,13 +3,14 @@ package nvmllib
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/kubegpu/kubegpu/utils/plugintest"
 )
 
 func TestGeneratedFromGoModVersion(t *testing.T) {
@@ -63,20 +64,7 @@ const char *nvmlErrorString(int r) { return r == 13 ? "Function Not Found" : "fa
 // buildFake compiles fakeNVML into a shared library.
 func buildFake(t *testing.T) string {
 	t.Helper()
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, "fake.c")
-	if err := os.WriteFile(src, []byte(fakeNVML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	lib := filepath.Join(dir, "libnvidia-ml.so.1")
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", cc, err, out)
-	}
-	return lib
+	return plugintest.BuildCLibrary(t, fakeNVML, "libnvidia-ml.so.1")
 }
 
 // TestOpen runs go-nvml's real (cgo) library through the trampolines: not

@@ -2,8 +2,6 @@ package sotest
 
 import (
 	"errors"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,20 +39,7 @@ const char *nvmlErrorString(int r) { return r == 13 ? "Function Not Found" : "Un
 
 func buildFakeNVML(t *testing.T) string {
 	t.Helper()
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, "fake.c")
-	if err := os.WriteFile(src, []byte(fakeNVML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	lib := filepath.Join(dir, "libnvidia-ml.so.1")
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", cc, err, out)
-	}
-	return lib
+	return plugintest.BuildCLibrary(t, fakeNVML, "libnvidia-ml.so.1")
 }
 
 // TestPlugin builds nvidia.so as make plugins does and loads it into this
