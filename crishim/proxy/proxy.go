@@ -4,85 +4,89 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 )
 
 // Full method names of the calls the proxy changes.
 const (
 	methodCreateContainer = "/runtime.v1.RuntimeService/CreateContainer"
+	// CRI v1alpha2 (served by containerd 1.x) would create a container
+	// without the device rewrite: refused.
+	methodCreateContainerV1alpha2 = "/runtime.v1alpha2.RuntimeService/CreateContainer"
 )
 
 // maxMessageBytes matches kubelet's CRI client limit.
 const maxMessageBytes = 16 << 20
 
 // Interceptor changes one unary call's request before it is forwarded. It
-// gets and returns the request's wire bytes; an error fails the call and
-// must be a gRPC status error (see Options.CreateContainer).
+// gets and returns the request message's bytes; an error fails the call
+// and should be a gRPC status error (see CreateContainer): other errors
+// reach the client as Unknown.
 type Interceptor func(ctx context.Context, req []byte) ([]byte, error)
 
 // Options configure a Proxy.
 type Options struct {
-	// Backend is the CRI endpoint calls are forwarded to, e.g.
+	// Backend is the runtime's CRI unix socket, e.g.
 	// unix:///run/containerd/containerd.sock.
 	Backend string
-	// CreateContainer rewrites CreateContainer requests.
+	// CreateContainer rewrites CreateContainer requests. Nil forwards
+	// them unchanged.
 	CreateContainer Interceptor
+	// Logger logs connection and call events; klog's global logger if
+	// unset.
+	Logger *klog.Logger
 }
 
-// unaryMethods are the CRI calls with one request and one response, from
-// the generated service descriptions: they are forwarded with a plain
-// unary call, cheaper than a stream. Methods this build does not know go
-// through the generic stream path.
-var unaryMethods = func() map[string]bool {
-	m := map[string]bool{}
-	for _, sd := range []grpc.ServiceDesc{runtimeapi.RuntimeService_ServiceDesc, runtimeapi.ImageService_ServiceDesc} {
-		for _, md := range sd.Methods {
-			m["/"+sd.ServiceName+"/"+md.MethodName] = true
+// Proxy serves CRI on a unix socket and forwards every call to the
+// runtime: each client connection gets its own connection to the runtime
+// and HTTP/2 frames pass between them unchanged (see relay), so that any
+// call, known to this build or not, behaves exactly as the runtime
+// answers it, streams included, and costs little more than the copy.
+// Only the calls with an interceptor (CreateContainer) are decoded and
+// changed.
+type Proxy struct {
+	backend   string
+	intercept map[string]Interceptor
+	logger    klog.Logger
+
+	calls sync.WaitGroup // intercepted calls being rewritten
+
+	mu       sync.Mutex
+	listener net.Listener
+	relays   map[*relay]struct{}
+	stopped  bool
+	down     bool // the last dial of the runtime failed
+}
+
+// New returns a proxy for the runtime at opts.Backend. It connects to
+// the runtime once per client connection, so it serves while the runtime
+// is down (clients' connections are closed and they reconnect, as they
+// would to the runtime itself) and needs no reconnection of its own.
+func New(opts Options) (*Proxy, error) {
+	path, ok := strings.CutPrefix(opts.Backend, "unix://")
+	if !ok || !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("container runtime endpoint %q: want unix:///absolute/path/to/the.sock", opts.Backend)
+	}
+	p := &Proxy{backend: path, intercept: map[string]Interceptor{}, relays: map[*relay]struct{}{}, logger: klog.Background()}
+	if opts.Logger != nil {
+		p.logger = *opts.Logger
+	}
+	if opts.CreateContainer != nil {
+		p.intercept[methodCreateContainer] = opts.CreateContainer
+		p.intercept[methodCreateContainerV1alpha2] = func(context.Context, []byte) ([]byte, error) {
+			return nil, status.Error(codes.Unimplemented, "kubegpu-crishim: CRI v1alpha2 CreateContainer is not supported; use CRI v1")
 		}
 	}
-	return m
-}()
-
-// Proxy serves the CRI RuntimeService and ImageService and forwards every
-// call to the backend runtime. Calls are forwarded as bytes, streams
-// included, so that any call, known to this build or not, behaves exactly
-// as the runtime answers it; only CreateContainer is decoded and changed.
-type Proxy struct {
-	opts    Options
-	backend *grpc.ClientConn
-	server  *grpc.Server
-}
-
-// New connects to the backend lazily: the proxy serves while the runtime is
-// down (calls fail with Unavailable) and reconnects by itself when it is
-// back.
-func New(opts Options) (*Proxy, error) {
-	conn, err := grpc.NewClient(opts.Backend,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}),
-			grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("connect to the container runtime at %s: %w", opts.Backend, err)
-	}
-	p := &Proxy{opts: opts, backend: conn}
-	p.server = grpc.NewServer(
-		grpc.ForceServerCodec(rawCodec{}),
-		grpc.UnknownServiceHandler(p.handle),
-		grpc.MaxRecvMsgSize(maxMessageBytes), grpc.MaxSendMsgSize(maxMessageBytes),
-	)
 	return p, nil
 }
 
@@ -118,128 +122,101 @@ func Listen(path string) (net.Listener, error) {
 	return l, nil
 }
 
-// Serve serves CRI on l until Stop.
-func (p *Proxy) Serve(l net.Listener) error { return p.server.Serve(l) }
+// Serve serves CRI on l until Stop, after which it returns nil.
+func (p *Proxy) Serve(l net.Listener) error {
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		l.Close()
+		return nil
+	}
+	p.listener = l
+	p.mu.Unlock()
+	var delay time.Duration
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			p.mu.Lock()
+			stopped := p.stopped
+			p.mu.Unlock()
+			if stopped {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				p.logger.Error(err, "Accepting a CRI connection; retrying", "delay", delay)
+				time.Sleep(delay)
+				continue
+			}
+			return fmt.Errorf("accept CRI connections: %w", err)
+		}
+		delay = 0
+		go p.serveConn(conn)
+	}
+}
 
-// Stop stops serving: new calls are refused, running ones finish within
-// the grace period, then the backend connection closes.
+// serveConn relays one client connection until it closes. Without the
+// runtime the client's connection is closed at once: its calls fail as
+// they would against the runtime's own socket, and it reconnects later.
+func (p *Proxy) serveConn(conn net.Conn) {
+	backend, err := net.DialTimeout("unix", p.backend, 5*time.Second)
+	p.mu.Lock()
+	was := p.down
+	p.down = err != nil
+	p.mu.Unlock()
+	if err != nil {
+		if !was {
+			p.logger.Error(err, "Container runtime unreachable; closing CRI client connections until it is back", "runtime", p.backend)
+		}
+		conn.Close()
+		return
+	}
+	if was {
+		p.logger.Info("Container runtime reachable again", "runtime", p.backend)
+	}
+	r := newRelay(p, conn, backend)
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		r.close()
+		return
+	}
+	p.relays[r] = struct{}{}
+	p.mu.Unlock()
+	r.run()
+	p.mu.Lock()
+	delete(p.relays, r)
+	p.mu.Unlock()
+}
+
+// Stop stops serving: no new connections are accepted, calls being
+// rewritten finish within the grace period, then every connection closes
+// (clients see their calls in flight fail and reconnect, as when the
+// runtime restarts).
 func (p *Proxy) Stop(grace time.Duration) {
+	p.mu.Lock()
+	p.stopped = true
+	if p.listener != nil {
+		p.listener.Close()
+	}
+	p.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
-		p.server.GracefulStop()
+		p.calls.Wait()
 		close(done)
 	}()
 	select {
 	case <-done:
 	case <-time.After(grace):
-		p.server.Stop()
 	}
-	p.backend.Close()
-}
-
-// handle forwards one call of any method.
-func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
-	method, ok := grpc.MethodFromServerStream(ss)
-	if !ok {
-		return status.Error(codes.Internal, "kubegpu-crishim: no method in the stream")
+	p.mu.Lock()
+	relays := make([]*relay, 0, len(p.relays))
+	for r := range p.relays {
+		relays = append(relays, r)
 	}
-	ctx := ss.Context()
-	md, _ := metadata.FromIncomingContext(ctx)
-	ctx = metadata.NewOutgoingContext(ctx, md.Copy())
-	switch {
-	case method == methodCreateContainer && p.opts.CreateContainer != nil:
-		return p.unary(ctx, ss, method, p.opts.CreateContainer)
-	case unaryMethods[method]:
-		return p.unary(ctx, ss, method, nil)
-	}
-	return p.stream(ctx, ss, method)
-}
-
-// unary forwards a unary call, after intercept (if any) changed its
-// request.
-func (p *Proxy) unary(ctx context.Context, ss grpc.ServerStream, method string, intercept Interceptor) error {
-	var req frame
-	if err := ss.RecvMsg(&req); err != nil {
-		return err
-	}
-	payload := req.payload
-	if intercept != nil {
-		var err error
-		if payload, err = intercept(ctx, req.payload); err != nil {
-			klog.FromContext(ctx).Error(err, "CRI call refused", "method", method)
-			return err
-		}
-	}
-	var header, trailer metadata.MD
-	var resp frame
-	err := p.backend.Invoke(ctx, method, &frame{payload: payload}, &resp, grpc.Header(&header), grpc.Trailer(&trailer))
-	if len(header) > 0 {
-		_ = ss.SetHeader(header)
-	}
-	ss.SetTrailer(trailer)
-	if err != nil {
-		return err
-	}
-	return ss.SendMsg(&resp)
-}
-
-// stream forwards a call of any kind (unary, server or client streaming)
-// message by message.
-func (p *Proxy) stream(ctx context.Context, ss grpc.ServerStream, method string) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	cs, err := p.backend.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
-	if err != nil {
-		return err
-	}
-	// Client to runtime.
-	sent := make(chan error, 1)
-	go func() {
-		var f frame
-		for {
-			if err := ss.RecvMsg(&f); err != nil {
-				if errors.Is(err, io.EOF) {
-					sent <- cs.CloseSend()
-				} else {
-					sent <- err
-				}
-				return
-			}
-			if err := cs.SendMsg(&f); err != nil {
-				sent <- nil // the runtime's answer comes on the receive side
-				return
-			}
-		}
-	}()
-	// Runtime to client.
-	first := true
-	var f frame
-	for {
-		err := cs.RecvMsg(&f)
-		if first && !errors.Is(err, io.EOF) {
-			// Headers arrive with the first message or the status.
-			if h, herr := cs.Header(); herr == nil && len(h) > 0 {
-				_ = ss.SetHeader(h)
-			}
-			first = false
-		}
-		if err != nil {
-			ss.SetTrailer(cs.Trailer())
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		if err := ss.SendMsg(&f); err != nil {
-			return err
-		}
-		select {
-		case err := <-sent:
-			if err != nil {
-				return err
-			}
-			sent = nil
-		default:
-		}
+	p.mu.Unlock()
+	for _, r := range relays {
+		r.close()
 	}
 }

@@ -1,0 +1,506 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// relay joins one client connection to its own runtime connection. Both
+// peers speak HTTP/2 to each other through it: every frame passes as it
+// came (stream IDs, SETTINGS, PINGs, flow control and HPACK state are the
+// peers'), so calls behave exactly as the runtime answers them and cost
+// two reads and two writes. The relay decodes the client's header blocks
+// (to keep an HPACK decoder in step and see each call's method) and takes
+// over the request body of intercepted calls:
+//
+//   - it buffers the body, crediting the client's flow-control windows for
+//     what it holds, so a large request cannot stall;
+//   - the interceptor's result goes to the runtime as new DATA frames,
+//     within the runtime's connection and stream windows, which the relay
+//     tracks from the runtime's SETTINGS and WINDOW_UPDATEs; the bytes it
+//     added are taken off the runtime's next connection WINDOW_UPDATEs to
+//     the client, so both peers' view of the window stays the same;
+//   - a refused call is reset at the runtime (RST_STREAM CANCEL) and
+//     answered to the client with a gRPC Trailers-Only response encoded
+//     without touching the HPACK dynamic table.
+//
+// The runtime's answer to an intercepted call comes back as any other.
+type relay struct {
+	p       *Proxy
+	client  net.Conn
+	backend net.Conn
+	ctx     context.Context
+	cancel  context.CancelFunc
+	logger  klog.Logger
+
+	clientMu  sync.Mutex // serialises writes to the client
+	backendMu sync.Mutex // serialises writes to the runtime
+
+	mu     sync.Mutex
+	cond   *sync.Cond // signalled when windows grow or the relay closes
+	closed bool
+	// window is the runtime's connection-level receive window for what is
+	// sent on this connection; owed counts bytes the relay sent beyond
+	// what the client sent, still to be taken off WINDOW_UPDATEs.
+	window, owed int64
+	// Settings the runtime announced.
+	streamWindow int64
+	maxFrame     int
+	calls        map[uint32]*call // intercepted calls in flight
+	ncalls       atomic.Int32     // len(calls), read without mu
+
+	headerTable atomic.Uint32 // the runtime's SETTINGS_HEADER_TABLE_SIZE
+}
+
+// call is an intercepted call whose request the relay holds.
+type call struct {
+	id        uint32
+	method    string
+	intercept Interceptor
+	body      []byte
+	window    int64 // the runtime's receive window for this stream
+	failed    *status.Status
+	canceled  bool // the client reset the stream
+}
+
+func newRelay(p *Proxy, client, backend net.Conn) *relay {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &relay{p: p, client: client, backend: backend, ctx: ctx, cancel: cancel, logger: p.logger,
+		window: defaultWindow, streamWindow: defaultWindow, maxFrame: defaultMaxFrame, calls: map[uint32]*call{}}
+	r.cond = sync.NewCond(&r.mu)
+	r.headerTable.Store(defaultHeaderTableLen)
+	return r
+}
+
+// run relays until either side closes or breaks the protocol, then closes
+// both connections.
+func (r *relay) run() {
+	done := make(chan error, 1)
+	go func() { done <- r.fromBackend() }()
+	err := r.fromClient()
+	r.close()
+	berr := <-done
+	switch {
+	case err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
+		r.logger.V(2).Info("CRI client connection closed", "err", err)
+	case berr != nil && !errors.Is(berr, net.ErrClosed):
+		r.logger.Info("Container runtime connection closed; closing the client's connection so that it reconnects", "err", berr)
+	}
+}
+
+func (r *relay) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	r.cancel()
+	r.client.Close()
+	r.backend.Close()
+}
+
+func (r *relay) writeClient(b []byte) error {
+	r.clientMu.Lock()
+	defer r.clientMu.Unlock()
+	_, err := r.client.Write(b)
+	return err
+}
+
+func (r *relay) writeBackend(b []byte) error {
+	r.backendMu.Lock()
+	defer r.backendMu.Unlock()
+	_, err := r.backend.Write(b)
+	return err
+}
+
+// fromClient relays the client's frames to the runtime.
+func (r *relay) fromClient() error {
+	fr := newFrameReader(r.client)
+	preface, err := fr.r.Peek(len(clientPreface))
+	if err != nil {
+		return err
+	}
+	if string(preface) != clientPreface {
+		return fmt.Errorf("%w: the client did not open with the HTTP/2 preface", errProtocol)
+	}
+	out := make([]byte, 0, 32<<10)
+	out = append(out, preface...)
+	_, _ = fr.r.Discard(len(clientPreface))
+
+	var path string
+	paths := 0
+	dec := hpack.NewDecoder(defaultHeaderTableLen, func(f hpack.HeaderField) {
+		if f.Name == ":path" {
+			path = f.Value
+			paths++
+		}
+	})
+	dec.SetMaxStringLength(maxHeaderBlock)
+	var block []byte
+	var blockHeader frameHeader
+	inBlock := false
+
+	flush := func() error {
+		if len(out) == 0 {
+			return nil
+		}
+		err := r.writeBackend(out)
+		out = out[:0]
+		return err
+	}
+	for {
+		h, f, err := fr.next()
+		if err != nil {
+			return err
+		}
+		switch h.typ {
+		case frameHeaders, frameContinuation:
+			if (h.typ == frameHeaders) == inBlock || (inBlock && h.stream != blockHeader.stream) {
+				return fmt.Errorf("%w: header block interrupted", errProtocol)
+			}
+			frag := f[frameHeaderLen:]
+			if h.typ == frameHeaders {
+				if frag, err = unpad(h, frag); err != nil {
+					return err
+				}
+				block, blockHeader = block[:0], h
+			}
+			if len(block)+len(frag) > maxHeaderBlock {
+				return fmt.Errorf("%w: header block over %d bytes", errProtocol, maxHeaderBlock)
+			}
+			block = append(block, frag...)
+			out = append(out, f...)
+			inBlock = h.flags&flagEndHeaders == 0
+			if inBlock {
+				continue
+			}
+			path, paths = "", 0
+			dec.SetAllowedMaxDynamicTableSize(r.headerTable.Load())
+			if _, err := dec.Write(block); err != nil {
+				return fmt.Errorf("decode the client's headers: %w", err)
+			}
+			if err := dec.Close(); err != nil {
+				return fmt.Errorf("decode the client's headers: %w", err)
+			}
+			if paths > 1 {
+				return fmt.Errorf("%w: %d :path fields in one header block", errProtocol, paths)
+			}
+			if err := r.headers(blockHeader, path, flush); err != nil {
+				return err
+			}
+		case frameData:
+			if r.ncalls.Load() > 0 {
+				if c := r.call(h.stream); c != nil {
+					if err := r.data(c, h, f[frameHeaderLen:], flush); err != nil {
+						return err
+					}
+					break
+				}
+			}
+			if h.length > 0 {
+				if err := r.take(int64(h.length), flush); err != nil {
+					return err
+				}
+			}
+			out = append(out, f...)
+		case frameRSTStream:
+			if r.ncalls.Load() > 0 {
+				if c := r.call(h.stream); c != nil {
+					r.mu.Lock()
+					c.canceled = true
+					r.cond.Broadcast()
+					r.mu.Unlock()
+				}
+			}
+			out = append(out, f...)
+		default:
+			out = append(out, f...)
+		}
+		if !inBlock && (len(out) >= 64<<10 || !fr.buffered()) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// headers starts intercepting a new call whose method has an
+// interceptor. A header block on a call already intercepted (request
+// trailers, which gRPC clients do not send) fails that call.
+func (r *relay) headers(h frameHeader, path string, flush func() error) error {
+	if r.ncalls.Load() > 0 {
+		if c := r.call(h.stream); c != nil {
+			if err := flush(); err != nil {
+				return err
+			}
+			r.fail(c, status.New(codes.Internal, "kubegpu-crishim: request trailers are not supported on "+c.method))
+			return nil
+		}
+	}
+	intercept, ok := r.p.intercept[path]
+	if !ok || h.flags&flagEndStream != 0 {
+		return nil
+	}
+	r.mu.Lock()
+	r.calls[h.stream] = &call{id: h.stream, method: path, intercept: intercept, window: r.streamWindow}
+	r.ncalls.Store(int32(len(r.calls)))
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *relay) call(stream uint32) *call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[stream]
+}
+
+// data takes one DATA frame of an intercepted call.
+func (r *relay) data(c *call, h frameHeader, payload []byte, flush func() error) error {
+	p, err := unpad(h, payload)
+	if err != nil {
+		return err
+	}
+	if h.length > 0 {
+		// The runtime will not see these bytes: credit the client for them.
+		var wu []byte
+		wu = appendWindowUpdate(wu, 0, h.length)
+		if h.flags&flagEndStream == 0 {
+			wu = appendWindowUpdate(wu, c.id, h.length)
+		}
+		if err := r.writeClient(wu); err != nil {
+			return err
+		}
+	}
+	if c.failed == nil {
+		if len(c.body)+len(p) > maxMessageBytes+5 {
+			c.failed = status.Newf(codes.ResourceExhausted, "kubegpu-crishim: %s request larger than %d bytes", c.method, maxMessageBytes)
+		} else {
+			c.body = append(c.body, p...)
+		}
+	}
+	if h.flags&flagEndStream == 0 {
+		return nil
+	}
+	// The call's HEADERS must reach the runtime before its DATA or reset.
+	if err := flush(); err != nil {
+		return err
+	}
+	r.p.calls.Add(1)
+	go func() {
+		defer r.p.calls.Done()
+		r.finish(c)
+	}()
+	return nil
+}
+
+// finish runs the interceptor on a call's request and sends the result to
+// the runtime, or fails the call.
+func (r *relay) finish(c *call) {
+	if c.failed != nil {
+		r.fail(c, c.failed)
+		return
+	}
+	msg, err := grpcMessage(c.body)
+	if err != nil {
+		r.fail(c, status.Newf(codes.InvalidArgument, "kubegpu-crishim: %s: %v", c.method, err))
+		return
+	}
+	req, err := c.intercept(klog.NewContext(r.ctx, r.logger), msg)
+	if err != nil {
+		r.logger.Error(err, "CRI call refused", "method", c.method)
+		r.fail(c, status.Convert(err))
+		return
+	}
+	c.body = nil
+	if err := r.send(c, req); err != nil {
+		r.logger.V(2).Info("Sending a rewritten request failed", "method", c.method, "err", err)
+	}
+	r.forget(c)
+}
+
+// send sends msg as the call's request body, within the runtime's flow
+// control windows.
+func (r *relay) send(c *call, msg []byte) error {
+	body := make([]byte, 5, 5+len(msg))
+	binary.BigEndian.PutUint32(body[1:], uint32(len(msg)))
+	body = append(body, msg...)
+	var frame []byte
+	for len(body) > 0 {
+		r.mu.Lock()
+		n := min(len(body), r.maxFrame)
+		for !r.closed && !c.canceled && (r.window <= 0 || c.window <= 0) {
+			r.cond.Wait()
+		}
+		if r.closed || c.canceled {
+			r.mu.Unlock()
+			return errors.New("the call ended before its request was sent")
+		}
+		n = int(min(int64(n), r.window, c.window))
+		r.window -= int64(n)
+		c.window -= int64(n)
+		r.owed += int64(n)
+		r.mu.Unlock()
+		var flags uint8
+		if n == len(body) {
+			flags = flagEndStream
+		}
+		frame = appendFrameHeader(frame[:0], n, frameData, flags, c.id)
+		frame = append(frame, body[:n]...)
+		if err := r.writeBackend(frame); err != nil {
+			return err
+		}
+		body = body[n:]
+	}
+	return nil
+}
+
+// fail resets the call at the runtime and answers the client with st.
+func (r *relay) fail(c *call, st *status.Status) {
+	r.forget(c)
+	r.mu.Lock()
+	canceled := c.canceled
+	r.mu.Unlock()
+	if canceled {
+		return
+	}
+	if err := r.writeBackend(appendRSTStream(nil, c.id, errCodeCancel)); err != nil {
+		return
+	}
+	_ = r.writeClient(appendTrailersOnly(nil, c.id, st))
+}
+
+func (r *relay) forget(c *call) {
+	r.mu.Lock()
+	delete(r.calls, c.id)
+	r.ncalls.Store(int32(len(r.calls)))
+	r.mu.Unlock()
+}
+
+// take accounts n bytes the client sends in the runtime's connection
+// window, first waiting (after flushing what is already relayed) while
+// the client's view of the window is ahead of the runtime's because of
+// bytes the relay added.
+func (r *relay) take(n int64, flush func() error) error {
+	r.mu.Lock()
+	if r.window < n && !r.closed {
+		r.mu.Unlock()
+		if err := flush(); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		for r.window < n && !r.closed {
+			r.cond.Wait()
+		}
+	}
+	r.window -= n
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return net.ErrClosed
+	}
+	return nil
+}
+
+// fromBackend relays the runtime's frames to the client, reading the
+// settings and window updates the relay must follow.
+func (r *relay) fromBackend() error {
+	fr := newFrameReader(r.backend)
+	out := make([]byte, 0, 32<<10)
+	inBlock := false
+	for {
+		h, f, err := fr.next()
+		if err != nil {
+			return err
+		}
+		switch h.typ {
+		case frameSettings:
+			if h.flags&flagAck == 0 {
+				r.settings(f[frameHeaderLen:])
+			}
+			out = append(out, f...)
+		case frameWindowUpdate:
+			if h.length != 4 {
+				out = append(out, f...) // the client reports the error
+				break
+			}
+			inc := int64(binary.BigEndian.Uint32(f[frameHeaderLen:]) & 0x7fffffff)
+			if h.stream == 0 {
+				r.mu.Lock()
+				r.window += inc
+				taken := min(inc, r.owed)
+				r.owed -= taken
+				r.cond.Broadcast()
+				r.mu.Unlock()
+				switch {
+				case taken == 0:
+					out = append(out, f...)
+				case inc > taken:
+					out = appendWindowUpdate(out, 0, uint32(inc-taken))
+				}
+				break
+			}
+			if r.ncalls.Load() > 0 {
+				r.mu.Lock()
+				c := r.calls[h.stream]
+				if c != nil {
+					c.window += inc
+					r.cond.Broadcast()
+				}
+				r.mu.Unlock()
+				if c != nil {
+					break // credit for the relay's own DATA
+				}
+			}
+			out = append(out, f...)
+		case frameHeaders, framePushPromise:
+			inBlock = h.flags&flagEndHeaders == 0
+			out = append(out, f...)
+		case frameContinuation:
+			inBlock = h.flags&flagEndHeaders == 0
+			out = append(out, f...)
+		default:
+			out = append(out, f...)
+		}
+		if !inBlock && len(out) > 0 && (len(out) >= 64<<10 || !fr.buffered()) {
+			if err := r.writeClient(out); err != nil {
+				return err
+			}
+			out = out[:0]
+		}
+	}
+}
+
+// settings follows the runtime's SETTINGS that bound what the relay
+// sends and decodes.
+func (r *relay) settings(p []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for ; len(p) >= 6; p = p[6:] {
+		v := binary.BigEndian.Uint32(p[2:6])
+		switch binary.BigEndian.Uint16(p[:2]) {
+		case settingHeaderTableSize:
+			r.headerTable.Store(v)
+		case settingInitialWindowSize:
+			delta := int64(v) - r.streamWindow
+			r.streamWindow = int64(v)
+			for _, c := range r.calls {
+				c.window += delta
+			}
+			r.cond.Broadcast()
+		case settingMaxFrameSize:
+			if v >= defaultMaxFrame && v < 1<<24 {
+				r.maxFrame = int(v)
+			}
+		}
+	}
+}

@@ -1,0 +1,353 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// bigRuntime answers ListImages with many images, for responses larger
+// than any flow-control window.
+type bigRuntime struct{ fakeRuntime }
+
+func (*bigRuntime) ListImages(context.Context, *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+	resp := &runtimeapi.ListImagesResponse{}
+	for i := range 5000 {
+		resp.Images = append(resp.Images, &runtimeapi.Image{Id: fmt.Sprintf("sha256:%064d", i), RepoTags: []string{fmt.Sprintf("registry.example/image-%d:latest", i)}})
+	}
+	return resp, nil
+}
+
+// testProxy runs a fake runtime and a proxy in front of it with the given
+// CreateContainer interceptor.
+type testProxy struct {
+	dir     string
+	fake    *bigRuntime
+	backend *grpc.Server
+	conn    *grpc.ClientConn
+}
+
+func startProxy(t *testing.T, intercept Interceptor) *testProxy {
+	t.Helper()
+	tp := &testProxy{dir: t.TempDir(), fake: &bigRuntime{}}
+	tp.startBackend(t)
+	p, err := New(Options{Backend: "unix://" + filepath.Join(tp.dir, "runtime.sock"), CreateContainer: intercept})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Listen(filepath.Join(tp.dir, "crishim.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(l) }()
+	t.Cleanup(func() {
+		p.Stop(time.Second)
+		if err := <-served; err != nil {
+			t.Errorf("Serve after Stop: %v", err)
+		}
+	})
+	tp.conn, err = grpc.NewClient("unix://"+filepath.Join(tp.dir, "crishim.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tp.conn.Close() })
+	return tp
+}
+
+func (tp *testProxy) startBackend(t *testing.T) {
+	t.Helper()
+	tp.backend = grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(tp.backend, tp.fake)
+	runtimeapi.RegisterImageServiceServer(tp.backend, tp.fake)
+	bl, err := net.Listen("unix", filepath.Join(tp.dir, "runtime.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = tp.backend.Serve(bl) }()
+	t.Cleanup(tp.backend.Stop)
+}
+
+// addEnv appends one env var to the request: the rewritten request is
+// larger than the client's.
+func addEnv(_ context.Context, b []byte) ([]byte, error) {
+	var req runtimeapi.CreateContainerRequest
+	if err := proto.Unmarshal(b, &req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if req.GetConfig().GetMetadata().GetName() == "refuse" {
+		return nil, status.Error(codes.PermissionDenied, "kubegpu-crishim: refused\nsecond line 100%")
+	}
+	req.Config.Envs = append(req.Config.Envs, &runtimeapi.KeyValue{Key: "ADDED", Value: []byte(strings.Repeat("x", 300))})
+	return proto.Marshal(&req)
+}
+
+func createRequest(name string, annotationBytes int) *runtimeapi.CreateContainerRequest {
+	return &runtimeapi.CreateContainerRequest{
+		PodSandboxId: "sb",
+		Config:       &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name}},
+		SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "pod"},
+			Annotations: map[string]string{"big": strings.Repeat("a", annotationBytes)}},
+	}
+}
+
+// TestRelayLargeRequestsAndResponses: requests larger than the stream and
+// connection windows and than a frame are rewritten whole; responses
+// larger than the windows pass through.
+func TestRelayLargeRequestsAndResponses(t *testing.T) {
+	tp := startProxy(t, addEnv)
+	rt := runtimeapi.NewRuntimeServiceClient(tp.conn)
+	ctx := context.Background()
+	for _, size := range []int{0, 16 << 10, 100 << 10, 3 << 20} {
+		if _, err := rt.CreateContainer(ctx, createRequest("main", size)); err != nil {
+			t.Fatalf("CreateContainer with %d bytes of annotations: %v", size, err)
+		}
+		tp.fake.mu.Lock()
+		got := tp.fake.created[len(tp.fake.created)-1]
+		tp.fake.mu.Unlock()
+		if len(got.GetSandboxConfig().GetAnnotations()["big"]) != size || len(got.GetConfig().GetEnvs()) != 1 {
+			t.Errorf("runtime got %d bytes of annotations and envs %d, want %d and the added env", len(got.GetSandboxConfig().GetAnnotations()["big"]), len(got.GetConfig().GetEnvs()), size)
+		}
+	}
+	imgs, err := runtimeapi.NewImageServiceClient(tp.conn).ListImages(ctx, &runtimeapi.ListImagesRequest{})
+	if err != nil || len(imgs.GetImages()) != 5000 {
+		t.Fatalf("ListImages: %d images, %v", len(imgs.GetImages()), err)
+	}
+}
+
+// TestRelayConcurrentCalls: many calls at once on one connection, some
+// rewritten, some refused by the relay, the rest passed through; every
+// answer is the right one and the connection stays usable (a refusal
+// written into the response stream would break the client's HPACK state).
+func TestRelayConcurrentCalls(t *testing.T) {
+	tp := startProxy(t, addEnv)
+	rt := runtimeapi.NewRuntimeServiceClient(tp.conn)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 300)
+	for i := range 300 {
+		wg.Go(func() {
+			switch i % 3 {
+			case 0:
+				if _, err := rt.CreateContainer(ctx, createRequest(fmt.Sprintf("c%d", i), 20<<10)); err != nil {
+					errs <- fmt.Errorf("CreateContainer: %w", err)
+				}
+			case 1:
+				_, err := rt.CreateContainer(ctx, createRequest("refuse", i))
+				if st, _ := status.FromError(err); st.Code() != codes.PermissionDenied || st.Message() != "kubegpu-crishim: refused\nsecond line 100%" {
+					errs <- fmt.Errorf("refused CreateContainer: %v", err)
+				}
+			case 2:
+				_, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: fmt.Sprintf("id-%d", i)})
+				if !strings.Contains(fmt.Sprint(err), fmt.Sprintf(`"id-%d" not found`, i)) {
+					errs <- fmt.Errorf("ContainerStatus: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	tp.fake.mu.Lock()
+	defer tp.fake.mu.Unlock()
+	if len(tp.fake.created) != 100 {
+		t.Errorf("runtime created %d containers, want 100 (refused ones must not reach it)", len(tp.fake.created))
+	}
+}
+
+// TestRelayRefusesCRIv1alpha2CreateContainer: containerd 1.x also serves
+// CRI v1alpha2, whose CreateContainer would bypass the device rewrite.
+func TestRelayRefusesCRIv1alpha2CreateContainer(t *testing.T) {
+	tp := startProxy(t, addEnv)
+	err := tp.conn.Invoke(context.Background(), "/runtime.v1alpha2.RuntimeService/CreateContainer", createRequest("main", 0), &runtimeapi.CreateContainerResponse{})
+	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "use CRI v1") {
+		t.Errorf("v1alpha2 CreateContainer: %v", err)
+	}
+}
+
+// TestRelayClientCancelsDuringRewrite: a call the client gives up on while
+// it is being rewritten never reaches the runtime, and the connection
+// goes on.
+func TestRelayClientCancelsDuringRewrite(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	tp := startProxy(t, func(ctx context.Context, b []byte) ([]byte, error) {
+		entered <- struct{}{}
+		<-release
+		return b, nil
+	})
+	rt := runtimeapi.NewRuntimeServiceClient(tp.conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := rt.CreateContainer(ctx, createRequest("main", 0))
+		done <- err
+	}()
+	<-entered
+	cancel()
+	if err := <-done; status.Code(err) != codes.Canceled {
+		t.Errorf("canceled CreateContainer: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond) // let the RST_STREAM reach the relay
+	close(release)
+	if _, err := rt.Version(context.Background(), &runtimeapi.VersionRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	tp.fake.mu.Lock()
+	defer tp.fake.mu.Unlock()
+	if len(tp.fake.created) != 0 {
+		t.Errorf("the canceled call reached the runtime")
+	}
+}
+
+// TestRelayRuntimeRestart: a client keeps its connection to the proxy
+// while the runtime goes away and comes back; its calls fail meanwhile
+// and work again once the runtime is back, without a new client.
+func TestRelayRuntimeRestart(t *testing.T) {
+	tp := startProxy(t, addEnv)
+	rt := runtimeapi.NewRuntimeServiceClient(tp.conn)
+	ctx := context.Background()
+	if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	tp.backend.Stop()
+	if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("Version with the runtime down: %v, want Unavailable", err)
+	}
+	tp.startBackend(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Version 10 s after the runtime came back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := rt.CreateContainer(ctx, createRequest("main", 0)); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestNewRefusesOtherEndpoints(t *testing.T) {
+	for _, e := range []string{"", "/run/containerd/containerd.sock", "tcp://127.0.0.1:1", "unix://relative.sock"} {
+		if _, err := New(Options{Backend: e}); err == nil || !strings.Contains(err.Error(), "unix:///absolute") {
+			t.Errorf("New(%q): %v", e, err)
+		}
+	}
+}
+
+func TestEncodeGRPCMessage(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain":           "plain",
+		"100% sure":       "100%25 sure",
+		"two\nlines":      "two%0Alines",
+		"gr\u00fc\u00dfe": "gr%C3%BC%C3%9Fe",
+	} {
+		if got := encodeGRPCMessage(in); got != want {
+			t.Errorf("encodeGRPCMessage(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestGRPCMessage(t *testing.T) {
+	msg := func(flag byte, n uint32, body string) []byte {
+		b := []byte{flag, 0, 0, 0, 0}
+		binary.BigEndian.PutUint32(b[1:], n)
+		return append(b, body...)
+	}
+	if got, err := grpcMessage(msg(0, 3, "abc")); err != nil || string(got) != "abc" {
+		t.Errorf("one message: %q, %v", got, err)
+	}
+	for name, body := range map[string][]byte{
+		"empty":      nil,
+		"compressed": msg(1, 3, "abc"),
+		"short":      msg(0, 4, "abc"),
+		"two":        append(msg(0, 1, "a"), msg(0, 1, "b")...),
+	} {
+		if _, err := grpcMessage(body); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// FuzzRelayClientFrames feeds arbitrary bytes after the preface to a
+// relay that intercepts CreateContainer: it never panics, and it ends
+// when the client goes away.
+func FuzzRelayClientFrames(f *testing.F) {
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, kv := range [][2]string{{":method", "POST"}, {":path", methodCreateContainer}, {"content-type", "application/grpc"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+	}
+	var seed []byte
+	seed = appendFrameHeader(seed, 0, frameSettings, 0, 0)
+	seed = appendFrameHeader(seed, block.Len(), frameHeaders, flagEndHeaders, 1)
+	seed = append(seed, block.Bytes()...)
+	msg := []byte{0, 0, 0, 0, 2, 0x0a, 0x00}
+	seed = appendFrameHeader(seed, len(msg), frameData, flagEndStream, 1)
+	seed = append(seed, msg...)
+	f.Add(seed)
+	f.Add(appendFrameHeader(nil, 5, frameHeaders, flagPadded|flagEndHeaders, 1))
+	f.Add(appendFrameHeader(nil, 0, frameContinuation, flagEndHeaders, 3))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := New(Options{Backend: "unix:///nonexistent", CreateContainer: func(_ context.Context, b []byte) ([]byte, error) { return b, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		client, relayClient := net.Pipe()
+		runtime, relayRuntime := net.Pipe()
+		go func() { _, _ = drain(client) }()
+		go func() { _, _ = drain(runtime) }()
+		r := newRelay(p, relayClient, relayRuntime)
+		done := make(chan struct{})
+		go func() {
+			r.run()
+			close(done)
+		}()
+		_, _ = client.Write(append([]byte(clientPreface), data...))
+		client.Close()
+		runtime.Close()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("relay still running 10 s after both peers closed")
+		}
+	})
+}
+
+// drain reads c until it fails.
+func drain(c net.Conn) (int64, error) {
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		m, err := c.Read(buf)
+		n += int64(m)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return n, nil
+			}
+			return n, err
+		}
+	}
+}
