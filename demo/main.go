@@ -31,7 +31,7 @@ import (
 
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/internal/localnode"
-	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
 type options struct {
@@ -388,7 +388,7 @@ func showEnv(ctx context.Context, c *localcluster.Cluster, r *realNode, name str
 }
 
 func allocationSummary(p *corev1.Pod) string {
-	a, err := kubeinterface.PodAllocation(p)
+	a, err := objects.PodAllocation(p)
 	if err != nil {
 		return "none"
 	}

@@ -1,7 +1,10 @@
 // Package kubeinterface owns kubegpu's encoding on Kubernetes objects: every
 // annotation, label and resource key (constants under kubegpu.io/), the
-// decoding of a pod's device request from its limits and annotations, and the
-// versioned JSON payloads for node inventories and pod allocations.
+// versioned JSON payloads for node inventories and pod allocations, and
+// their signatures. Subpackage objects reads them off Pod and Node objects
+// (including a pod's device request from its limits and annotations); this
+// package does not import the core API types, so that the node agent can use
+// it without linking them.
 //
 // Every decoder takes untrusted input: it bounds sizes, checks the payload's
 // apiVersion and kind, validates the content, and reports problems as

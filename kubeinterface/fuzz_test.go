@@ -4,9 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The fuzz tests check the decoders' promises on any input: no panic, an
@@ -76,40 +73,6 @@ func FuzzDecodeAllocation(f *testing.F) {
 	})
 }
 
-func FuzzPodRequest(f *testing.F) {
-	f.Add("1", "4096", "30", "T4,V100", "GPU-1", "required", "spread")
-	f.Add("2", "", "150", ",", "", "strict", "pack")
-	f.Add("0", "4Gi", "", "A,a", "GPU-1", "", "")
-	f.Add("1e3", "1500m", "-5", "", "", "none", "binpack")
-	f.Fuzz(func(t *testing.T, count, mem, cores, models, uuids, topology, placement string) {
-		limits := corev1.ResourceList{}
-		for name, v := range map[corev1.ResourceName]string{ResourceGPU: count, ResourceGPUMemory: mem, ResourceGPUCores: cores} {
-			if q, err := resource.ParseQuantity(v); err == nil {
-				limits[name] = q
-			}
-		}
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", Annotations: map[string]string{
-				AnnotationModelInclude: models, AnnotationUUIDExclude: uuids,
-				AnnotationTopology: topology, AnnotationPlacement: placement,
-			}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Limits: limits}}}},
-		}
-		req, err := PodRequest(p)
-		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("PodRequest() error %v does not wrap ErrInvalid", err)
-			}
-			return
-		}
-		for _, c := range req.Containers {
-			if c.Count < 1 || c.Count > MaxDevicesPerContainer || c.ComputePercent < 0 || c.ComputePercent > 100 ||
-				c.MemoryMiB < 0 || c.MemoryMiB > MaxSliceMemoryMiB {
-				t.Fatalf("PodRequest() accepted out-of-range request %+v", c)
-			}
-		}
-	})
-}
 
 // assertStable checks that an encoded payload decodes and re-encodes to the
 // same bytes. (Decoding is not the identity on the Go values: "[]" and a

@@ -1,7 +1,5 @@
 package kubeinterface
 
-import corev1 "k8s.io/api/core/v1"
-
 // Domain is the prefix of every annotation, label and resource kubegpu owns.
 const Domain = "kubegpu.io/"
 
@@ -9,12 +7,12 @@ const Domain = "kubegpu.io/"
 const (
 	// ResourceGPU is the number of GPUs (or of GPU slices, with
 	// ResourceGPUMemory or ResourceGPUCores) a container asks for.
-	ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+	ResourceGPU = "nvidia.com/gpu"
 	// ResourceGPUMemory is the device memory, in MiB, each slice needs.
-	ResourceGPUMemory corev1.ResourceName = Domain + "gpu-memory"
+	ResourceGPUMemory = Domain + "gpu-memory"
 	// ResourceGPUCores is the percentage (1..100) of a GPU's compute each
 	// slice needs.
-	ResourceGPUCores corev1.ResourceName = Domain + "gpu-cores"
+	ResourceGPUCores = Domain + "gpu-cores"
 )
 
 // Pod annotations a user sets to constrain the pod's devices. Lists are
@@ -47,7 +45,7 @@ const (
 // Heartbeat: the advertiser on each node renews a coordination.k8s.io Lease
 // named LeasePrefix + node name in LeaseNamespace.
 const (
-	LeaseNamespace = corev1.NamespaceNodeLease
+	LeaseNamespace = "kube-node-lease"
 	LeasePrefix    = "kubegpu-"
 )
 
@@ -59,15 +57,3 @@ const (
 	KindInventory  = "NodeInventory"
 	KindAllocation = "PodAllocation"
 )
-
-// userAnnotations are the annotations a user may set on a pod; any other
-// annotation under Domain that is not written by kubegpu is a typo.
-var userAnnotations = map[string]bool{
-	AnnotationModelInclude: true,
-	AnnotationModelExclude: true,
-	AnnotationUUIDInclude:  true,
-	AnnotationUUIDExclude:  true,
-	AnnotationTopology:     true,
-	AnnotationPlacement:    true,
-	AnnotationAllocation:   true,
-}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 
-	corev1 "k8s.io/api/core/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubegpu/kubegpu/types"
@@ -63,33 +62,6 @@ func DecodeInventory(value string) (types.Inventory, error) {
 		return types.Inventory{}, fmt.Errorf("%w: %s: %w", ErrInvalid, AnnotationInventory, err)
 	}
 	return p.Inventory, nil
-}
-
-// NodeInventory returns the inventory the node's advertiser published, or
-// ErrNoInventory.
-func NodeInventory(node *corev1.Node) (types.Inventory, error) {
-	value, ok := node.Annotations[AnnotationInventory]
-	if !ok {
-		return types.Inventory{}, ErrNoInventory
-	}
-	inv, err := DecodeInventory(value)
-	if err != nil {
-		return types.Inventory{}, fmt.Errorf("node %s: %w", node.Name, err)
-	}
-	return inv, nil
-}
-
-// SetNodeInventory writes inv onto the node's annotations.
-func SetNodeInventory(node *corev1.Node, inv types.Inventory) error {
-	value, err := EncodeInventory(inv)
-	if err != nil {
-		return err
-	}
-	if node.Annotations == nil {
-		node.Annotations = map[string]string{}
-	}
-	node.Annotations[AnnotationInventory] = value
-	return nil
 }
 
 // PodRef binds an allocation to one incarnation of one pod.
@@ -186,20 +158,6 @@ func DecodeAllocation(value string) (Allocation, error) {
 		return Allocation{}, err
 	}
 	return p.Allocation, nil
-}
-
-// PodAllocation returns the allocation annotation on the pod, decoded but not
-// verified, or ErrNoAllocation.
-func PodAllocation(pod *corev1.Pod) (Allocation, error) {
-	value, ok := pod.Annotations[AnnotationAllocation]
-	if !ok {
-		return Allocation{}, ErrNoAllocation
-	}
-	a, err := DecodeAllocation(value)
-	if err != nil {
-		return Allocation{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	return a, nil
 }
 
 // decode unmarshals a versioned payload into out after checking its size,

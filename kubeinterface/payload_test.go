@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -43,33 +41,27 @@ func bigInventory() types.Inventory {
 
 func TestInventoryRoundTrip(t *testing.T) {
 	inv := bigInventory()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
-	if err := SetNodeInventory(node, inv); err != nil {
-		t.Fatalf("SetNodeInventory() error = %v", err)
-	}
-	got, err := NodeInventory(node)
+	value, err := EncodeInventory(inv)
 	if err != nil {
-		t.Fatalf("NodeInventory() error = %v", err)
+		t.Fatalf("EncodeInventory() error = %v", err)
+	}
+	got, err := DecodeInventory(value)
+	if err != nil {
+		t.Fatalf("DecodeInventory() error = %v", err)
 	}
 	if !reflect.DeepEqual(got, inv) {
 		t.Errorf("round trip changed the inventory")
 	}
-	size := len(node.Annotations[AnnotationInventory])
+	size := len(value)
 	t.Logf("16 GPUs + 56 MIG slices + 120 links: %d bytes", size)
 	if size > 64<<10 {
 		t.Errorf("inventory of a 16-GPU node is %d bytes, want well under the API's 256 KiB (<= 64 KiB)", size)
 	}
-	if !strings.HasPrefix(node.Annotations[AnnotationInventory], `{"apiVersion":"kubegpu.io/v1","kind":"NodeInventory",`) {
-		t.Errorf("payload does not start with its version header: %.60s", node.Annotations[AnnotationInventory])
+	if !strings.HasPrefix(value, `{"apiVersion":"kubegpu.io/v1","kind":"NodeInventory",`) {
+		t.Errorf("payload does not start with its version header: %.60s", value)
 	}
 }
 
-func TestNodeInventoryMissing(t *testing.T) {
-	_, err := NodeInventory(&corev1.Node{})
-	if !errors.Is(err, ErrNoInventory) || errors.Is(err, ErrInvalid) {
-		t.Errorf("NodeInventory() error = %v, want ErrNoInventory only", err)
-	}
-}
 
 func TestDecodeInventoryErrors(t *testing.T) {
 	tests := []struct {
@@ -122,10 +114,9 @@ func TestAllocationRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("EncodeAllocation() error = %v", err)
 	}
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "train", Annotations: map[string]string{AnnotationAllocation: s}}}
-	got, err := PodAllocation(p)
+	got, err := DecodeAllocation(s)
 	if err != nil {
-		t.Fatalf("PodAllocation() error = %v", err)
+		t.Fatalf("DecodeAllocation() error = %v", err)
 	}
 	if !reflect.DeepEqual(got, a) {
 		t.Errorf("round trip =\n%+v\nwant\n%+v", got, a)
@@ -181,8 +172,5 @@ func TestDecodeAllocationErrors(t *testing.T) {
 				t.Errorf("DecodeAllocation() error = %q, want it to contain %q", err, tt.want)
 			}
 		})
-	}
-	if _, err := PodAllocation(&corev1.Pod{}); !errors.Is(err, ErrNoAllocation) {
-		t.Errorf("PodAllocation(no annotation) error = %v, want ErrNoAllocation", err)
 	}
 }

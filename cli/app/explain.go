@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
-	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/plugins/nvidia"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
 	"github.com/kubegpu/kubegpu/types"
@@ -73,11 +73,11 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	if err != nil {
 		return fmt.Errorf("get pod %s/%s: %w", ns, name, err)
 	}
-	if !kubeinterface.WantsDevices(pod) {
+	if !objects.WantsDevices(pod) {
 		_, err := fmt.Fprintf(w, "Pod %s/%s asks for no GPUs: kubegpu places it like any other pod.\n", ns, name)
 		return err
 	}
-	req, err := kubeinterface.PodRequest(pod)
+	req, err := objects.PodRequest(pod)
 	if err != nil {
 		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, err)
 		return nil
@@ -100,7 +100,7 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		fmt.Fprintf(w, "  %s\n", describeContainer(ct))
 	}
 	if pod.Spec.NodeName != "" {
-		if a, err := kubeinterface.PodAllocation(pod); err == nil {
+		if a, err := objects.PodAllocation(pod); err == nil {
 			fmt.Fprintf(w, "It is bound to %s with devices %s.\n", pod.Spec.NodeName, allocationDevices(a.PodAllocation))
 		} else {
 			fmt.Fprintf(w, "It is bound to %s without a usable allocation (%v): it runs with no GPUs.\n", pod.Spec.NodeName, err)
@@ -110,7 +110,7 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	// The workload mix the scheduler learns: the pods running now.
 	for _, list := range s.pods {
 		for _, pa := range list {
-			if pr, err := kubeinterface.PodRequest(pa.pod); err == nil {
+			if pr, err := objects.PodRequest(pa.pod); err == nil {
 				if rr, err := engine.NewRequest(pr, devicescheduler.Host{}); err == nil {
 					engine.Observe(rr)
 				}

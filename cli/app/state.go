@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -61,13 +62,13 @@ func loadState(ctx context.Context, client kubernetes.Interface) (*clusterState,
 	s := &clusterState{pods: map[string][]podAllocation{}}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		inv, err := kubeinterface.NodeInventory(n)
+		inv, err := objects.NodeInventory(n)
 		s.nodes = append(s.nodes, nodeState{name: n.Name, inv: inv, invErr: err, renewed: renewed[n.Name]})
 	}
 	slices.SortFunc(s.nodes, func(a, b nodeState) int { return strings.Compare(a.name, b.name) })
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		a, err := kubeinterface.PodAllocation(p)
+		a, err := objects.PodAllocation(p)
 		if err != nil || a.Node != p.Spec.NodeName {
 			continue // holds no devices the scheduler counts
 		}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/kubegpu/kubegpu/types"
@@ -21,7 +20,7 @@ type Source func(ctx context.Context) (types.Inventory, error)
 // Options configure an Advertiser.
 type Options struct {
 	Node   string
-	Client kubernetes.Interface
+	Client Client
 	// Discover returns the node's current devices.
 	Discover Source
 	// Interval is how often devices are discovered and the heartbeat

@@ -7,12 +7,9 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
@@ -23,6 +20,10 @@ import (
 // kubelet's admission counts nvidia.com/gpu (see Capacity).
 const DefaultSlicesPerDevice = 100
 
+// ResourceList is a node's capacity by resource name, as in the Node's
+// status (the core API's ResourceList, without linking the core API).
+type ResourceList map[string]resource.Quantity
+
 // Capacity is the extended-resource capacity the node publishes for inv.
 //
 // kubelet admission and the stock NodeResourcesFit plugin count a pod's
@@ -32,7 +33,7 @@ const DefaultSlicesPerDevice = 100
 // nvidia.com/gpu) never exhaust the node before its devices are full.
 // kubegpu.io/gpu-cores is 100 per device and kubegpu.io/gpu-memory the
 // devices' memory in MiB. MIG parents count through their slices only.
-func Capacity(inv types.Inventory, slicesPerDevice int) corev1.ResourceList {
+func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
 	var devices, memMiB int64
 	parents := map[string]bool{}
 	for _, d := range inv.Devices {
@@ -47,7 +48,7 @@ func Capacity(inv types.Inventory, slicesPerDevice int) corev1.ResourceList {
 		devices++
 		memMiB += d.MemoryMiB
 	}
-	return corev1.ResourceList{
+	return ResourceList{
 		kubeinterface.ResourceGPU:       *resource.NewQuantity(devices*int64(slicesPerDevice), resource.DecimalSI),
 		kubeinterface.ResourceGPUCores:  *resource.NewQuantity(devices*int64(types.MaxComputePercent), resource.DecimalSI),
 		kubeinterface.ResourceGPUMemory: *resource.NewQuantity(memMiB, resource.DecimalSI),
@@ -58,7 +59,7 @@ func Capacity(inv types.Inventory, slicesPerDevice int) corev1.ResourceList {
 // the node) and its extended-resource capacity and allocatable (a patch of
 // the node's status subresource: status written through the node itself is
 // dropped).
-func PublishInventory(ctx context.Context, client kubernetes.Interface, node string, inv types.Inventory, capacity corev1.ResourceList) error {
+func PublishInventory(ctx context.Context, client Client, node string, inv types.Inventory, capacity ResourceList) error {
 	value, err := kubeinterface.EncodeInventory(inv)
 	if err != nil {
 		return err
@@ -67,14 +68,14 @@ func PublishInventory(ctx context.Context, client kubernetes.Interface, node str
 	if err != nil {
 		return err
 	}
-	if _, err := client.CoreV1().Nodes().Patch(ctx, node, ktypes.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if err := client.PatchNode(ctx, node, patch); err != nil {
 		return fmt.Errorf("publish inventory of node %s: %w", node, err)
 	}
 	status, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": capacity, "allocatable": capacity}})
 	if err != nil {
 		return err
 	}
-	if _, err := client.CoreV1().Nodes().PatchStatus(ctx, node, status); err != nil {
+	if err := client.PatchNode(ctx, node, status, "status"); err != nil {
 		return fmt.Errorf("publish capacity of node %s: %w", node, err)
 	}
 	return nil
@@ -82,18 +83,17 @@ func PublishInventory(ctx context.Context, client kubernetes.Interface, node str
 
 // RenewLease creates or renews the node's heartbeat Lease
 // (kube-node-lease/kubegpu-NODE), owned by the Node so that it goes with it.
-func RenewLease(ctx context.Context, client kubernetes.Interface, node string, duration time.Duration, now time.Time) error {
+func RenewLease(ctx context.Context, client Client, node string, duration time.Duration, now time.Time) error {
 	_, err := renewLease(ctx, client, node, duration, now)
 	return err
 }
 
 // renewLease is RenewLease that also says whether the Lease had to be
 // created (first start, or the Node and its Lease were re-created).
-func renewLease(ctx context.Context, client kubernetes.Interface, node string, duration time.Duration, now time.Time) (bool, error) {
-	leases := client.CoordinationV1().Leases(kubeinterface.LeaseNamespace)
+func renewLease(ctx context.Context, client Client, node string, duration time.Duration, now time.Time) (bool, error) {
 	name := kubeinterface.LeaseName(node)
 	renew := metav1.NewMicroTime(now)
-	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	lease, err := client.GetLease(ctx, kubeinterface.LeaseNamespace, name)
 	if apierrors.IsNotFound(err) {
 		lease = &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: kubeinterface.LeaseNamespace},
@@ -104,10 +104,10 @@ func renewLease(ctx context.Context, client kubernetes.Interface, node string, d
 				RenewTime:            &renew,
 			},
 		}
-		if n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
+		if n, err := client.NodeMeta(ctx, node); err == nil {
 			lease.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}
 		}
-		if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+		if err := client.CreateLease(ctx, lease); err != nil {
 			return false, fmt.Errorf("create heartbeat lease of node %s: %w", node, err)
 		}
 		return true, nil
@@ -117,7 +117,7 @@ func renewLease(ctx context.Context, client kubernetes.Interface, node string, d
 	}
 	lease.Spec.RenewTime = &renew
 	lease.Spec.LeaseDurationSeconds = ptr.To(int32(duration / time.Second))
-	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+	if err := client.UpdateLease(ctx, lease); err != nil {
 		return false, fmt.Errorf("renew heartbeat lease of node %s: %w", node, err)
 	}
 	return false, nil

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -75,7 +74,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if _, err := d.discover(ctx); err != nil {
 		logger.Error(err, "First device discovery failed; serving CRI without those devices and retrying")
 	}
-	var client kubernetes.Interface
+	var client advertiser.Client
 	if o.Advertise {
 		if client, err = o.client(); err != nil {
 			return err
@@ -120,7 +119,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 }
 
-func (o *serveOptions) client() (kubernetes.Interface, error) {
+func (o *serveOptions) client() (advertiser.Client, error) {
 	var cfg *rest.Config
 	var err error
 	if o.Kubeconfig != "" {
@@ -132,7 +131,7 @@ func (o *serveOptions) client() (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client (set --kubeconfig, or --advertise=false): %w", err)
 	}
 	cfg.UserAgent = "kubegpu-crishim/" + version.Get().GitVersion
-	return kubernetes.NewForConfig(cfg)
+	return advertiser.NewClient(cfg)
 }
 
 // discovery runs the modules' discovery and keeps, per module, the devices

@@ -16,6 +16,7 @@ import (
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -180,7 +181,7 @@ func (c *deviceCache) updateNode(logger klog.Logger, node *corev1.Node) {
 	// A rebuilt Node starts its version again: forget its Filter results.
 	ns.memo.n = 0
 	if has {
-		inv, err := kubeinterface.NodeInventory(node)
+		inv, err := objects.NodeInventory(node)
 		if err == nil {
 			ns.devices, err = c.engine.NewNode(node.Name, inv, devicescheduler.Host{})
 		}
@@ -371,7 +372,7 @@ func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 // verified returns the pod's allocation if it is signed by this scheduler's
 // key and bound to this pod and its node.
 func (c *deviceCache) verified(pod *corev1.Pod) (kubeinterface.Allocation, error) {
-	alloc, err := kubeinterface.PodAllocation(pod)
+	alloc, err := objects.PodAllocation(pod)
 	if err != nil {
 		return alloc, err
 	}

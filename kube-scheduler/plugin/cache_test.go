@@ -17,6 +17,7 @@ import (
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -49,7 +50,7 @@ func testNode(t *testing.T, name, preset string) *corev1.Node {
 		t.Fatal(err)
 	}
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := kubeinterface.SetNodeInventory(n, simgpu.Inventory(topo, name)); err != nil {
+	if err := objects.SetNodeInventory(n, simgpu.Inventory(topo, name)); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -258,7 +259,7 @@ func TestCacheNodeChanges(t *testing.T) {
 	inv := simgpu.Inventory(topo, "n1")
 	inv.Devices[3].Health = types.Unhealthy
 	sick := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
-	if err := kubeinterface.SetNodeInventory(sick, inv); err != nil {
+	if err := objects.SetNodeInventory(sick, inv); err != nil {
 		t.Fatal(err)
 	}
 	c.updateNode(logger, sick)

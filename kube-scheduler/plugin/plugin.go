@@ -18,6 +18,7 @@ import (
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
 	"github.com/kubegpu/kubegpu/utils/pluginload"
 )
@@ -296,7 +297,7 @@ func heldDevices(_ klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint,
 	}
 	// An assumed pod whose binding failed comes without the allocation
 	// (it travels in the Binding): a bound or assumed GPU pod is enough.
-	if pod, ok := oldObj.(*corev1.Pod); ok && (pod.Spec.NodeName == "" || !kubeinterface.WantsDevices(pod)) {
+	if pod, ok := oldObj.(*corev1.Pod); ok && (pod.Spec.NodeName == "" || !objects.WantsDevices(pod)) {
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil
@@ -305,7 +306,7 @@ func heldDevices(_ klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint,
 // SignPod lets the scheduler batch pods that ask for no devices; pods with
 // devices are never batched, since each one changes the node it lands on.
 func (p *Plugin) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	if kubeinterface.WantsDevices(pod) {
+	if objects.WantsDevices(pod) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with devices are not batched")
 	}
 	return []fwk.SignFragment{{Key: "kubegpu.io/devices", Value: false}}, nil

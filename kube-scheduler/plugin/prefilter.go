@@ -9,17 +9,17 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
-	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
 // PreFilter decodes the pod's device request. Pods that ask for no devices
 // skip the plugin at once; a malformed request makes the pod unschedulable
 // until the user fixes it, with a message that says what to fix.
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	if !kubeinterface.WantsDevices(pod) {
+	if !objects.WantsDevices(pod) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	req, err := kubeinterface.PodRequest(pod)
+	req, err := objects.PodRequest(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}

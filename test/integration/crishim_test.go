@@ -13,6 +13,7 @@ import (
 
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
 // startAdvertiser runs kubegpu-crishim for node with a simgpu preset,
@@ -64,7 +65,7 @@ func TestAdvertiserPublishesAndRecovers(t *testing.T) {
 		if err != nil {
 			return false, nil
 		}
-		inv, err := kubeinterface.NodeInventory(n)
+		inv, err := objects.NodeInventory(n)
 		if err != nil || len(inv.Devices) != 8 {
 			return false, nil
 		}

@@ -17,6 +17,7 @@ import (
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -90,7 +91,7 @@ func addNodes(ctx context.Context, t *testing.T, prefix, preset string, count in
 				paused := sn.paused[n]
 				sn.mu.Unlock()
 				if !paused {
-					_ = advertiser.RenewLease(context.Background(), cluster.Client, n, heartbeatStaleness, time.Now())
+					_ = advertiser.RenewLease(context.Background(), nodeClient, n, heartbeatStaleness, time.Now())
 				}
 			}
 		}
@@ -113,10 +114,10 @@ func (sn *simNodes) add(ctx context.Context, t *testing.T, prefix, preset string
 			t.Fatal(err)
 		}
 		inv := simgpu.Inventory(topo, name)
-		if err := advertiser.PublishInventory(ctx, cluster.Client, name, inv, advertiser.Capacity(inv, advertiser.DefaultSlicesPerDevice)); err != nil {
+		if err := advertiser.PublishInventory(ctx, nodeClient, name, inv, advertiser.Capacity(inv, advertiser.DefaultSlicesPerDevice)); err != nil {
 			t.Fatal(err)
 		}
-		if err := advertiser.RenewLease(ctx, cluster.Client, name, heartbeatStaleness, time.Now()); err != nil {
+		if err := advertiser.RenewLease(ctx, nodeClient, name, heartbeatStaleness, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		sn.mu.Lock()
@@ -132,7 +133,7 @@ func (sn *simNodes) pause(ctx context.Context, t *testing.T, name string, d time
 	sn.mu.Lock()
 	sn.paused[name] = true
 	sn.mu.Unlock()
-	if err := advertiser.RenewLease(ctx, cluster.Client, name, heartbeatStaleness, time.Now().Add(-d)); err != nil {
+	if err := advertiser.RenewLease(ctx, nodeClient, name, heartbeatStaleness, time.Now().Add(-d)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -142,7 +143,7 @@ func (sn *simNodes) resume(ctx context.Context, t *testing.T, name string) {
 	sn.mu.Lock()
 	sn.paused[name] = false
 	sn.mu.Unlock()
-	if err := advertiser.RenewLease(ctx, cluster.Client, name, heartbeatStaleness, time.Now()); err != nil {
+	if err := advertiser.RenewLease(ctx, nodeClient, name, heartbeatStaleness, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -255,7 +256,7 @@ func checkAllocations(t *testing.T, pods []corev1.Pod, invs map[string]types.Inv
 		if p.Spec.NodeName == "" {
 			continue
 		}
-		a, err := kubeinterface.PodAllocation(p)
+		a, err := objects.PodAllocation(p)
 		if err != nil {
 			t.Errorf("bound pod %s: %v", p.Name, err)
 			continue
@@ -326,7 +327,7 @@ func assertNothingFits(t *testing.T, pods []corev1.Pod, allocs map[string]kubein
 		if p.Spec.NodeName != "" {
 			continue
 		}
-		req, err := kubeinterface.PodRequest(p)
+		req, err := objects.PodRequest(p)
 		if err != nil {
 			t.Fatal(err)
 		}

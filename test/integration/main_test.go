@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubegpu/kubegpu/crishim/advertiser"
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 )
@@ -26,7 +27,9 @@ var (
 	repoRoot  = "../.."
 	pluginDir = os.Getenv("KUBEGPU_PLUGIN_DIR")
 	cluster   *localcluster.Cluster
-	workDir   string
+	// nodeClient writes what a node's kubegpu-crishim writes.
+	nodeClient advertiser.Client
+	workDir    string
 	// signingKey is the scheduler's key; keyFile holds it as PEM.
 	signingKey *kubeinterface.Key
 	keyFile    string
@@ -55,6 +58,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer cluster.Stop()
+	if nodeClient, err = advertiser.NewClient(cluster.Config); err != nil {
+		fmt.Println(err)
+		return 1
+	}
 	if signingKey, keyFile, err = writeSigningKey(workDir); err != nil {
 		fmt.Println(err)
 		return 1

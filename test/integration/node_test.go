@@ -19,6 +19,7 @@ import (
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/internal/localnode"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -299,7 +300,7 @@ func TestKubeletThroughShim(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("pod did not succeed: %v; phase %s, status %+v; kubelet log %s", err, got.Status.Phase, got.Status.ContainerStatuses, k.Log)
 	}
-	a, err := kubeinterface.PodAllocation(got)
+	a, err := objects.PodAllocation(got)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -165,10 +165,14 @@ func createNode(ctx context.Context, c *localcluster.Cluster, name string, topo 
 		return err
 	}
 	inv := simgpu.Inventory(topo, name)
-	if err := advertiser.PublishInventory(ctx, c.Client, name, inv, advertiser.Capacity(inv, 1)); err != nil {
+	client, err := advertiser.NewClient(c.Config)
+	if err != nil {
 		return err
 	}
-	return advertiser.RenewLease(ctx, c.Client, name, time.Hour, time.Now())
+	if err := advertiser.PublishInventory(ctx, client, name, inv, advertiser.Capacity(inv, 1)); err != nil {
+		return err
+	}
+	return advertiser.RenewLease(ctx, client, name, time.Hour, time.Now())
 }
 
 func pod(i int) *corev1.Pod {

@@ -1,4 +1,4 @@
-package kubeinterface
+package objects
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -26,7 +27,7 @@ func WantsDevices(pod *corev1.Pod) bool {
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
 			for _, rl := range []corev1.ResourceList{list[i].Resources.Limits, list[i].Resources.Requests} {
-				for _, name := range []corev1.ResourceName{ResourceGPU, ResourceGPUMemory, ResourceGPUCores} {
+				for _, name := range []corev1.ResourceName{kubeinterface.ResourceGPU, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUCores} {
 					if q, ok := rl[name]; ok && !q.IsZero() {
 						return true
 					}
@@ -40,7 +41,7 @@ func WantsDevices(pod *corev1.Pod) bool {
 // PodRequest decodes what the pod asks for from its containers' limits and
 // its kubegpu.io annotations. A pod that asks for no GPUs gets an empty
 // request and no error, whatever its annotations say. Every problem found is
-// reported at once in an *InvalidError, which wraps ErrInvalid.
+// reported at once in an *kubeinterface.InvalidError, which wraps kubeinterface.ErrInvalid.
 //
 // An unset topology policy is left empty for the scheduler to default.
 func PodRequest(pod *corev1.Pod) (types.PodRequest, error) {
@@ -50,19 +51,19 @@ func PodRequest(pod *corev1.Pod) (types.PodRequest, error) {
 	c := &collector{object: fmt.Sprintf("pod %s/%s", pod.Namespace, pod.Name)}
 
 	sel := types.Selector{
-		IncludeModels: parseList(c, pod.Annotations, AnnotationModelInclude),
-		ExcludeModels: parseList(c, pod.Annotations, AnnotationModelExclude),
-		IncludeUUIDs:  parseList(c, pod.Annotations, AnnotationUUIDInclude),
-		ExcludeUUIDs:  parseList(c, pod.Annotations, AnnotationUUIDExclude),
+		IncludeModels: parseList(c, pod.Annotations, kubeinterface.AnnotationModelInclude),
+		ExcludeModels: parseList(c, pod.Annotations, kubeinterface.AnnotationModelExclude),
+		IncludeUUIDs:  parseList(c, pod.Annotations, kubeinterface.AnnotationUUIDInclude),
+		ExcludeUUIDs:  parseList(c, pod.Annotations, kubeinterface.AnnotationUUIDExclude),
 	}
-	checkDisjoint(c, AnnotationModelInclude, sel.IncludeModels, sel.ExcludeModels)
-	checkDisjoint(c, AnnotationUUIDInclude, sel.IncludeUUIDs, sel.ExcludeUUIDs)
+	checkDisjoint(c, kubeinterface.AnnotationModelInclude, sel.IncludeModels, sel.ExcludeModels)
+	checkDisjoint(c, kubeinterface.AnnotationUUIDInclude, sel.IncludeUUIDs, sel.ExcludeUUIDs)
 
 	var req types.PodRequest
-	topology := types.TopologyPolicy(parseEnum(c, pod.Annotations, AnnotationTopology, types.TopologyPolicies))
-	req.Placement = types.PlacementPolicy(parseEnum(c, pod.Annotations, AnnotationPlacement, types.PlacementPolicies))
+	topology := types.TopologyPolicy(parseEnum(c, pod.Annotations, kubeinterface.AnnotationTopology, types.TopologyPolicies))
+	req.Placement = types.PlacementPolicy(parseEnum(c, pod.Annotations, kubeinterface.AnnotationPlacement, types.PlacementPolicies))
 	for _, key := range slices.Sorted(maps.Keys(pod.Annotations)) {
-		if strings.HasPrefix(key, Domain) && !userAnnotations[key] {
+		if strings.HasPrefix(key, kubeinterface.Domain) && !userAnnotations[key] {
 			c.add("", "annotation "+key, pod.Annotations[key], "one of the annotations kubegpu knows ("+strings.Join(knownAnnotationList(), ", ")+")")
 		}
 	}
@@ -79,17 +80,17 @@ func containerRequests(c *collector, containers []corev1.Container, sel types.Se
 	var out []types.ContainerRequest
 	for i := range containers {
 		ctr := &containers[i]
-		count, hasCount := limit(c, ctr, ResourceGPU, 0, MaxDevicesPerContainer, "an integer 1.."+fmt.Sprint(MaxDevicesPerContainer))
-		mem, hasMem := limit(c, ctr, ResourceGPUMemory, 1, MaxSliceMemoryMiB,
+		count, hasCount := limit(c, ctr, kubeinterface.ResourceGPU, 0, MaxDevicesPerContainer, "an integer 1.."+fmt.Sprint(MaxDevicesPerContainer))
+		mem, hasMem := limit(c, ctr, kubeinterface.ResourceGPUMemory, 1, MaxSliceMemoryMiB,
 			fmt.Sprintf("a whole number of MiB, 1..%d (e.g. 4096 for 4 GiB)", MaxSliceMemoryMiB))
-		cores, hasCores := limit(c, ctr, ResourceGPUCores, 1, types.MaxComputePercent,
+		cores, hasCores := limit(c, ctr, kubeinterface.ResourceGPUCores, 1, types.MaxComputePercent,
 			fmt.Sprintf("an integer 1..%d (percent of one GPU's compute)", types.MaxComputePercent))
 		if (hasMem || hasCores) && (!hasCount || count == 0) {
-			name := ResourceGPUMemory
+			name := kubeinterface.ResourceGPUMemory
 			if !hasMem {
-				name = ResourceGPUCores
+				name = kubeinterface.ResourceGPUCores
 			}
-			c.add(ctr.Name, string(ResourceGPU), "", fmt.Sprintf("set to the number of slices (usually 1) when %s is set", name))
+			c.add(ctr.Name, string(kubeinterface.ResourceGPU), "", fmt.Sprintf("set to the number of slices (usually 1) when %s is set", name))
 			continue
 		}
 		if count == 0 {

@@ -1,4 +1,4 @@
-package kubeinterface
+package objects
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -30,7 +31,7 @@ func pod(annotations map[string]string, containers ...corev1.Container) *corev1.
 }
 
 func TestPodRequest(t *testing.T) {
-	gpu, mem, cores := string(ResourceGPU), string(ResourceGPUMemory), string(ResourceGPUCores)
+	gpu, mem, cores := string(kubeinterface.ResourceGPU), string(kubeinterface.ResourceGPUMemory), string(kubeinterface.ResourceGPUCores)
 	tests := []struct {
 		name string
 		pod  *corev1.Pod
@@ -38,7 +39,7 @@ func TestPodRequest(t *testing.T) {
 	}{
 		{
 			name: "no gpus, annotations ignored",
-			pod:  pod(map[string]string{AnnotationTopology: "bogus"}, container("web", "cpu", "1")),
+			pod:  pod(map[string]string{kubeinterface.AnnotationTopology: "bogus"}, container("web", "cpu", "1")),
 			want: types.PodRequest{},
 		},
 		{
@@ -59,11 +60,11 @@ func TestPodRequest(t *testing.T) {
 		{
 			name: "constraints copied to every container",
 			pod: pod(map[string]string{
-				AnnotationModelInclude: "Tesla V100-SXM2-16GB, A100-SXM4-40GB,a100-sxm4-40gb",
-				AnnotationUUIDExclude:  "GPU-1",
-				AnnotationTopology:     "required",
-				AnnotationPlacement:    "spread",
-				"example.com/other":    "kept out of the way",
+				kubeinterface.AnnotationModelInclude: "Tesla V100-SXM2-16GB, A100-SXM4-40GB,a100-sxm4-40gb",
+				kubeinterface.AnnotationUUIDExclude:  "GPU-1",
+				kubeinterface.AnnotationTopology:     "required",
+				kubeinterface.AnnotationPlacement:    "spread",
+				"example.com/other":                  "kept out of the way",
 			}, container("a", gpu, "2"), container("sidecar"), container("b", gpu, "1")),
 			want: func() types.PodRequest {
 				sel := types.Selector{IncludeModels: []string{"Tesla V100-SXM2-16GB", "A100-SXM4-40GB"}, ExcludeUUIDs: []string{"GPU-1"}}
@@ -92,7 +93,7 @@ func TestPodRequest(t *testing.T) {
 			name: "requests only",
 			pod: func() *corev1.Pod {
 				p := pod(nil, corev1.Container{Name: "r"})
-				p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{ResourceGPU: resource.MustParse("1")}
+				p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("1")}
 				return p
 			}(),
 			want: types.PodRequest{Containers: []types.ContainerRequest{{Name: "r", Count: 1}}},
@@ -112,11 +113,11 @@ func TestPodRequest(t *testing.T) {
 }
 
 func TestPodRequestErrors(t *testing.T) {
-	gpu, mem, cores := string(ResourceGPU), string(ResourceGPUMemory), string(ResourceGPUCores)
+	gpu, mem, cores := string(kubeinterface.ResourceGPU), string(kubeinterface.ResourceGPUMemory), string(kubeinterface.ResourceGPUCores)
 	tests := []struct {
 		name string
 		pod  *corev1.Pod
-		want []string // every FieldError message, in order
+		want []string // every kubeinterface.FieldError message, in order
 	}{
 		{
 			name: "cores out of range",
@@ -161,12 +162,12 @@ func TestPodRequestErrors(t *testing.T) {
 		{
 			name: "bad annotations all reported",
 			pod: pod(map[string]string{
-				AnnotationTopology:     "strict",
-				AnnotationPlacement:    "pack",
-				AnnotationModelInclude: "T4,,V100",
-				AnnotationUUIDInclude:  "GPU-1",
-				AnnotationUUIDExclude:  "gpu-1",
-				Domain + "topolgy":     "required",
+				kubeinterface.AnnotationTopology:     "strict",
+				kubeinterface.AnnotationPlacement:    "pack",
+				kubeinterface.AnnotationModelInclude: "T4,,V100",
+				kubeinterface.AnnotationUUIDInclude:  "GPU-1",
+				kubeinterface.AnnotationUUIDExclude:  "gpu-1",
+				kubeinterface.Domain + "topolgy":     "required",
 			}, container("train", gpu, "1")),
 			want: []string{
 				`annotation kubegpu.io/gpu-model-include must be a comma-separated list with no empty entries, got "T4,,V100"`,
@@ -180,12 +181,12 @@ func TestPodRequestErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := PodRequest(tt.pod)
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("PodRequest() error = %v, want ErrInvalid", err)
+			if !errors.Is(err, kubeinterface.ErrInvalid) {
+				t.Fatalf("PodRequest() error = %v, want kubeinterface.ErrInvalid", err)
 			}
-			var inv *InvalidError
+			var inv *kubeinterface.InvalidError
 			if !errors.As(err, &inv) {
-				t.Fatalf("PodRequest() error is %T, want *InvalidError", err)
+				t.Fatalf("PodRequest() error is %T, want *kubeinterface.InvalidError", err)
 			}
 			var got []string
 			for _, f := range inv.Fields {
@@ -197,9 +198,9 @@ func TestPodRequestErrors(t *testing.T) {
 			if !strings.HasPrefix(err.Error(), "pod default/train: ") {
 				t.Errorf("error %q does not name the pod", err)
 			}
-			var fe *FieldError
+			var fe *kubeinterface.FieldError
 			if !errors.As(err, &fe) {
-				t.Errorf("errors.As(*FieldError) failed on %v", err)
+				t.Errorf("errors.As(*kubeinterface.FieldError) failed on %v", err)
 			}
 		})
 	}
@@ -209,10 +210,10 @@ func TestWantsDevices(t *testing.T) {
 	if WantsDevices(pod(nil, container("web", "cpu", "2"))) {
 		t.Error("cpu-only pod wants devices")
 	}
-	if WantsDevices(pod(nil, container("zero", string(ResourceGPU), "0"))) {
+	if WantsDevices(pod(nil, container("zero", string(kubeinterface.ResourceGPU), "0"))) {
 		t.Error("pod with nvidia.com/gpu: 0 wants devices")
 	}
-	if !WantsDevices(pod(nil, container("web"), container("gpu", string(ResourceGPU), "1"))) {
+	if !WantsDevices(pod(nil, container("web"), container("gpu", string(kubeinterface.ResourceGPU), "1"))) {
 		t.Error("gpu pod does not want devices")
 	}
 }
