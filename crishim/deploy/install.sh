@@ -2,19 +2,23 @@
 # Installs kubegpu-crishim on a GPU node. Run as root from a checkout after
 # `make build plugins`, or from an unpacked release with the same layout:
 #
-#   crishim/deploy/install.sh --kubeconfig FILE --allocation-key PUBLIC_KEY [--plugin-option nvidia.edits=cdi ...]
+#   crishim/deploy/install.sh --kubeconfig FILE --allocation-key PUBLIC_KEY [--module NAME ...] [--plugin-option nvidia.edits=cdi ...]
+#
+# --module names a device module to install (repeatable; default: nvidia).
+# The simulated-GPU module (simgpu) is for demos and tests only.
 #
 # Then point kubelet at the shim and restart it:
 #   --container-runtime-endpoint=unix:///run/kubegpu/crishim.sock
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-kubeconfig= key= args=()
+kubeconfig= key= args=() modules=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--kubeconfig) kubeconfig=$2; shift 2 ;;
 	--allocation-key) key=$2; shift 2 ;;
 	--plugin-option) args+=("--plugin-option=$2"); shift 2 ;;
+	--module) modules+=("$2"); shift 2 ;;
 	*) echo "install.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -23,13 +27,18 @@ done
 [ -n "$key" ] && [ -f "$key" ] || { echo "install.sh: --allocation-key FILE is required (the scheduler's Ed25519 public key, or the shared HMAC secret)" >&2; exit 2; }
 bin=$root/_output/bin/kubegpu-crishim
 [ -x "$bin" ] || { echo "install.sh: $bin missing; run make build plugins" >&2; exit 1; }
-ls "$root"/_output/plugins/*.so >/dev/null 2>&1 || { echo "install.sh: no device modules in $root/_output/plugins; run make plugins" >&2; exit 1; }
+[ ${#modules[@]} -gt 0 ] || modules=(nvidia)
+for m in "${modules[@]}"; do
+	[ -f "$root/_output/plugins/$m.so" ] || { echo "install.sh: device module $root/_output/plugins/$m.so missing; run make plugins (modules built: $(cd "$root/_output/plugins" 2>/dev/null && ls *.so 2>/dev/null | tr '\n' ' '))" >&2; exit 1; }
+done
 
 install -D -m 0755 "$bin" /usr/local/bin/kubegpu-crishim
 install -d -m 0755 /usr/lib/kubegpu/plugins
 # Modules must come from the same build as the binary.
 rm -f /usr/lib/kubegpu/plugins/*.so
-install -m 0644 "$root"/_output/plugins/*.so /usr/lib/kubegpu/plugins/
+for m in "${modules[@]}"; do
+	install -m 0644 "$root/_output/plugins/$m.so" /usr/lib/kubegpu/plugins/
+done
 install -D -m 0600 "$kubeconfig" /etc/kubegpu/kubeconfig
 install -D -m 0600 "$key" /etc/kubegpu/allocation-key.pub.pem
 printf 'KUBEGPU_CRISHIM_ARGS="%s"\n' "${args[*]:-}" > /etc/default/kubegpu-crishim

@@ -1,8 +1,10 @@
-// Package proxy is kubegpu-crishim's CRI server: it serves the CRI v1
-// RuntimeService and ImageService on a unix socket and forwards every call
-// to the container runtime (containerd) as raw bytes, server streams such as
-// GetContainerEvents and the streaming URLs of Exec, Attach and PortForward
-// included, so that calls behave exactly as the runtime answers them. Only
-// the calls it changes (CreateContainer) are decoded, rewritten by an
-// Interceptor and encoded again.
+// Package proxy is kubegpu-crishim's CRI server. It serves on a unix socket
+// and relays each client connection to its own connection to the container
+// runtime (containerd), passing HTTP/2 frames through unchanged, so that
+// every call, unary or streaming, known to this build or not, behaves
+// exactly as the runtime answers it and costs little more than the copy.
+// Only the calls it changes (CreateContainer) are decoded: their request is
+// rewritten by an Interceptor and sent on within the runtime's flow-control
+// windows, or refused with a gRPC status. See relay for the protocol
+// details.
 package proxy
