@@ -183,6 +183,17 @@ func grpcMessage(body []byte) ([]byte, error) {
 // that is never indexed, so the client's HPACK dynamic table (shared with
 // the responses the runtime encodes) does not change.
 func appendTrailersOnly(b []byte, stream uint32, st *status.Status) []byte {
+	block := trailersBlock(st, 4096, true)
+	if len(block) > defaultMaxFrame {
+		// The client's frame size limit is at least this much; keep the
+		// code and the start of the message.
+		block = trailersBlock(st, 512, false)
+	}
+	b = appendFrameHeader(b, len(block), frameHeaders, flagEndHeaders|flagEndStream, stream)
+	return append(b, block...)
+}
+
+func trailersBlock(st *status.Status, maxMessage int, details bool) []byte {
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
 	field := func(name, value string) {
@@ -192,17 +203,16 @@ func appendTrailersOnly(b []byte, stream uint32, st *status.Status) []byte {
 	field("content-type", "application/grpc")
 	field("grpc-status", strconv.Itoa(int(st.Code())))
 	msg := st.Message()
-	if len(msg) > 4096 {
-		msg = msg[:4096]
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage]
 	}
 	field("grpc-message", encodeGRPCMessage(msg))
-	if len(st.Details()) > 0 {
-		if d, err := proto.Marshal(st.Proto()); err == nil && len(d) < 8192 {
+	if details && len(st.Details()) > 0 {
+		if d, err := proto.Marshal(st.Proto()); err == nil {
 			field("grpc-status-details-bin", base64.RawStdEncoding.EncodeToString(d))
 		}
 	}
-	b = appendFrameHeader(b, block.Len(), frameHeaders, flagEndHeaders|flagEndStream, stream)
-	return append(b, block.Bytes()...)
+	return block.Bytes()
 }
 
 // encodeGRPCMessage percent-encodes a grpc-message value as the gRPC

@@ -59,7 +59,7 @@ type Proxy struct {
 	intercept map[string]Interceptor
 	logger    klog.Logger
 
-	calls sync.WaitGroup // intercepted calls being rewritten
+	calls sync.WaitGroup // intercepted calls being rewritten (Add under mu)
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -188,6 +188,18 @@ func (p *Proxy) serveConn(conn net.Conn) {
 	p.mu.Lock()
 	delete(p.relays, r)
 	p.mu.Unlock()
+}
+
+// startCall counts a call whose rewrite starts, unless the proxy is
+// stopping.
+func (p *Proxy) startCall() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return false
+	}
+	p.calls.Add(1)
+	return true
 }
 
 // Stop stops serving: no new connections are accepted, calls being

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -71,7 +72,12 @@ type call struct {
 	body      []byte
 	window    int64 // the runtime's receive window for this stream
 	failed    *status.Status
-	canceled  bool // the client reset the stream
+	// ended: the client ended its request; from then on the call belongs
+	// to the worker that finishes it, and more frames on the stream are a
+	// protocol error.
+	ended bool
+	// canceled: the client reset the stream, or the runtime ended it.
+	canceled bool
 }
 
 func newRelay(p *Proxy, client, backend net.Conn) *relay {
@@ -86,11 +92,17 @@ func newRelay(p *Proxy, client, backend net.Conn) *relay {
 // run relays until either side closes or breaks the protocol, then closes
 // both connections.
 func (r *relay) run() {
-	done := make(chan error, 1)
-	go func() { done <- r.fromBackend() }()
-	err := r.fromClient()
-	r.close()
-	berr := <-done
+	var err, berr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		err = r.fromClient()
+		r.close()
+	})
+	wg.Go(func() {
+		berr = r.fromBackend()
+		r.close()
+	})
+	wg.Wait()
 	switch {
 	case err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
 		r.logger.V(2).Info("CRI client connection closed", "err", err)
@@ -101,6 +113,10 @@ func (r *relay) run() {
 
 func (r *relay) close() {
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
 	r.closed = true
 	r.cond.Broadcast()
 	r.mu.Unlock()
@@ -163,6 +179,9 @@ func (r *relay) fromClient() error {
 		if err != nil {
 			return err
 		}
+		if inBlock && h.typ != frameContinuation {
+			return fmt.Errorf("%w: a %d frame inside a header block", errProtocol, h.typ)
+		}
 		switch h.typ {
 		case frameHeaders, frameContinuation:
 			if (h.typ == frameHeaders) == inBlock || (inBlock && h.stream != blockHeader.stream) {
@@ -220,6 +239,9 @@ func (r *relay) fromClient() error {
 					c.canceled = true
 					r.cond.Broadcast()
 					r.mu.Unlock()
+					if !c.ended {
+						r.forget(c) // no worker will
+					}
 				}
 			}
 			out = append(out, f...)
@@ -240,6 +262,9 @@ func (r *relay) fromClient() error {
 func (r *relay) headers(h frameHeader, path string, flush func() error) error {
 	if r.ncalls.Load() > 0 {
 		if c := r.call(h.stream); c != nil {
+			if c.ended {
+				return fmt.Errorf("%w: HEADERS on stream %d after its END_STREAM", errProtocol, h.stream)
+			}
 			if err := flush(); err != nil {
 				return err
 			}
@@ -248,6 +273,11 @@ func (r *relay) headers(h frameHeader, path string, flush func() error) error {
 		}
 	}
 	intercept, ok := r.p.intercept[path]
+	if !ok && !strings.HasPrefix(path, "/") && path != "" {
+		// gRPC paths are /service/method; some servers accept them
+		// without the slash, which would bypass the exact match above.
+		intercept, ok = refuseMalformedPath, true
+	}
 	if !ok || h.flags&flagEndStream != 0 {
 		return nil
 	}
@@ -264,8 +294,16 @@ func (r *relay) call(stream uint32) *call {
 	return r.calls[stream]
 }
 
+// refuseMalformedPath fails a call whose :path is not /service/method.
+func refuseMalformedPath(context.Context, []byte) ([]byte, error) {
+	return nil, status.Error(codes.Unimplemented, "kubegpu-crishim: malformed method path; want /package.Service/Method")
+}
+
 // data takes one DATA frame of an intercepted call.
 func (r *relay) data(c *call, h frameHeader, payload []byte, flush func() error) error {
+	if c.ended {
+		return fmt.Errorf("%w: DATA on stream %d after its END_STREAM", errProtocol, h.stream)
+	}
 	p, err := unpad(h, payload)
 	if err != nil {
 		return err
@@ -291,11 +329,15 @@ func (r *relay) data(c *call, h frameHeader, payload []byte, flush func() error)
 	if h.flags&flagEndStream == 0 {
 		return nil
 	}
+	c.ended = true
 	// The call's HEADERS must reach the runtime before its DATA or reset.
 	if err := flush(); err != nil {
 		return err
 	}
-	r.p.calls.Add(1)
+	if !r.p.startCall() {
+		r.fail(c, status.New(codes.Unavailable, "kubegpu-crishim is shutting down"))
+		return nil
+	}
 	go func() {
 		defer r.p.calls.Done()
 		r.finish(c)
@@ -364,16 +406,15 @@ func (r *relay) send(c *call, msg []byte) error {
 	return nil
 }
 
-// fail resets the call at the runtime and answers the client with st.
+// fail resets the call at the runtime and answers the client with st. The
+// call stays registered until the reset is written, so that no frame of
+// its stream is relayed before it.
 func (r *relay) fail(c *call, st *status.Status) {
-	r.forget(c)
+	defer r.forget(c)
 	r.mu.Lock()
 	canceled := c.canceled
 	r.mu.Unlock()
-	if canceled {
-		return
-	}
-	if err := r.writeBackend(appendRSTStream(nil, c.id, errCodeCancel)); err != nil {
+	if err := r.writeBackend(appendRSTStream(nil, c.id, errCodeCancel)); err != nil || canceled {
 		return
 	}
 	_ = r.writeClient(appendTrailersOnly(nil, c.id, st))
@@ -464,6 +505,12 @@ func (r *relay) fromBackend() error {
 			out = append(out, f...)
 		case frameHeaders, framePushPromise:
 			inBlock = h.flags&flagEndHeaders == 0
+			if h.typ == frameHeaders && h.flags&flagEndStream != 0 {
+				r.ended(h.stream)
+			}
+			out = append(out, f...)
+		case frameRSTStream:
+			r.ended(h.stream)
 			out = append(out, f...)
 		case frameContinuation:
 			inBlock = h.flags&flagEndHeaders == 0
@@ -478,6 +525,20 @@ func (r *relay) fromBackend() error {
 			out = out[:0]
 		}
 	}
+}
+
+// ended stops sending the request of an intercepted call whose stream the
+// runtime ended (answered or reset) before taking all of it.
+func (r *relay) ended(stream uint32) {
+	if r.ncalls.Load() == 0 {
+		return
+	}
+	r.mu.Lock()
+	if c := r.calls[stream]; c != nil {
+		c.canceled = true
+		r.cond.Broadcast()
+	}
+	r.mu.Unlock()
 }
 
 // settings follows the runtime's SETTINGS that bound what the relay

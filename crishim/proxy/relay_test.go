@@ -351,3 +351,30 @@ func drain(c net.Conn) (int64, error) {
 		}
 	}
 }
+
+// TestTrailersOnlyFitsAFrame: a refusal with a long message and large
+// details still fits the smallest frame size a client may allow, and
+// decodes.
+func TestTrailersOnlyFitsAFrame(t *testing.T) {
+	st := status.New(codes.PermissionDenied, strings.Repeat("\u00fc%\n", 3000))
+	st, err := st.WithDetails(&runtimeapi.VersionResponse{RuntimeName: strings.Repeat("d", 9000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := appendTrailersOnly(nil, 7, st)
+	h := parseFrameHeader(f)
+	if h.length > defaultMaxFrame || h.typ != frameHeaders || h.flags != flagEndHeaders|flagEndStream || h.stream != 7 {
+		t.Fatalf("frame header %+v", h)
+	}
+	fields, err := hpack.NewDecoder(4096, nil).DecodeFull(f[frameHeaderLen:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range fields {
+		got[f.Name] = f.Value
+	}
+	if got["grpc-status"] != "7" || !strings.HasPrefix(got["grpc-message"], "%C3%BC%25%0A") {
+		t.Errorf("fields %v", got)
+	}
+}

@@ -1,0 +1,278 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func refuseAll(context.Context, []byte) ([]byte, error) {
+	return nil, status.Error(codes.PermissionDenied, "refused")
+}
+
+func reqHeaders(path string) []byte {
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+	}
+	return block.Bytes()
+}
+
+func grpcBody(m proto.Message) []byte {
+	b, _ := proto.Marshal(m)
+	body := make([]byte, 5, 5+len(b))
+	binary.BigEndian.PutUint32(body[1:], uint32(len(b)))
+	return append(body, b...)
+}
+
+func frame(typ, flags uint8, stream uint32, p []byte) []byte {
+	return append(appendFrameHeader(nil, len(p), typ, flags, stream), p...)
+}
+
+// TestRelayRefusesPathWithoutSlash: grpc-go before 1.79.3 (containerd
+// 1.7 to 2.1) also routes a :path without its leading slash; the relay
+// refuses such paths so that they cannot bypass the rewrite. (With
+// GRPC_GO_EXPERIMENTAL_DISABLE_STRICT_PATH_CHECKING=true the fake runtime
+// routes them too.)
+func TestRelayRefusesPathWithoutSlash(t *testing.T) {
+	tp := startProxy(t, refuseAll)
+	err := tp.conn.Invoke(context.Background(), "runtime.v1.RuntimeService/CreateContainer", createRequest("main", 0), &runtimeapi.CreateContainerResponse{})
+	tp.fake.mu.Lock()
+	defer tp.fake.mu.Unlock()
+	if len(tp.fake.created) > 0 {
+		t.Errorf("runtime created a container the interceptor refuses (err %v)", err)
+	}
+}
+
+// TestRelayRuntimeDiesWhileClientWaitsForWindow: the runtime connection
+// closes while the client pump waits for connection window; the relay
+// ends and closes the client's connection.
+func TestRelayRuntimeDiesWhileClientWaitsForWindow(t *testing.T) {
+	p, _ := New(Options{Backend: "unix:///nonexistent", CreateContainer: func(_ context.Context, b []byte) ([]byte, error) { return b, nil }})
+	client, relayClient := net.Pipe()
+	runtime, relayRuntime := net.Pipe()
+	go func() { _, _ = drain(client) }()
+	go func() { _, _ = drain(runtime) }()
+	r := newRelay(p, relayClient, relayRuntime)
+	done := make(chan struct{})
+	go func() { r.run(); close(done) }()
+	w := func(b []byte) {
+		if _, err := client.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w([]byte(clientPreface))
+	w(frame(frameSettings, 0, 0, nil))
+	body := grpcBody(createRequest("main", 1000))
+	w(frame(frameHeaders, flagEndHeaders, 1, reqHeaders(methodCreateContainer)))
+	w(frame(frameData, flagEndStream, 1, body))
+	for { // wait for the relay to send the rewritten body
+		r.mu.Lock()
+		owed := r.owed
+		r.mu.Unlock()
+		if owed > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The client was credited len(body): its window is 65535 again.
+	w(frame(frameHeaders, flagEndHeaders, 3, reqHeaders("/runtime.v1.RuntimeService/Version")))
+	left := 65535
+	for left > 0 {
+		n := min(left, 16384)
+		w(frame(frameData, 0, 3, make([]byte, n)))
+		left -= n
+	}
+	time.Sleep(50 * time.Millisecond)
+	runtime.Close() // the runtime dies
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		t.Errorf("relay still running 3 s after the runtime connection closed")
+		r.close()
+		<-done
+	}
+}
+
+// TestRelayRuntimeDiesUnderIdleClient: the runtime closes under an idle
+// client, whose connection is closed at once.
+func TestRelayRuntimeDiesUnderIdleClient(t *testing.T) {
+	tp := startProxy(t, refuseAll)
+	c, err := net.Dial("unix", filepath.Join(tp.dir, "crishim.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = c.Write(append([]byte(clientPreface), frame(frameSettings, 0, 0, nil)...))
+	time.Sleep(100 * time.Millisecond)
+	tp.backend.Stop()
+	buf := make([]byte, 4096)
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	for {
+		if _, err := c.Read(buf); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Errorf("client connection still open 3 s after the runtime closed")
+			}
+			return
+		}
+	}
+}
+
+// TestRelayDataAfterEndStream: DATA after END_STREAM on an intercepted
+// stream is a protocol error: the call is rewritten once and its body is
+// not touched while the worker has it (run with -race).
+func TestRelayDataAfterEndStream(t *testing.T) {
+	var mu sync.Mutex
+	runs := 0
+	p, _ := New(Options{Backend: "unix:///nonexistent", CreateContainer: func(_ context.Context, b []byte) ([]byte, error) {
+		mu.Lock()
+		runs++
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		return b, nil
+	}})
+	client, relayClient := net.Pipe()
+	runtime, relayRuntime := net.Pipe()
+	go func() { _, _ = drain(client) }()
+	go func() { _, _ = drain(runtime) }()
+	r := newRelay(p, relayClient, relayRuntime)
+	done := make(chan struct{})
+	go func() { r.run(); close(done) }()
+	body := grpcBody(createRequest("main", 10))
+	var b []byte
+	b = append(b, clientPreface...)
+	b = append(b, frame(frameSettings, 0, 0, nil)...)
+	b = append(b, frame(frameHeaders, flagEndHeaders, 1, reqHeaders(methodCreateContainer))...)
+	b = append(b, frame(frameData, flagEndStream, 1, body)...)
+	_, _ = client.Write(b)
+	time.Sleep(5 * time.Millisecond)
+	_, _ = client.Write(frame(frameData, flagEndStream, 1, body))
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	if runs > 1 {
+		t.Errorf("interceptor ran %d times for one stream", runs)
+	}
+	mu.Unlock()
+	client.Close()
+	runtime.Close()
+	<-done
+}
+
+// TestRelayNothingPassesARefusal: a client that keeps sending DATA frames,
+// each a whole request, after a refused request on the same stream gets
+// none of them to the runtime (grpc-go dispatches a unary handler as soon
+// as one message is in, before END_STREAM).
+func TestRelayNothingPassesARefusal(t *testing.T) {
+	tp := startProxy(t, func(context.Context, []byte) ([]byte, error) {
+		time.Sleep(200 * time.Microsecond)
+		return nil, status.Error(codes.PermissionDenied, "refused")
+	})
+	c, err := net.Dial("unix", filepath.Join(tp.dir, "crishim.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	go func() { _, _ = drain(c) }()
+	_, _ = c.Write(append([]byte(clientPreface), frame(frameSettings, 0, 0, nil)...))
+	body := grpcBody(createRequest("smuggled", 10))
+	hdr := reqHeaders(methodCreateContainer)
+	for s := uint32(1); s < 4000; s += 2 {
+		var b []byte
+		b = append(b, frame(frameHeaders, flagEndHeaders, s, hdr)...)
+		b = append(b, frame(frameData, flagEndStream, s, body)...)
+		if _, err := c.Write(b); err != nil {
+			break
+		}
+		for range 8 {
+			if _, err := c.Write(frame(frameData, 0, s, body)); err != nil {
+				break
+			}
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	tp.fake.mu.Lock()
+	defer tp.fake.mu.Unlock()
+	if n := len(tp.fake.created); n > 0 {
+		t.Errorf("the runtime ran CreateContainer %d times although every request was refused (first: %q)", n, tp.fake.created[0].GetConfig().GetMetadata().GetName())
+	}
+}
+
+// TestRelayRuntimeEndsStreamDuringSend: the runtime ends an intercepted
+// call (here: the rewritten request is over its receive limit) before
+// taking the whole body; the relay stops sending and forgets the call.
+func TestRelayRuntimeEndsStreamDuringSend(t *testing.T) {
+	tp := &testProxy{dir: t.TempDir(), fake: &bigRuntime{}}
+	tp.startBackend(t) // grpc-go default: 4 MiB receive limit
+	p, err := New(Options{Backend: "unix://" + filepath.Join(tp.dir, "runtime.sock"), CreateContainer: func(_ context.Context, b []byte) ([]byte, error) {
+		var req runtimeapi.CreateContainerRequest
+		_ = proto.Unmarshal(b, &req)
+		req.Config.Envs = append(req.Config.Envs, &runtimeapi.KeyValue{Key: "BIG", Value: make([]byte, 2<<20)})
+		return proto.Marshal(&req)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Listen(filepath.Join(tp.dir, "crishim.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.Serve(l) }()
+	conn, err := grpcDial(filepath.Join(tp.dir, "crishim.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = runtimeapi.NewRuntimeServiceClient(conn).CreateContainer(context.Background(), createRequest("main", 3<<20))
+	t.Logf("CreateContainer: %v", status.Code(err))
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	p.Stop(3 * time.Second)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Stop waited %v: the rewrite worker is still blocked in send()", d.Round(time.Millisecond))
+	}
+}
+
+// TestRelayForgetsCallResetBeforeEnd: a call the client resets before
+// END_STREAM is forgotten with its buffered body.
+func TestRelayForgetsCallResetBeforeEnd(t *testing.T) {
+	p, _ := New(Options{Backend: "unix:///nonexistent", CreateContainer: func(_ context.Context, b []byte) ([]byte, error) { return b, nil }})
+	client, relayClient := net.Pipe()
+	runtime, relayRuntime := net.Pipe()
+	go func() { _, _ = drain(client) }()
+	go func() { _, _ = drain(runtime) }()
+	r := newRelay(p, relayClient, relayRuntime)
+	done := make(chan struct{})
+	go func() { r.run(); close(done) }()
+	var b []byte
+	b = append(b, clientPreface...)
+	b = append(b, frame(frameSettings, 0, 0, nil)...)
+	b = append(b, frame(frameHeaders, flagEndHeaders, 1, reqHeaders(methodCreateContainer))...)
+	b = append(b, frame(frameData, 0, 1, make([]byte, 10000))...)
+	b = append(b, appendRSTStream(nil, 1, errCodeCancel)...)
+	_, _ = client.Write(b)
+	time.Sleep(100 * time.Millisecond)
+	if n := r.ncalls.Load(); n != 0 {
+		t.Errorf("%d call(s) still held after the client reset the stream", n)
+	}
+	client.Close()
+	runtime.Close()
+	<-done
+}
+
+func grpcDial(sock string) (*grpc.ClientConn, error) {
+	return grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
