@@ -108,6 +108,9 @@ type frameReader struct {
 	r       *bufio.Reader
 	pending int    // bytes of the last frame still in r's buffer
 	big     []byte // frames larger than r's buffer
+	// maxLen, if set, bounds a frame's payload (the peer's
+	// SETTINGS_MAX_FRAME_SIZE); a larger frame is an error read no further.
+	maxLen func() uint32
 }
 
 func newFrameReader(r io.Reader) *frameReader {
@@ -125,6 +128,9 @@ func (fr *frameReader) next() (frameHeader, []byte, error) {
 		return frameHeader{}, nil, err
 	}
 	h := parseFrameHeader(hb)
+	if fr.maxLen != nil && h.length > fr.maxLen() {
+		return frameHeader{}, nil, fmt.Errorf("%w: a %d-byte frame, over the %d bytes the receiver accepts", errProtocol, h.length, fr.maxLen())
+	}
 	n := frameHeaderLen + int(h.length)
 	if n <= fr.r.Size() {
 		f, err := fr.r.Peek(n)

@@ -57,7 +57,7 @@ type relay struct {
 	window, owed int64
 	// Settings the runtime announced.
 	streamWindow int64
-	maxFrame     int
+	maxFrame     atomic.Int32 // the largest frame the runtime accepts
 	calls        map[uint32]*call // intercepted calls in flight
 	ncalls       atomic.Int32     // len(calls), read without mu
 
@@ -83,7 +83,8 @@ type call struct {
 func newRelay(p *Proxy, client, backend net.Conn) *relay {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &relay{p: p, client: client, backend: backend, ctx: ctx, cancel: cancel, logger: p.logger,
-		window: defaultWindow, streamWindow: defaultWindow, maxFrame: defaultMaxFrame, calls: map[uint32]*call{}}
+		window: defaultWindow, streamWindow: defaultWindow, calls: map[uint32]*call{}}
+	r.maxFrame.Store(defaultMaxFrame)
 	r.cond = sync.NewCond(&r.mu)
 	r.headerTable.Store(defaultHeaderTableLen)
 	return r
@@ -142,6 +143,7 @@ func (r *relay) writeBackend(b []byte) error {
 // fromClient relays the client's frames to the runtime.
 func (r *relay) fromClient() error {
 	fr := newFrameReader(r.client)
+	fr.maxLen = func() uint32 { return uint32(r.maxFrame.Load()) }
 	preface, err := fr.r.Peek(len(clientPreface))
 	if err != nil {
 		return err
@@ -379,7 +381,7 @@ func (r *relay) send(c *call, msg []byte) error {
 	var frame []byte
 	for len(body) > 0 {
 		r.mu.Lock()
-		n := min(len(body), r.maxFrame)
+		n := min(len(body), int(r.maxFrame.Load()))
 		for !r.closed && !c.canceled && (r.window <= 0 || c.window <= 0) {
 			r.cond.Wait()
 		}
@@ -560,7 +562,7 @@ func (r *relay) settings(p []byte) {
 			r.cond.Broadcast()
 		case settingMaxFrameSize:
 			if v >= defaultMaxFrame && v < 1<<24 {
-				r.maxFrame = int(v)
+				r.maxFrame.Store(int32(v))
 			}
 		}
 	}

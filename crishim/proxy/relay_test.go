@@ -378,3 +378,31 @@ func TestTrailersOnlyFitsAFrame(t *testing.T) {
 		t.Errorf("fields %v", got)
 	}
 }
+
+// TestRelayRefusesOversizedClientFrames: a client frame larger than the
+// runtime's SETTINGS_MAX_FRAME_SIZE ends the connection before the relay
+// reads (or buffers) its payload.
+func TestRelayRefusesOversizedClientFrames(t *testing.T) {
+	p, err := New(Options{Backend: "unix:///nonexistent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, relayClient := net.Pipe()
+	runtime, relayRuntime := net.Pipe()
+	go func() { _, _ = drain(runtime) }()
+	go func() { _, _ = drain(client) }()
+	r := newRelay(p, relayClient, relayRuntime)
+	done := make(chan struct{})
+	go func() {
+		r.run()
+		close(done)
+	}()
+	_, _ = client.Write(append([]byte(clientPreface), appendFrameHeader(nil, 1<<20, frameData, 0, 1)...))
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("relay still running after a 1 MiB frame header")
+	}
+	client.Close()
+	runtime.Close()
+}
