@@ -3,7 +3,6 @@ package kubeinterface
 import (
 	"errors"
 	"testing"
-
 )
 
 // The fuzz tests check the decoders' promises on any input: no panic, an
@@ -72,7 +71,6 @@ func FuzzDecodeAllocation(f *testing.F) {
 		})
 	})
 }
-
 
 // assertStable checks that an encoded payload decodes and re-encodes to the
 // same bytes. (Decoding is not the identity on the Go values: "[]" and a

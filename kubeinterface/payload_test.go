@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -61,7 +60,6 @@ func TestInventoryRoundTrip(t *testing.T) {
 		t.Errorf("payload does not start with its version header: %.60s", value)
 	}
 }
-
 
 func TestDecodeInventoryErrors(t *testing.T) {
 	tests := []struct {

@@ -57,7 +57,7 @@ type relay struct {
 	window, owed int64
 	// Settings the runtime announced.
 	streamWindow int64
-	maxFrame     atomic.Int32 // the largest frame the runtime accepts
+	maxFrame     atomic.Int32     // the largest frame the runtime accepts
 	calls        map[uint32]*call // intercepted calls in flight
 	ncalls       atomic.Int32     // len(calls), read without mu
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"net"
 	"path/filepath"
 	"sync"
@@ -124,7 +125,7 @@ func TestRelayRuntimeDiesUnderIdleClient(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	for {
 		if _, err := c.Read(buf); err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 				t.Errorf("client connection still open 3 s after the runtime closed")
 			}
 			return

@@ -151,12 +151,12 @@ func TestRelayConcurrentCalls(t *testing.T) {
 			case 1:
 				_, err := rt.CreateContainer(ctx, createRequest("refuse", i))
 				if st, _ := status.FromError(err); st.Code() != codes.PermissionDenied || st.Message() != "kubegpu-crishim: refused\nsecond line 100%" {
-					errs <- fmt.Errorf("refused CreateContainer: %v", err)
+					errs <- fmt.Errorf("refused CreateContainer: %w", err)
 				}
 			case 2:
 				_, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: fmt.Sprintf("id-%d", i)})
 				if !strings.Contains(fmt.Sprint(err), fmt.Sprintf(`"id-%d" not found`, i)) {
-					errs <- fmt.Errorf("ContainerStatus: %v", err)
+					errs <- fmt.Errorf("ContainerStatus: %w", err)
 				}
 			}
 		})
