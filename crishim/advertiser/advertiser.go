@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	"github.com/kubegpu/kubegpu/crishim/metrics"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -30,6 +31,8 @@ type Options struct {
 	LeaseDuration time.Duration
 	// SlicesPerDevice scales nvidia.com/gpu capacity (see Capacity).
 	SlicesPerDevice int
+	// Metrics counts publications and heartbeats; optional.
+	Metrics *metrics.Shim
 }
 
 // Advertiser publishes the node's devices and heartbeat: the inventory and
@@ -57,6 +60,9 @@ func New(opts Options) (*Advertiser, error) {
 	}
 	if opts.SlicesPerDevice <= 0 {
 		opts.SlicesPerDevice = DefaultSlicesPerDevice
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New()
 	}
 	return &Advertiser{opts: opts}, nil
 }
@@ -98,8 +104,10 @@ func (a *Advertiser) Once(ctx context.Context) error {
 	a.mu.Unlock()
 	if changed {
 		if err := PublishInventory(ctx, a.opts.Client, a.opts.Node, inv, Capacity(inv, a.opts.SlicesPerDevice)); err != nil {
+			a.opts.Metrics.Publishes.With("error").Inc()
 			return err
 		}
+		a.opts.Metrics.Publishes.With("ok").Inc()
 		a.mu.Lock()
 		a.published = &inv
 		a.mu.Unlock()
@@ -107,11 +115,13 @@ func (a *Advertiser) Once(ctx context.Context) error {
 	}
 	created, err := renewLease(ctx, a.opts.Client, a.opts.Node, a.opts.LeaseDuration, time.Now())
 	if err != nil {
+		a.opts.Metrics.Heartbeats.With("error").Inc()
 		// Publish the inventory again once the API answers: the node may
 		// have been re-created meanwhile.
 		a.forget()
 		return err
 	}
+	a.opts.Metrics.Heartbeats.With("ok").Inc()
 	if created && !changed {
 		// A new Lease means a new Node object (the old Lease went with the
 		// old Node): publish again, now.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	"github.com/kubegpu/kubegpu/crishim/metrics"
 	"github.com/kubegpu/kubegpu/crishim/nodeplugins"
 	"github.com/kubegpu/kubegpu/crishim/proxy"
 	"github.com/kubegpu/kubegpu/crishim/rewrite"
@@ -31,6 +34,7 @@ type serveOptions struct {
 	Advertise       bool
 	Interval        time.Duration
 	SlicesPerDevice int
+	MetricsAddress  string
 }
 
 func (o *serveOptions) addFlags(cmd *cobra.Command) {
@@ -43,6 +47,7 @@ func (o *serveOptions) addFlags(cmd *cobra.Command) {
 	f.BoolVar(&o.Advertise, "advertise", true, "publish the node's devices, capacity and heartbeat")
 	f.DurationVar(&o.Interval, "interval", 10*time.Second, "how often devices are discovered and the heartbeat renewed")
 	f.IntVar(&o.SlicesPerDevice, "slices-per-device", advertiser.DefaultSlicesPerDevice, "nvidia.com/gpu capacity published per device, so that kubelet admits shared slices")
+	f.StringVar(&o.MetricsAddress, "metrics-bind-address", "", "host:port to serve /metrics (Prometheus text format) and /healthz on, e.g. 127.0.0.1:10368; empty: off")
 }
 
 // run serves CRI and advertises the node's devices until ctx ends.
@@ -70,7 +75,8 @@ func (o *serveOptions) run(ctx context.Context) error {
 		}
 	}()
 
-	d := &discovery{plugins: plugins}
+	m := metrics.New()
+	d := &discovery{plugins: plugins, metrics: m}
 	if _, err := d.discover(ctx); err != nil {
 		logger.Error(err, "First device discovery failed; serving CRI without those devices and retrying")
 	}
@@ -84,6 +90,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	p, err := proxy.New(proxy.Options{
 		Backend:         o.RuntimeEndpoint,
 		CreateContainer: proxy.CreateContainer(&rewrite.Rewriter{Node: o.NodeName, Key: key, Modules: d.modules}),
+		Metrics:         m,
 	})
 	if err != nil {
 		return err
@@ -95,9 +102,23 @@ func (o *serveOptions) run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- p.Serve(l) })
+	if o.MetricsAddress != "" {
+		ml, err := net.Listen("tcp", o.MetricsAddress)
+		if err != nil {
+			p.Stop(0)
+			return fmt.Errorf("serve metrics on --metrics-bind-address %s: %w", o.MetricsAddress, err)
+		}
+		srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() {
+			if err := srv.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "Serving metrics")
+			}
+		})
+		defer srv.Close()
+	}
 	if client != nil {
 		a, err := advertiser.New(advertiser.Options{Node: o.NodeName, Client: client, Discover: d.discover,
-			Interval: o.Interval, SlicesPerDevice: o.SlicesPerDevice})
+			Interval: o.Interval, SlicesPerDevice: o.SlicesPerDevice, Metrics: m})
 		if err != nil {
 			return err
 		}
@@ -138,6 +159,7 @@ func (o *serveOptions) client() (advertiser.Client, error) {
 // it serves, for the container rewrite.
 type discovery struct {
 	plugins []nodeplugins.Plugin
+	metrics *metrics.Shim
 	current atomic.Pointer[[]rewrite.Module]
 }
 
@@ -172,6 +194,7 @@ func (d *discovery) discover(ctx context.Context) (types.Inventory, error) {
 	if err != nil {
 		return types.Inventory{}, err
 	}
+	d.metrics.Devices.Set(int64(len(merged.Devices)))
 	return merged, errors.Join(errs...)
 }
 

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/kubegpu/kubegpu/crishim/metrics"
 )
 
 // Full method names of the calls the proxy changes.
@@ -45,6 +47,8 @@ type Options struct {
 	// Logger logs connection and call events; klog's global logger if
 	// unset.
 	Logger *klog.Logger
+	// Metrics counts connections and rewrites; optional.
+	Metrics *metrics.Shim
 }
 
 // Proxy serves CRI on a unix socket and forwards every call to the
@@ -58,6 +62,7 @@ type Proxy struct {
 	backend   string
 	intercept map[string]Interceptor
 	logger    klog.Logger
+	metrics   *metrics.Shim
 
 	calls sync.WaitGroup // intercepted calls being rewritten (Add under mu)
 
@@ -77,9 +82,12 @@ func New(opts Options) (*Proxy, error) {
 	if !ok || !filepath.IsAbs(path) {
 		return nil, fmt.Errorf("container runtime endpoint %q: want unix:///absolute/path/to/the.sock", opts.Backend)
 	}
-	p := &Proxy{backend: path, intercept: map[string]Interceptor{}, relays: map[*relay]struct{}{}, logger: klog.Background()}
+	p := &Proxy{backend: path, intercept: map[string]Interceptor{}, relays: map[*relay]struct{}{}, logger: klog.Background(), metrics: opts.Metrics}
 	if opts.Logger != nil {
 		p.logger = *opts.Logger
+	}
+	if p.metrics == nil {
+		p.metrics = metrics.New()
 	}
 	if opts.CreateContainer != nil {
 		p.intercept[methodCreateContainer] = opts.CreateContainer
@@ -160,6 +168,7 @@ func (p *Proxy) Serve(l net.Listener) error {
 // runtime the client's connection is closed at once: its calls fail as
 // they would against the runtime's own socket, and it reconnects later.
 func (p *Proxy) serveConn(conn net.Conn) {
+	p.metrics.ConnectionsTotal.Inc()
 	backend, err := net.DialTimeout("unix", p.backend, 5*time.Second)
 	p.mu.Lock()
 	was := p.down
@@ -169,6 +178,7 @@ func (p *Proxy) serveConn(conn net.Conn) {
 		if !was {
 			p.logger.Error(err, "Container runtime unreachable; closing CRI client connections until it is back", "runtime", p.backend)
 		}
+		p.metrics.RuntimeUnreachable.Inc()
 		conn.Close()
 		return
 	}
@@ -184,6 +194,8 @@ func (p *Proxy) serveConn(conn net.Conn) {
 	}
 	p.relays[r] = struct{}{}
 	p.mu.Unlock()
+	p.metrics.Connections.Add(1)
+	defer p.metrics.Connections.Add(-1)
 	r.run()
 	p.mu.Lock()
 	delete(p.relays, r)

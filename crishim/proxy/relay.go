@@ -368,6 +368,8 @@ func (r *relay) finish(c *call) {
 	c.body = nil
 	if err := r.send(c, req); err != nil {
 		r.logger.V(2).Info("Sending a rewritten request failed", "method", c.method, "err", err)
+	} else {
+		r.p.metrics.CreateContainer.With("rewritten").Inc()
 	}
 	r.forget(c)
 }
@@ -419,6 +421,7 @@ func (r *relay) fail(c *call, st *status.Status) {
 	if err := r.writeBackend(appendRSTStream(nil, c.id, errCodeCancel)); err != nil || canceled {
 		return
 	}
+	r.p.metrics.CreateContainer.With(st.Code().String()).Inc()
 	_ = r.writeClient(appendTrailersOnly(nil, c.id, st))
 }
 

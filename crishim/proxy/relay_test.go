@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/kubegpu/kubegpu/crishim/metrics"
 )
 
 // bigRuntime answers ListImages with many images, for responses larger
@@ -41,13 +43,14 @@ type testProxy struct {
 	fake    *bigRuntime
 	backend *grpc.Server
 	conn    *grpc.ClientConn
+	metrics *metrics.Shim
 }
 
 func startProxy(t *testing.T, intercept Interceptor) *testProxy {
 	t.Helper()
-	tp := &testProxy{dir: t.TempDir(), fake: &bigRuntime{}}
+	tp := &testProxy{dir: t.TempDir(), fake: &bigRuntime{}, metrics: metrics.New()}
 	tp.startBackend(t)
-	p, err := New(Options{Backend: "unix://" + filepath.Join(tp.dir, "runtime.sock"), CreateContainer: intercept})
+	p, err := New(Options{Backend: "unix://" + filepath.Join(tp.dir, "runtime.sock"), CreateContainer: intercept, Metrics: tp.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +76,18 @@ func startProxy(t *testing.T, intercept Interceptor) *testProxy {
 
 func (tp *testProxy) startBackend(t *testing.T) {
 	t.Helper()
-	tp.backend = grpc.NewServer()
+	// Unknown services read their request first, as containerd 1.x's
+	// CRI v1alpha2 service does, and count it as created.
+	tp.backend = grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+		var req runtimeapi.CreateContainerRequest
+		if err := stream.RecvMsg(&req); err != nil {
+			return err
+		}
+		tp.fake.mu.Lock()
+		tp.fake.created = append(tp.fake.created, &req)
+		tp.fake.mu.Unlock()
+		return status.Error(codes.Unimplemented, "unknown service")
+	}))
 	runtimeapi.RegisterRuntimeServiceServer(tp.backend, tp.fake)
 	runtimeapi.RegisterImageServiceServer(tp.backend, tp.fake)
 	bl, err := net.Listen("unix", filepath.Join(tp.dir, "runtime.sock"))
@@ -171,6 +185,12 @@ func TestRelayConcurrentCalls(t *testing.T) {
 	if len(tp.fake.created) != 100 {
 		t.Errorf("runtime created %d containers, want 100 (refused ones must not reach it)", len(tp.fake.created))
 	}
+	if r, d := tp.metrics.CreateContainer.With("rewritten").Value(), tp.metrics.CreateContainer.With("PermissionDenied").Value(); r != 100 || d != 100 {
+		t.Errorf("metrics: %d rewritten, %d refused; want 100 and 100", r, d)
+	}
+	if c := tp.metrics.Connections.Value(); c != 1 {
+		t.Errorf("metrics: %d open connections, want 1", c)
+	}
 }
 
 // TestRelayRefusesCRIv1alpha2CreateContainer: containerd 1.x also serves
@@ -180,6 +200,11 @@ func TestRelayRefusesCRIv1alpha2CreateContainer(t *testing.T) {
 	err := tp.conn.Invoke(context.Background(), "/runtime.v1alpha2.RuntimeService/CreateContainer", createRequest("main", 0), &runtimeapi.CreateContainerResponse{})
 	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "use CRI v1") {
 		t.Errorf("v1alpha2 CreateContainer: %v", err)
+	}
+	tp.fake.mu.Lock()
+	defer tp.fake.mu.Unlock()
+	if len(tp.fake.created) != 0 {
+		t.Error("the v1alpha2 request reached the runtime")
 	}
 }
 
@@ -232,6 +257,7 @@ func TestRelayRuntimeRestart(t *testing.T) {
 	if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}); status.Code(err) != codes.Unavailable {
 		t.Errorf("Version with the runtime down: %v, want Unavailable", err)
 	}
+
 	tp.startBackend(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -246,6 +272,34 @@ func TestRelayRuntimeRestart(t *testing.T) {
 	}
 	if _, err := rt.CreateContainer(ctx, createRequest("main", 0)); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRuntimeUnreachable: with no runtime, calls fail with Unavailable, as
+// against the runtime's own socket, and the closed connections are counted.
+func TestRuntimeUnreachable(t *testing.T) {
+	dir := t.TempDir()
+	m := metrics.New()
+	p, err := New(Options{Backend: "unix://" + filepath.Join(dir, "none.sock"), Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Listen(filepath.Join(dir, "crishim.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.Serve(l) }()
+	defer p.Stop(0)
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "crishim.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := runtimeapi.NewRuntimeServiceClient(conn).Version(context.Background(), &runtimeapi.VersionRequest{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("Version without a runtime: %v, want Unavailable", err)
+	}
+	if m.RuntimeUnreachable.Value() == 0 || m.Connections.Value() != 0 {
+		t.Errorf("metrics: %d connections closed for an unreachable runtime, %d open", m.RuntimeUnreachable.Value(), m.Connections.Value())
 	}
 }
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -168,6 +171,17 @@ func runEnv(ctx context.Context, t *testing.T, n *localnode.Node, sock, podCfg, 
 	return logs, err
 }
 
+// freeAddress returns a loopback host:port nothing listens on.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
 // simUUID is the UUID simgpu gives GPU i of a t4x4 node.
 func simUUID(t *testing.T, node string, i int) string {
 	t.Helper()
@@ -195,7 +209,9 @@ func TestShimGivesContainersTheirDevices(t *testing.T) {
 
 	for _, edits := range []string{"env", "cdi"} {
 		t.Run(edits, func(t *testing.T) {
-			shim, sock := startShim(ctx, t, n, "shim-node", "--advertise=false", "--plugin-option=simgpu.preset=t4x4", "--plugin-option=simgpu.edits="+edits)
+			metricsAddr := freeAddress(t)
+			shim, sock := startShim(ctx, t, n, "shim-node", "--advertise=false", "--plugin-option=simgpu.preset=t4x4", "--plugin-option=simgpu.edits="+edits,
+				"--metrics-bind-address="+metricsAddr)
 			defer func() { _ = shim.Stop() }()
 			alloc := &types.PodAllocation{Containers: []types.ContainerAllocation{{Name: "main",
 				Devices: []types.DeviceShare{{ID: "gpu2", UUID: simUUID(t, "shim-node", 2), Exclusive: true}}}}}
@@ -228,6 +244,20 @@ func TestShimGivesContainersTheirDevices(t *testing.T) {
 			_, err = runEnv(ctx, t, n, sock, sandboxConfig(t, dir, "forged-"+edits, "shim-node", alloc, forger), containerConfig(t, dir, "forged-"+edits))
 			if err == nil || !strings.Contains(err.Error(), "allocation refused") {
 				t.Errorf("forged allocation: %v, want CreateContainer refused", err)
+			}
+
+			// Two containers rewritten, the forged one refused.
+			resp, err := http.Get("http://" + metricsAddr + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, want := range []string{`kubegpu_crishim_create_container_total{result="rewritten"} 2`,
+				`kubegpu_crishim_create_container_total{result="PermissionDenied"} 1`, "kubegpu_crishim_devices 4"} {
+				if !strings.Contains(string(body), want) {
+					t.Errorf("metrics lack %q:\n%s", want, body)
+				}
 			}
 		})
 	}

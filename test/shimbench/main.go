@@ -11,6 +11,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,9 +71,17 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	sock := filepath.Join(dir, "crishim.sock")
+	// Metrics on, as the systemd unit has them, and scraped before the
+	// memory is read.
+	ml, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	metricsAddr := ml.Addr().String()
+	ml.Close()
 	shim, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-crishim.log"), filepath.Join(o.binDir, "kubegpu-crishim"),
 		"--node-name=bench", "--plugin-dir="+o.pluginDir, "--plugin-option=simgpu.preset=t4x4", "--listen="+sock,
-		"--runtime-endpoint="+n.Endpoint(), "--allocation-key="+key, "--advertise=false")
+		"--runtime-endpoint="+n.Endpoint(), "--allocation-key="+key, "--advertise=false", "--metrics-bind-address="+metricsAddr)
 	if err != nil {
 		return err
 	}
@@ -130,6 +141,12 @@ func run(ctx context.Context, o options) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.2fx\t\n", c.name, us(dp50), us(sp50), us(sp50-dp50), us(pct(d, 99)), us(pct(s, 99)), float64(sp50)/float64(dp50))
 	}
 	tw.Flush()
+	if resp, err := http.Get("http://" + metricsAddr + "/metrics"); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	} else {
+		return fmt.Errorf("scrape the shim's metrics: %w", err)
+	}
 	rss, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", shimPID(shim)))
 	if err == nil {
 		for _, l := range strings.Split(string(rss), "\n") {

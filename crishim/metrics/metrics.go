@@ -1,0 +1,186 @@
+// Package metrics holds kubegpu-crishim's metrics and serves them in the
+// Prometheus text exposition format (version 0.0.4).
+//
+// The shim runs on every node under a memory budget, and a Prometheus
+// client library costs it about 6 MB of resident memory for a dozen
+// series, so the few counters and gauges it has are kept here with atomic
+// operations and written out by hand; the tests read the output with the
+// Prometheus parser. All methods are safe for concurrent use, and on a nil
+// *Counter, *Gauge or *CounterVec they do nothing, so that packages can
+// take an optional *Shim.
+package metrics
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Counter only goes up.
+type Counter struct{ v atomic.Uint64 }
+
+// Inc adds one.
+func (c *Counter) Inc() {
+	if c != nil {
+		c.v.Add(1)
+	}
+}
+
+// Value is the count so far.
+func (c *Counter) Value() uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.v.Load()
+}
+
+// Gauge goes up and down.
+type Gauge struct{ v atomic.Int64 }
+
+// Set sets the value.
+func (g *Gauge) Set(v int64) {
+	if g != nil {
+		g.v.Store(v)
+	}
+}
+
+// Add adds d (which may be negative).
+func (g *Gauge) Add(d int64) {
+	if g != nil {
+		g.v.Add(d)
+	}
+}
+
+// Value is the current value.
+func (g *Gauge) Value() int64 {
+	if g == nil {
+		return 0
+	}
+	return g.v.Load()
+}
+
+// CounterVec is a counter per value of one label.
+type CounterVec struct {
+	label  string
+	mu     sync.Mutex
+	values map[string]*Counter
+}
+
+// With returns the counter of one label value (created at 0).
+func (v *CounterVec) With(value string) *Counter {
+	if v == nil {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	c, ok := v.values[value]
+	if !ok {
+		c = &Counter{}
+		v.values[value] = c
+	}
+	return c
+}
+
+// Shim is every metric of kubegpu-crishim.
+type Shim struct {
+	// Connections is the number of open CRI client connections.
+	Connections Gauge
+	// ConnectionsTotal counts CRI client connections accepted.
+	ConnectionsTotal Counter
+	// RuntimeUnreachable counts client connections closed at once because
+	// the container runtime could not be reached.
+	RuntimeUnreachable Counter
+	// CreateContainer counts CreateContainer calls by result: "rewritten",
+	// or the gRPC code of the refusal.
+	CreateContainer CounterVec
+	// Publishes counts inventory publications by result: "ok" or "error".
+	Publishes CounterVec
+	// Heartbeats counts heartbeat Lease renewals by result.
+	Heartbeats CounterVec
+	// Devices is the number of devices in the last discovery.
+	Devices Gauge
+}
+
+// New returns the shim's metrics, all at zero.
+func New() *Shim {
+	return &Shim{
+		CreateContainer: CounterVec{label: "result", values: map[string]*Counter{}},
+		Publishes:       CounterVec{label: "result", values: map[string]*Counter{}},
+		Heartbeats:      CounterVec{label: "result", values: map[string]*Counter{}},
+	}
+}
+
+// WriteText writes every metric in the Prometheus text format.
+func (s *Shim) WriteText(w io.Writer) error {
+	b := bufio.NewWriter(w)
+	gauge(b, "kubegpu_crishim_connections", "Open CRI client connections.", s.Connections.Value())
+	counter(b, "kubegpu_crishim_connections_total", "CRI client connections accepted.", s.ConnectionsTotal.Value())
+	counter(b, "kubegpu_crishim_runtime_unreachable_total", "CRI client connections closed at once because the container runtime could not be reached.", s.RuntimeUnreachable.Value())
+	vec(b, "kubegpu_crishim_create_container_total", "CreateContainer calls by result: rewritten, or the gRPC code the shim refused them with.", &s.CreateContainer)
+	vec(b, "kubegpu_crishim_inventory_publishes_total", "Device inventory publications to the Node by result.", &s.Publishes)
+	vec(b, "kubegpu_crishim_heartbeats_total", "Heartbeat Lease renewals by result.", &s.Heartbeats)
+	gauge(b, "kubegpu_crishim_devices", "Devices found by the last discovery.", s.Devices.Value())
+	if rss, ok := residentBytes(); ok {
+		gauge(b, "process_resident_memory_bytes", "Resident memory size in bytes.", rss)
+	}
+	return b.Flush()
+}
+
+func counter(b *bufio.Writer, name, help string, v uint64) {
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
+}
+
+func gauge(b *bufio.Writer, name, help string, v int64) {
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %d\n", name, help, name, name, v)
+}
+
+func vec(b *bufio.Writer, name, help string, v *CounterVec) {
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name)
+	v.mu.Lock()
+	values := make([]string, 0, len(v.values))
+	for k := range v.values {
+		values = append(values, k)
+	}
+	v.mu.Unlock()
+	slices.Sort(values)
+	for _, k := range values {
+		fmt.Fprintf(b, "%s{%s=\"%s\"} %d\n", name, v.label, escape(k), v.With(k).Value())
+	}
+}
+
+// escape escapes a label value: backslash, double quote and line feed.
+func escape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+}
+
+// residentBytes reads the process's resident set size.
+func residentBytes() (int64, bool) {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0, false
+	}
+	var size, resident int64
+	if _, err := fmt.Sscan(string(b), &size, &resident); err != nil {
+		return 0, false
+	}
+	return resident * int64(os.Getpagesize()), true
+}
+
+// Handler serves /metrics and /healthz.
+func (s *Shim) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		_ = s.WriteText(w)
+	})
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux
+}
