@@ -10,11 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -56,10 +53,6 @@ func (f *fakeRuntime) GetContainerEvents(_ *runtimeapi.GetEventsRequest, s runti
 	return nil
 }
 
-func (f *fakeRuntime) ListImages(context.Context, *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
-	return &runtimeapi.ListImagesResponse{Images: []*runtimeapi.Image{{Id: "busybox"}}}, nil
-}
-
 type envModule struct{}
 
 func (envModule) ContainerEdits(_ context.Context, a types.ContainerAllocation) (types.ContainerEdits, error) {
@@ -70,41 +63,16 @@ func (envModule) ContainerEdits(_ context.Context, a types.ContainerAllocation) 
 	return types.ContainerEdits{Env: []types.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: v}}}, nil
 }
 
-// start runs the fake runtime and a proxy in front of it and returns a CRI
-// client of the proxy.
+// start runs the fake runtime and a proxy in front of it that rewrites
+// CreateContainer for node-1 with key, and returns CRI clients of the
+// proxy.
 func start(t *testing.T, key *kubeinterface.Key) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient, *fakeRuntime) {
 	t.Helper()
-	dir := t.TempDir()
-	fake := &fakeRuntime{}
-	backend := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(backend, fake)
-	runtimeapi.RegisterImageServiceServer(backend, fake)
-	bl, err := net.Listen("unix", filepath.Join(dir, "runtime.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = backend.Serve(bl) }()
-	t.Cleanup(backend.Stop)
-
 	r := &rewrite.Rewriter{Node: "node-1", Key: key, Modules: func() []rewrite.Module {
 		return []rewrite.Module{{Name: "sim", Plugin: envModule{}, Devices: map[string]bool{"gpu0": true}}}
 	}}
-	p, err := New(Options{Backend: "unix://" + filepath.Join(dir, "runtime.sock"), CreateContainer: CreateContainer(r)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := Listen(filepath.Join(dir, "crishim.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.Serve(l) }()
-	t.Cleanup(func() { p.Stop(time.Second) })
-	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "crishim.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return runtimeapi.NewRuntimeServiceClient(conn), runtimeapi.NewImageServiceClient(conn), fake
+	tp := startProxy(t, CreateContainer(r))
+	return runtimeapi.NewRuntimeServiceClient(tp.conn), runtimeapi.NewImageServiceClient(tp.conn), &tp.fake.fakeRuntime
 }
 
 func TestProxyForwardsEveryCall(t *testing.T) {
@@ -121,8 +89,8 @@ func TestProxyForwardsEveryCall(t *testing.T) {
 		t.Errorf("a call the runtime does not implement = %v, want its Unimplemented", err)
 	}
 	imgs, err := img.ListImages(ctx, &runtimeapi.ListImagesRequest{})
-	if err != nil || len(imgs.GetImages()) != 1 {
-		t.Errorf("ListImages = %v, %v", imgs, err)
+	if err != nil || len(imgs.GetImages()) != 5000 {
+		t.Errorf("ListImages: %d images, %v; want the runtime's 5000", len(imgs.GetImages()), err)
 	}
 	stream, err := rt.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
 	if err != nil {

@@ -63,14 +63,8 @@ func TestRelayRefusesPathWithoutSlash(t *testing.T) {
 // closes while the client pump waits for connection window; the relay
 // ends and closes the client's connection.
 func TestRelayRuntimeDiesWhileClientWaitsForWindow(t *testing.T) {
-	p, _ := New(Options{Backend: "unix:///nonexistent", CreateContainer: func(_ context.Context, b []byte) ([]byte, error) { return b, nil }})
-	client, relayClient := net.Pipe()
-	runtime, relayRuntime := net.Pipe()
-	go func() { _, _ = drain(client) }()
-	go func() { _, _ = drain(runtime) }()
-	r := newRelay(p, relayClient, relayRuntime)
-	done := make(chan struct{})
-	go func() { r.run(); close(done) }()
+	pr := startPipeRelay(t, passThrough)
+	client, runtime, r, done := pr.client, pr.runtime, pr.r, pr.done
 	w := func(b []byte) {
 		if _, err := client.Write(b); err != nil {
 			t.Fatal(err)
@@ -250,14 +244,8 @@ func TestRelayRuntimeEndsStreamDuringSend(t *testing.T) {
 // TestRelayForgetsCallResetBeforeEnd: a call the client resets before
 // END_STREAM is forgotten with its buffered body.
 func TestRelayForgetsCallResetBeforeEnd(t *testing.T) {
-	p, _ := New(Options{Backend: "unix:///nonexistent", CreateContainer: func(_ context.Context, b []byte) ([]byte, error) { return b, nil }})
-	client, relayClient := net.Pipe()
-	runtime, relayRuntime := net.Pipe()
-	go func() { _, _ = drain(client) }()
-	go func() { _, _ = drain(runtime) }()
-	r := newRelay(p, relayClient, relayRuntime)
-	done := make(chan struct{})
-	go func() { r.run(); close(done) }()
+	pr := startPipeRelay(t, passThrough)
+	client, runtime, r, done := pr.client, pr.runtime, pr.r, pr.done
 	var b []byte
 	b = append(b, clientPreface...)
 	b = append(b, frame(frameSettings, 0, 0, nil)...)

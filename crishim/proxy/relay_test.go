@@ -365,30 +365,48 @@ func FuzzRelayClientFrames(f *testing.F) {
 	f.Add(appendFrameHeader(nil, 5, frameHeaders, flagPadded|flagEndHeaders, 1))
 	f.Add(appendFrameHeader(nil, 0, frameContinuation, flagEndHeaders, 3))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p, err := New(Options{Backend: "unix:///nonexistent", CreateContainer: func(_ context.Context, b []byte) ([]byte, error) { return b, nil }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		client, relayClient := net.Pipe()
-		runtime, relayRuntime := net.Pipe()
-		go func() { _, _ = drain(client) }()
-		go func() { _, _ = drain(runtime) }()
-		r := newRelay(p, relayClient, relayRuntime)
-		done := make(chan struct{})
-		go func() {
-			r.run()
-			close(done)
-		}()
-		_, _ = client.Write(append([]byte(clientPreface), data...))
-		client.Close()
-		runtime.Close()
+		pr := startPipeRelay(t, passThrough)
+		_, _ = pr.client.Write(append([]byte(clientPreface), data...))
+		pr.client.Close()
+		pr.runtime.Close()
 		select {
-		case <-done:
+		case <-pr.done:
 		case <-time.After(10 * time.Second):
 			t.Fatal("relay still running 10 s after both peers closed")
 		}
 	})
 }
+
+// pipeRelay is a relay between in-memory connections: a test writes the
+// client's (or the runtime's) bytes to client (runtime); what the relay
+// writes to either is read and dropped. done is closed when the relay ends.
+type pipeRelay struct {
+	r               *relay
+	client, runtime net.Conn
+	done            chan struct{}
+}
+
+func startPipeRelay(t testing.TB, intercept Interceptor) *pipeRelay {
+	t.Helper()
+	p, err := New(Options{Backend: "unix:///nonexistent", CreateContainer: intercept})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := &pipeRelay{done: make(chan struct{})}
+	var relayClient, relayRuntime net.Conn
+	pr.client, relayClient = net.Pipe()
+	pr.runtime, relayRuntime = net.Pipe()
+	go func() { _, _ = drain(pr.client) }()
+	go func() { _, _ = drain(pr.runtime) }()
+	pr.r = newRelay(p, relayClient, relayRuntime)
+	go func() {
+		pr.r.run()
+		close(pr.done)
+	}()
+	return pr
+}
+
+func passThrough(_ context.Context, b []byte) ([]byte, error) { return b, nil }
 
 // drain reads c until it fails.
 func drain(c net.Conn) (int64, error) {
@@ -437,26 +455,13 @@ func TestTrailersOnlyFitsAFrame(t *testing.T) {
 // runtime's SETTINGS_MAX_FRAME_SIZE ends the connection before the relay
 // reads (or buffers) its payload.
 func TestRelayRefusesOversizedClientFrames(t *testing.T) {
-	p, err := New(Options{Backend: "unix:///nonexistent"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, relayClient := net.Pipe()
-	runtime, relayRuntime := net.Pipe()
-	go func() { _, _ = drain(runtime) }()
-	go func() { _, _ = drain(client) }()
-	r := newRelay(p, relayClient, relayRuntime)
-	done := make(chan struct{})
-	go func() {
-		r.run()
-		close(done)
-	}()
-	_, _ = client.Write(append([]byte(clientPreface), appendFrameHeader(nil, 1<<20, frameData, 0, 1)...))
+	pr := startPipeRelay(t, nil)
+	_, _ = pr.client.Write(append([]byte(clientPreface), appendFrameHeader(nil, 1<<20, frameData, 0, 1)...))
 	select {
-	case <-done:
+	case <-pr.done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("relay still running after a 1 MiB frame header")
 	}
-	client.Close()
-	runtime.Close()
+	pr.client.Close()
+	pr.runtime.Close()
 }
