@@ -349,4 +349,35 @@ func TestKubeletThroughShim(t *testing.T) {
 	if want := "NVIDIA_VISIBLE_DEVICES=" + strings.Join(uuids, ","); !strings.Contains(logs, want) {
 		t.Errorf("container printed:\n%s\nwant %s", logs, want)
 	}
+
+	// containerd restarts under kubelet's kept connection to the shim:
+	// the shim closes it, kubelet reconnects by itself, and the next GPU
+	// pod runs with its devices.
+	if err := n.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again := gpuPod("after-restart", 1, 0, 0, nil)
+	again.Spec.RestartPolicy = corev1.RestartPolicyNever
+	again.Spec.Containers[0] = *pod.Spec.Containers[0].DeepCopy()
+	again.Spec.Containers[0].Resources.Limits[kubeinterface.ResourceGPU] = resource.MustParse("1")
+	createPods(ctx, t, ns, again)
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err = cluster.Client.CoreV1().Pods(ns).Get(ctx, "after-restart", metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.PodSucceeded, nil
+	}); err != nil {
+		t.Fatalf("pod after containerd restarted did not succeed: %v; phase %s, status %+v; kubelet log %s", err, got.Status.Phase, got.Status.ContainerStatuses, k.Log)
+	}
+	if a, err = objects.PodAllocation(got); err != nil || len(a.Containers) != 1 || len(a.Containers[0].Devices) != 1 {
+		t.Fatalf("allocation after restart: %+v, %v", a, err)
+	}
+	ids, err = crictl(ctx, n, sock, "ps", "-a", "-q", "--label", "io.kubernetes.pod.name=after-restart")
+	if err != nil || ids == "" {
+		t.Fatalf("find the container: %v %q", err, ids)
+	}
+	if logs, err = crictl(ctx, n, sock, "logs", strings.Fields(ids)[0]); err != nil {
+		t.Fatal(err)
+	}
+	if want := "NVIDIA_VISIBLE_DEVICES=" + a.Containers[0].Devices[0].UUID; !strings.Contains(logs, want) {
+		t.Errorf("container after the restart printed:\n%s\nwant %s", logs, want)
+	}
 }
