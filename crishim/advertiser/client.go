@@ -56,6 +56,10 @@ func NewClient(cfg *rest.Config) (Client, error) {
 		c.APIPath = apiPath
 		c.GroupVersion = &gv
 		c.NegotiatedSerializer = codecs
+		// JSON only: the codecs have no CBOR, whatever client-go's
+		// feature gates prefer.
+		c.ContentType = runtime.ContentTypeJSON
+		c.AcceptContentTypes = runtime.ContentTypeJSON
 		if c.UserAgent == "" {
 			c.UserAgent = rest.DefaultKubernetesUserAgent()
 		}
@@ -77,7 +81,11 @@ func NewClient(cfg *rest.Config) (Client, error) {
 }
 
 func (c *restClient) NodeMeta(ctx context.Context, name string) (*metav1.ObjectMeta, error) {
-	body, err := c.core.Get().Resource("nodes").Name(name).Do(ctx).Raw()
+	res := c.core.Get().Resource("nodes").Name(name).Do(ctx)
+	if err := res.Error(); err != nil {
+		return nil, err // decoded: the API server's own message
+	}
+	body, err := res.Raw()
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
@@ -106,6 +107,8 @@ func renewLease(ctx context.Context, client Client, node string, duration time.D
 		}
 		if n, err := client.NodeMeta(ctx, node); err == nil {
 			lease.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}
+		} else {
+			klog.FromContext(ctx).Error(err, "Reading the Node for the heartbeat Lease's owner; creating the Lease without it (it will not be deleted with the Node)")
 		}
 		if err := client.CreateLease(ctx, lease); err != nil {
 			return false, fmt.Errorf("create heartbeat lease of node %s: %w", node, err)

@@ -103,18 +103,23 @@ func (o *serveOptions) run(ctx context.Context) error {
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- p.Serve(l) })
 	if o.MetricsAddress != "" {
-		ml, err := net.Listen("tcp", o.MetricsAddress)
-		if err != nil {
-			p.Stop(0)
-			return fmt.Errorf("serve metrics on --metrics-bind-address %s: %w", o.MetricsAddress, err)
+		// Metrics are not worth the node's containers: without them the
+		// shim still serves CRI.
+		if ml, err := net.Listen("tcp", o.MetricsAddress); err != nil {
+			logger.Error(err, "Cannot serve metrics; serving CRI without them", "address", o.MetricsAddress)
+		} else {
+			srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			wg.Go(func() {
+				if err := srv.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					logger.Error(err, "Serving metrics")
+				}
+			})
+			stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
+			defer func() {
+				stop()
+				_ = srv.Close()
+			}()
 		}
-		srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		wg.Go(func() {
-			if err := srv.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "Serving metrics")
-			}
-		})
-		defer srv.Close()
 	}
 	if client != nil {
 		a, err := advertiser.New(advertiser.Options{Node: o.NodeName, Client: client, Discover: d.discover,

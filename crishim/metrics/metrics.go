@@ -133,15 +133,15 @@ func (s *Shim) WriteText(w io.Writer) error {
 }
 
 func counter(b *bufio.Writer, name, help string, v uint64) {
-	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, helpEscaper.Replace(help), name, name, v)
 }
 
 func gauge(b *bufio.Writer, name, help string, v int64) {
-	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %d\n", name, help, name, name, v)
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %d\n", name, helpEscaper.Replace(help), name, name, v)
 }
 
 func vec(b *bufio.Writer, name, help string, v *CounterVec) {
-	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name)
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n", name, helpEscaper.Replace(help), name)
 	v.mu.Lock()
 	values := make([]string, 0, len(v.values))
 	for k := range v.values {
@@ -154,10 +154,14 @@ func vec(b *bufio.Writer, name, help string, v *CounterVec) {
 	}
 }
 
-// escape escapes a label value: backslash, double quote and line feed.
-func escape(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
-}
+// Escaping of the text format: label values escape backslash, double
+// quote and line feed; help texts backslash and line feed.
+var (
+	labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+)
+
+func escape(s string) string { return labelEscaper.Replace(s) }
 
 // residentBytes reads the process's resident set size.
 func residentBytes() (int64, bool) {

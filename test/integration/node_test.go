@@ -76,7 +76,11 @@ func startShim(ctx context.Context, t *testing.T, n *localnode.Node, nodeName st
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = p.Stop() })
+	t.Cleanup(func() {
+		if err := p.Stop(); err != nil {
+			t.Errorf("%v; log %s", err, p.Log)
+		}
+	})
 	if err := p.WaitFor(ctx, 30*time.Second, func(ctx context.Context) error {
 		_, err := crictl(ctx, n, sock, "version")
 		return err
@@ -212,7 +216,11 @@ func TestShimGivesContainersTheirDevices(t *testing.T) {
 			metricsAddr := freeAddress(t)
 			shim, sock := startShim(ctx, t, n, "shim-node", "--advertise=false", "--plugin-option=simgpu.preset=t4x4", "--plugin-option=simgpu.edits="+edits,
 				"--metrics-bind-address="+metricsAddr)
-			defer func() { _ = shim.Stop() }()
+			defer func() {
+				if err := shim.Stop(); err != nil {
+					t.Errorf("%v; log %s", err, shim.Log)
+				}
+			}()
 			alloc := &types.PodAllocation{Containers: []types.ContainerAllocation{{Name: "main",
 				Devices: []types.DeviceShare{{ID: "gpu2", UUID: simUUID(t, "shim-node", 2), Exclusive: true}}}}}
 			dir := t.TempDir()

@@ -1,0 +1,83 @@
+package app
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServeStopsWithMetrics: the shim serves CRI and metrics, and returns
+// promptly when its context ends (a metrics server left running would keep
+// it from stopping). A metrics address that is taken does not stop CRI.
+func TestServeStopsWithMetrics(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "key")
+	if err := os.WriteFile(key, []byte(strings.Repeat("k", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	freeAddr := free.Addr().String()
+	free.Close()
+
+	for _, tt := range []struct {
+		name, addr  string
+		wantMetrics bool
+	}{
+		{"metrics", freeAddr, true},
+		{"metrics port taken", taken.Addr().String(), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "crishim.sock")
+			o := &serveOptions{pluginOptions: pluginOptions{PluginDir: t.TempDir(), NodeName: "n1"},
+				Listen: sock, RuntimeEndpoint: "unix://" + filepath.Join(dir, "none.sock"), AllocationKey: key,
+				Interval: time.Hour, MetricsAddress: tt.addr}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- o.run(ctx) }()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				if _, err := os.Stat(sock); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no CRI socket after 10 s")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if tt.wantMetrics {
+				resp, err := http.Get("http://" + tt.addr + "/metrics")
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if !strings.Contains(string(body), "kubegpu_crishim_connections ") {
+					t.Errorf("metrics:\n%s", body)
+				}
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("run: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("run did not return 10 s after its context ended")
+			}
+		})
+	}
+}
