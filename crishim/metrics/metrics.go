@@ -14,6 +14,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -143,14 +144,14 @@ func gauge(b *bufio.Writer, name, help string, v int64) {
 func vec(b *bufio.Writer, name, help string, v *CounterVec) {
 	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n", name, helpEscaper.Replace(help), name)
 	v.mu.Lock()
-	values := make([]string, 0, len(v.values))
-	for k := range v.values {
-		values = append(values, k)
+	values := slices.Sorted(maps.Keys(v.values))
+	counters := make([]*Counter, len(values))
+	for i, k := range values {
+		counters[i] = v.values[k]
 	}
 	v.mu.Unlock()
-	slices.Sort(values)
-	for _, k := range values {
-		fmt.Fprintf(b, "%s{%s=\"%s\"} %d\n", name, v.label, escape(k), v.With(k).Value())
+	for i, k := range values {
+		fmt.Fprintf(b, "%s{%s=\"%s\"} %d\n", name, v.label, labelEscaper.Replace(k), counters[i].Value())
 	}
 }
 
@@ -160,8 +161,6 @@ var (
 	labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
 )
-
-func escape(s string) string { return labelEscaper.Replace(s) }
 
 // residentBytes reads the process's resident set size.
 func residentBytes() (int64, bool) {
