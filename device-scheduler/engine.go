@@ -156,7 +156,7 @@ type Placement struct {
 	numShares     int
 	containers    [MaxContainers]struct{ first, count int }
 	shares        [MaxDevices]share
-	after         State
+	before, after State             // before: only when the caller gives the host
 	scores        [MaxDevices]int64 // scratch for device scores
 }
 
@@ -207,13 +207,33 @@ func (p *Placement) Allocation() types.PodAllocation {
 // the devices chosen for each container and the node's score. It returns an
 // error wrapping ErrDoesNotFit, with the reason, when it does not fit.
 func (e *Engine) Evaluate(n *Node, r *Request, p *Placement) error {
+	return e.evaluate(n, r, nil, p)
+}
+
+// EvaluateHost is Evaluate for a node whose host resources the caller
+// tracks rather than the engine (kube-scheduler's NodeInfo, for one): free
+// is the node's free CPU and memory before the pod, as the caller counts
+// them. The pod's host request must fit in free, and the kubegpu policy
+// counts the idle devices that free cannot feed. The node's own host
+// tracking, if any, is ignored; assuming the placement does not change it.
+func (e *Engine) EvaluateHost(n *Node, r *Request, free Host, p *Placement) error {
+	return e.evaluate(n, r, &free, p)
+}
+
+func (e *Engine) evaluate(n *Node, r *Request, free *Host, p *Placement) error {
 	p.node, p.req, p.score, p.numContainers, p.numShares, p.ok = n, r, 0, 0, 0, false
-	p.after = n.state
+	before := &n.state
+	if free != nil {
+		p.before = n.state
+		p.before.Host, p.before.cpuTracked, p.before.memTracked = *free, true, true
+		before = &p.before
+	}
+	p.after = *before
 	s := &p.after
-	if n.host.CPUMilli > 0 && r.Host.CPUMilli > s.Host.CPUMilli {
+	if s.cpuTracked && r.Host.CPUMilli > s.Host.CPUMilli {
 		return notFit(ReasonHostResources, "insufficient CPU: %d m free, %d m asked", s.Host.CPUMilli, r.Host.CPUMilli)
 	}
-	if n.host.MemoryMiB > 0 && r.Host.MemoryMiB > s.Host.MemoryMiB {
+	if s.memTracked && r.Host.MemoryMiB > s.Host.MemoryMiB {
 		return notFit(ReasonHostResources, "insufficient memory: %d MiB free, %d MiB asked", s.Host.MemoryMiB, r.Host.MemoryMiB)
 	}
 	pol := e.policyFor(r)
@@ -251,13 +271,13 @@ func (e *Engine) Evaluate(n *Node, r *Request, p *Placement) error {
 		}
 		p.numContainers++
 	}
-	if n.host.CPUMilli > 0 {
+	if s.cpuTracked {
 		s.Host.CPUMilli -= r.Host.CPUMilli
 	}
-	if n.host.MemoryMiB > 0 {
+	if s.memTracked {
 		s.Host.MemoryMiB -= r.Host.MemoryMiB
 	}
-	sc := max(-MaxPolicyScore, min(pol.ScoreNode(n, &n.state, s, r), MaxPolicyScore))
+	sc := max(-MaxPolicyScore, min(pol.ScoreNode(n, before, s, r), MaxPolicyScore))
 	p.score = sc<<tieBreakBits | int64(n.tieBreak)
 	p.ok = true
 	return nil

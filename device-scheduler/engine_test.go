@@ -491,7 +491,7 @@ func TestKubegpuPolicyNodeScores(t *testing.T) {
 	if e.Evaluate(idle, sl, &pi) != nil || e.Evaluate(other, sl, &po) != nil || pi.Score() <= po.Score() {
 		t.Errorf("the preferred of two equal nodes scores %d, the other %d", pi.Score(), po.Score())
 	}
-	for _, bad := range []TaskType{{Count: -1, Weight: 1}, {Count: 1, Weight: math.NaN()}, {Count: 1, Weight: math.Inf(1)}, {Count: 1, MemoryMiB: -1, Weight: 1}} {
+	for _, bad := range []TaskType{{Count: -1, Weight: 1}, {Count: 1, Weight: math.NaN()}, {Count: 1, Weight: math.Inf(1)}, {Count: 1, MemoryMiB: -1, Weight: 1}, {Count: 1, Host: Host{CPUMilli: -1}, Weight: 1}} {
 		if _, err := NewWorkload([]TaskType{bad}); err == nil {
 			t.Errorf("task type %+v was accepted", bad)
 		}
@@ -504,11 +504,13 @@ func TestLearnedWorkload(t *testing.T) {
 		t.Fatalf("a new engine knows %d task types, want none", got)
 	}
 	sl := request(t, e, slice(30, 0))
-	cpuOnly, _ := e.NewRequest(types.PodRequest{}, Host{CPUMilli: 500})
+	cpuOnly, _ := e.NewRequest(types.PodRequest{}, Host{CPUMilli: 500, MemoryMiB: 1024})
+	cpuOnlyBig, _ := e.NewRequest(types.PodRequest{}, Host{CPUMilli: 500, MemoryMiB: 3072})
+	e.Observe(cpuOnlyBig)
 	for i := 0; i < 60; i++ {
 		e.Observe(sl)
 	}
-	for i := 0; i < 40; i++ {
+	for i := 0; i < 39; i++ {
 		e.Observe(cpuOnly)
 	}
 	e.Observe(request(t, e, whole(8))) // 1% of the pods: below the 95% cut
@@ -522,6 +524,92 @@ func TestLearnedWorkload(t *testing.T) {
 	}
 	if ts[1].Count != 0 || ts[1].Host.CPUMilli != 500 || math.Abs(ts[1].Weight-0.4) > 0.05 {
 		t.Errorf("second type = %+v, want a CPU-only pod of 500m at weight about 0.4", ts[1])
+	}
+	// A type's host memory is its pods' mean: (3072 + 39·1024) / 40.
+	if got := e.learner.snapshot().Types()[1].Host.MemoryMiB; got != 1075 {
+		t.Errorf("CPU-only type's memory = %d MiB, want the mean 1075", got)
+	}
+}
+
+// TestKubegpuPolicyHostStranding checks that the kubegpu policy counts the
+// idle GPUs a node's host CPU and memory cannot feed: a pod with more CPU
+// (or memory) per GPU than the mix goes where it leaves enough beside the
+// idle GPUs, although one pod of every type fits on either node.
+func TestKubegpuPolicyHostStranding(t *testing.T) {
+	sp, _ := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
+	// The mix: whole GPUs with 8 cores and 32 GiB each.
+	w, err := NewWorkload([]TaskType{{Count: 1, Exclusive: true, Host: Host{CPUMilli: 8000, MemoryMiB: 32768}, Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Plugins: []types.SchedulerPlugin{sp}, Workload: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, _ := simgpu.Preset("t4x4")
+	score := func(name string, host, ask Host) int64 {
+		t.Helper()
+		n, err := e.NewNode(name, simgpu.Inventory(topo, name), host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := e.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{whole(1)}}, ask)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p Placement
+		if err := e.Evaluate(n, r, &p); err != nil {
+			t.Fatal(err)
+		}
+		// The same host given by the caller for a node that does not
+		// track it scores the same.
+		untracked, err := e.NewNode(name, simgpu.Inventory(topo, name), Host{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var q Placement
+		if err := e.EvaluateHost(untracked, r, host, &q); err != nil {
+			t.Fatal(err)
+		}
+		if host != (Host{}) && q.Score() != p.Score() {
+			t.Errorf("EvaluateHost(%+v) scores %d, a node tracking the same host %d", host, q.Score(), p.Score())
+		}
+		if got := untracked.State().Host; got != (Host{}) {
+			t.Errorf("EvaluateHost changed the node's host state to %+v", got)
+		}
+		return p.Score() >> tieBreakBits
+	}
+	plenty := Host{CPUMilli: 64000, MemoryMiB: 256 << 10}
+	for _, tc := range []struct {
+		name       string
+		tight, ask Host
+	}{
+		// 24 cores feed 3 of the 4 GPUs; a 12-core pod leaves 12 cores
+		// for 3 idle GPUs, which feed 1.5 of them.
+		{"CPU", Host{CPUMilli: 24000, MemoryMiB: 256 << 10}, Host{CPUMilli: 12000, MemoryMiB: 32768}},
+		{"memory", Host{CPUMilli: 64000, MemoryMiB: 96 << 10}, Host{CPUMilli: 8000, MemoryMiB: 48 << 10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if st, sp := score("tight", tc.tight, tc.ask), score("plenty", plenty, tc.ask); st >= sp {
+				t.Errorf("pod asking %+v: node with %+v scores %d, node with %+v scores %d; want the latter higher", tc.ask, tc.tight, st, plenty, sp)
+			}
+			// A pod asking the mix's own share strands nothing more.
+			if st, sp := score("tight", tc.tight, w.types[0].Host), score("plenty", plenty, w.types[0].Host); st != sp {
+				t.Errorf("pod asking the mix's share: scores %d and %d, want a tie", st, sp)
+			}
+		})
+	}
+	// Without host resources tracked, the nodes tie.
+	if a, b := score("a", Host{}, Host{}), score("b", Host{}, Host{}); a != b {
+		t.Errorf("untracked host: scores %d and %d, want a tie", a, b)
+	}
+	// A host request beyond what the caller says is free does not fit.
+	n, _ := e.NewNode("small", simgpu.Inventory(topo, "small"), Host{})
+	r, _ := e.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{whole(1)}}, Host{CPUMilli: 9000})
+	var p Placement
+	var nf *NotFitError
+	if err := e.EvaluateHost(n, r, Host{CPUMilli: 8000, MemoryMiB: 1 << 20}, &p); !errors.As(err, &nf) || nf.Reason != ReasonHostResources {
+		t.Errorf("EvaluateHost with too little CPU free: error = %v, want %s", err, ReasonHostResources)
 	}
 }
 

@@ -75,6 +75,10 @@ type State struct {
 	Used uint64
 	// Host is the free host resources (when tracked).
 	Host Host
+	// cpuTracked and memTracked say whether Host's CPU and memory are
+	// tracked: by the node (NewNode's host) or for one evaluation
+	// (EvaluateHost).
+	cpuTracked, memTracked bool
 }
 
 type podUsage struct {
@@ -127,6 +131,7 @@ func (e *Engine) NewNode(name string, inv types.Inventory, host Host) (*Node, er
 		}
 	}
 	nd.state.Host = host
+	nd.state.cpuTracked, nd.state.memTracked = host.CPUMilli > 0, host.MemoryMiB > 0
 	m := inv.LinkMatrix()
 	for i := 0; i < n; i++ {
 		for j := 0; j < n; j++ {

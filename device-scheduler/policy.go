@@ -59,7 +59,9 @@ func usedMilli(n *Node, s *State) int64 {
 
 // fragPolicy is the kubegpu policy. A node's fragmentation, for a workload
 // mix, is the popularity-weighted GPU share that each task type of the mix
-// could not use there (the measure of FGD, Weng et al., USENIX ATC 2023).
+// could not use there (the measure of FGD, Weng et al., USENIX ATC 2023),
+// plus the free GPU share that the node's free host CPU and memory could not
+// feed at the mix's host demand per GPU share (see hostStranded).
 //
 //   - A pod with devices goes where it increases fragmentation least, with
 //     the change quantised as FGD's artifact scores it:
@@ -105,21 +107,21 @@ func (f *fragPolicy) ScoreDevices(n *Node, s *State, c *Container, cand uint64, 
 func (f *fragPolicy) ScoreNode(n *Node, before, after *State, r *Request) int64 {
 	w := f.engine.workload.Load()
 	compat := n.compatFor(w)
-	if len(r.Containers) == 0 {
-		var idle int64
-		for m := n.Allocatable(); m != 0; m &= m - 1 {
-			idle += freeShare(after, trailing(m))
-		}
-		increase := fragmentation(n, w, compat, after) - n.currentFragmentation(w, compat)
-		return -int64(math.Ceil(increase/FragQuantum))<<20 - idle/FragQuantum
-	}
 	var fBefore float64
 	if before == &n.state {
 		fBefore = n.currentFragmentation(w, compat)
 	} else {
 		fBefore = fragmentation(n, w, compat, before)
 	}
-	return fragBucket(fragmentation(n, w, compat, after) - fBefore)
+	increase := fragmentation(n, w, compat, after) - fBefore
+	if len(r.Containers) == 0 {
+		var idle int64
+		for m := n.Allocatable(); m != 0; m &= m - 1 {
+			idle += freeShare(after, trailing(m))
+		}
+		return -int64(math.Ceil(increase/FragQuantum))<<20 - idle/FragQuantum
+	}
+	return fragBucket(increase)
 }
 
 // fragBucket quantises a fragmentation increase as FGD scores it:
@@ -148,6 +150,9 @@ type fragAggregate struct {
 	hostOK [maxAggTypes]bool
 	total  int64
 	ntypes int
+	// The node's free host resources, when tracked.
+	cpuFree, memFree       int64
+	cpuTracked, memTracked bool
 }
 
 // maxAggTypes bounds a workload's task types (NewWorkload checks), so that
@@ -173,9 +178,9 @@ func serves(n *Node, s *State, d int, t *TaskType, compat uint64) bool {
 	return s.MilliFree[d] >= t.Milli && s.MemFree[d] >= t.MemoryMiB
 }
 
-func hostFits(n *Node, s *State, h Host) bool {
-	return (n.host.CPUMilli == 0 || s.Host.CPUMilli >= h.CPUMilli) &&
-		(n.host.MemoryMiB == 0 || s.Host.MemoryMiB >= h.MemoryMiB)
+func hostFits(s *State, h Host) bool {
+	return (!s.cpuTracked || s.Host.CPUMilli >= h.CPUMilli) &&
+		(!s.memTracked || s.Host.MemoryMiB >= h.MemoryMiB)
 }
 
 func (a *fragAggregate) compute(n *Node, w *Workload, compat []uint64, s *State) {
@@ -185,9 +190,11 @@ func (a *fragAggregate) compute(n *Node, w *Workload, compat []uint64, s *State)
 		a.total += freeShare(s, trailing(m))
 	}
 	a.ntypes = len(w.types)
+	a.cpuFree, a.cpuTracked = s.Host.CPUMilli, s.cpuTracked
+	a.memFree, a.memTracked = s.Host.MemoryMiB, s.memTracked
 	for t := 0; t < a.ntypes; t++ {
 		tt := &w.types[t]
-		a.hostOK[t] = hostFits(n, s, tt.Host)
+		a.hostOK[t] = hostFits(s, tt.Host)
 		var usable int16
 		var unused int64
 		for m := alloc; m != 0; m &= m - 1 {
@@ -204,7 +211,7 @@ func (a *fragAggregate) compute(n *Node, w *Workload, compat []uint64, s *State)
 
 // value is the fragmentation of the aggregated state.
 func (a *fragAggregate) value(w *Workload) float64 {
-	var f float64
+	f := a.hostStranded(w)
 	for t := 0; t < a.ntypes; t++ {
 		tt := &w.types[t]
 		if !a.hostOK[t] || int(a.usable[t]) < tt.Count {
@@ -216,9 +223,29 @@ func (a *fragAggregate) value(w *Workload) float64 {
 	return f
 }
 
+// hostStranded is the free device share that the node's free host CPU and
+// memory cannot feed: the share beyond what they would serve at the mix's
+// expected host demand per device share. FGD's measure sees host resources
+// only through whether one pod of each type still fits, so a node with many
+// idle GPUs and little CPU left looks unfragmented until its CPU is gone;
+// this term counts what such a node will strand, so that pods with more CPU
+// per GPU than the mix go where CPU is plentiful. It is 0 when the node's
+// host resources are not tracked.
+func (a *fragAggregate) hostStranded(w *Workload) float64 {
+	feed := math.Inf(1)
+	if a.cpuTracked && w.cpuPerMilli > 0 {
+		feed = float64(a.cpuFree) / w.cpuPerMilli
+	}
+	if a.memTracked && w.memPerMilli > 0 {
+		feed = min(feed, float64(a.memFree)/w.memPerMilli)
+	}
+	return max(0, float64(a.total)-feed)
+}
+
 // deltaSlice is the change of fragmentation if a slice (milli, mem) is taken
 // from device d of state s. Only device d changes, so each type's aggregate
-// is adjusted rather than recomputed.
+// is adjusted rather than recomputed. The host-stranded term is left out:
+// it changes alike whichever device takes the slice.
 func (a *fragAggregate) deltaSlice(n *Node, w *Workload, compat []uint64, s *State, d int, milli int32, mem int64) float64 {
 	before, after := freeShare(s, d), freeShare(s, d)-int64(milli)
 	milliAfter, memAfter := s.MilliFree[d]-milli, s.MemFree[d]-mem

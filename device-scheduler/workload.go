@@ -33,6 +33,11 @@ type Workload struct {
 	id    uint64
 	types []TaskType
 	ctrs  []Container // each type as a container, for selector checks
+	// cpuPerMilli and memPerMilli are the mix's host CPU (milli) and memory
+	// (MiB) per thousandth of a device it asks for: what an idle device
+	// share needs beside it to be used. Pods without devices count too, as
+	// they take host resources on device nodes.
+	cpuPerMilli, memPerMilli float64
 }
 
 var workloadIDs atomic.Uint64
@@ -50,6 +55,9 @@ func NewWorkload(tts []TaskType) (*Workload, error) {
 		}
 		if t.MemoryMiB < 0 {
 			return nil, fmt.Errorf("task type memory must not be negative, got %d", t.MemoryMiB)
+		}
+		if t.Host.CPUMilli < 0 || t.Host.MemoryMiB < 0 {
+			return nil, fmt.Errorf("task type host resources must not be negative, got %d m CPU and %d MiB", t.Host.CPUMilli, t.Host.MemoryMiB)
 		}
 		if t.Count < 0 || t.Count > MaxDevices {
 			return nil, fmt.Errorf("task type count must be 0..%d, got %d", MaxDevices, t.Count)
@@ -75,6 +83,20 @@ func NewWorkload(tts []TaskType) (*Workload, error) {
 		c.SetSelector(t.Selector)
 		w.types = append(w.types, t)
 		w.ctrs = append(w.ctrs, c)
+	}
+	var cpu, mem, milli float64
+	for _, t := range w.types {
+		// A pod without a CPU request counts 100m, as kube-scheduler's
+		// scores count it.
+		cpu += t.Weight * float64(max(t.Host.CPUMilli, 100))
+		mem += t.Weight * float64(t.Host.MemoryMiB)
+		if t.Count > 0 {
+			milli += t.Weight * float64(t.Count) * float64(min(t.Milli, WholeMilli))
+		}
+	}
+	if milli > 0 {
+		w.cpuPerMilli = cpu / milli
+		w.memPerMilli = mem / milli
 	}
 	return w, nil
 }
@@ -128,7 +150,7 @@ func (e *Engine) Workload() *Workload { return e.workload.Load() }
 // when the mix has changed enough to matter.
 type workloadLearner struct {
 	mu       sync.Mutex
-	counts   map[string]*TaskType
+	counts   map[string]*learnedType
 	seen     int
 	lastSeen int
 }
@@ -142,7 +164,14 @@ const (
 )
 
 func newWorkloadLearner() *workloadLearner {
-	return &workloadLearner{counts: map[string]*TaskType{}}
+	return &workloadLearner{counts: map[string]*learnedType{}}
+}
+
+// learnedType is a task type seen, its Weight the pods counted, and the
+// host memory they asked for in all.
+type learnedType struct {
+	TaskType
+	memoryMiB float64
 }
 
 // observe counts r and, when the mix has changed enough, publishes a new
@@ -152,16 +181,19 @@ func (l *workloadLearner) observe(r *Request, dst *atomic.Pointer[Workload]) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	// Types are keyed, as FGD's typical pods are, by CPU, device count,
-	// share and selector; a pod without devices is a type of its own.
+	// share and selector; a pod without devices is a type of its own. A
+	// type's host memory is the mean of its pods'.
 	host := Host{CPUMilli: r.Host.CPUMilli}
 	add := func(t TaskType) {
 		key := fmt.Sprintf("%d/%t/%d/%d/%d/%s", t.Count, t.Exclusive, t.Milli, t.MemoryMiB, host.CPUMilli, selectorKey(t.Selector))
-		if c, ok := l.counts[key]; ok {
-			c.Weight++
-			return
+		c, ok := l.counts[key]
+		if !ok {
+			t.Host = host
+			c = &learnedType{TaskType: t}
+			l.counts[key] = c
 		}
-		t.Host, t.Weight = host, 1
-		l.counts[key] = &t
+		c.Weight++
+		c.memoryMiB += float64(r.Host.MemoryMiB)
 	}
 	if len(r.Containers) == 0 {
 		add(TaskType{})
@@ -191,8 +223,10 @@ func (l *workloadLearner) snapshot() *Workload {
 func (l *workloadLearner) snapshotLocked() *Workload {
 	all := make([]TaskType, 0, len(l.counts))
 	var total float64
-	for _, t := range l.counts {
-		all = append(all, *t)
+	for _, c := range l.counts {
+		t := c.TaskType
+		t.Host.MemoryMiB = int64(c.memoryMiB / c.Weight)
+		all = append(all, t)
 		total += t.Weight
 	}
 	slices.SortFunc(all, func(a, b TaskType) int {

@@ -11,6 +11,7 @@ import (
 // artifact.
 type taskType struct {
 	cpu    int64 // non-zero CPU (0 counts as 100m)
+	mem    int64 // mean host memory of the type's pods, MiB (not used by fgd)
 	milli  int32 // per GPU; 0 for CPU-only pods
 	num    int
 	spec   []string
@@ -28,9 +29,12 @@ func typicalTypes(pods []PodSpec) []taskType {
 		spec  string
 	}
 	counts := map[key]int{}
+	mems := map[key]int64{}
 	for i := range pods {
 		p := &pods[i]
-		counts[key{nonzeroCPU(p), p.GPUMilli, p.NumGPU, strings.Join(p.GPUSpec, "|")}]++
+		k := key{nonzeroCPU(p), p.GPUMilli, p.NumGPU, strings.Join(p.GPUSpec, "|")}
+		counts[k]++
+		mems[k] += p.MemoryMiB
 	}
 	keys := make([]key, 0, len(counts))
 	for k := range counts {
@@ -46,7 +50,7 @@ func typicalTypes(pods []PodSpec) []taskType {
 	var out []taskType
 	covered, total := 0, len(pods)
 	for _, k := range keys {
-		t := taskType{cpu: k.cpu, milli: k.milli, num: k.num, weight: float64(counts[k])}
+		t := taskType{cpu: k.cpu, mem: mems[k] / int64(counts[k]), milli: k.milli, num: k.num, weight: float64(counts[k])}
 		if k.spec != "" {
 			t.spec = strings.Split(k.spec, "|")
 		}

@@ -69,7 +69,7 @@ func workloadOf(tts []taskType) (*devicescheduler.Workload, error) {
 	for _, t := range tts {
 		out = append(out, devicescheduler.TaskType{
 			Count: t.num, Exclusive: t.milli >= 1000, Milli: t.milli,
-			Host:     devicescheduler.Host{CPUMilli: t.cpu},
+			Host:     devicescheduler.Host{CPUMilli: t.cpu, MemoryMiB: t.mem},
 			Selector: types.Selector{IncludeModels: t.spec},
 			Weight:   t.weight,
 		})
