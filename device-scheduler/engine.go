@@ -211,21 +211,27 @@ func (e *Engine) Evaluate(n *Node, r *Request, p *Placement) error {
 }
 
 // EvaluateHost is Evaluate for a node whose host resources the caller
-// tracks rather than the engine (kube-scheduler's NodeInfo, for one): free
-// is the node's free CPU and memory before the pod, as the caller counts
-// them. The pod's host request must fit in free, and the kubegpu policy
-// counts the idle devices that free cannot feed. The node's own host
-// tracking, if any, is ignored; assuming the placement does not change it.
-func (e *Engine) EvaluateHost(n *Node, r *Request, free Host, p *Placement) error {
-	return e.evaluate(n, r, &free, p)
+// tracks rather than the engine (kube-scheduler's NodeInfo, for one):
+// capacity is the node's allocatable CPU and memory, zero to leave one
+// untracked as NewNode does, and free is what is free of them before the
+// pod, as the caller counts it. The pod's host request must fit in free, and
+// the kubegpu policy counts the idle devices that free cannot feed. The
+// node's own host tracking is ignored, and assuming the placement does not
+// change it.
+func (e *Engine) EvaluateHost(n *Node, r *Request, capacity, free Host, p *Placement) error {
+	return e.evaluate(n, r, &hostView{capacity, free}, p)
 }
 
-func (e *Engine) evaluate(n *Node, r *Request, free *Host, p *Placement) error {
+// hostView is a node's host resources as the caller of EvaluateHost gives them.
+type hostView struct{ capacity, free Host }
+
+func (e *Engine) evaluate(n *Node, r *Request, host *hostView, p *Placement) error {
 	p.node, p.req, p.score, p.numContainers, p.numShares, p.ok = n, r, 0, 0, 0, false
 	before := &n.state
-	if free != nil {
+	if host != nil {
 		p.before = n.state
-		p.before.Host, p.before.cpuTracked, p.before.memTracked = *free, true, true
+		p.before.Host = host.free
+		p.before.cpuTracked, p.before.memTracked = host.capacity.CPUMilli > 0, host.capacity.MemoryMiB > 0
 		before = &p.before
 	}
 	p.after = *before

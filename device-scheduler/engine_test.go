@@ -568,7 +568,7 @@ func TestKubegpuPolicyHostStranding(t *testing.T) {
 			t.Fatal(err)
 		}
 		var q Placement
-		if err := e.EvaluateHost(untracked, r, host, &q); err != nil {
+		if err := e.EvaluateHost(untracked, r, host, host, &q); err != nil {
 			t.Fatal(err)
 		}
 		if host != (Host{}) && q.Score() != p.Score() {
@@ -608,7 +608,7 @@ func TestKubegpuPolicyHostStranding(t *testing.T) {
 	r, _ := e.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{whole(1)}}, Host{CPUMilli: 9000})
 	var p Placement
 	var nf *NotFitError
-	if err := e.EvaluateHost(n, r, Host{CPUMilli: 8000, MemoryMiB: 1 << 20}, &p); !errors.As(err, &nf) || nf.Reason != ReasonHostResources {
+	if err := e.EvaluateHost(n, r, Host{CPUMilli: 16000, MemoryMiB: 1 << 20}, Host{CPUMilli: 8000, MemoryMiB: 1 << 20}, &p); !errors.As(err, &nf) || nf.Reason != ReasonHostResources {
 		t.Errorf("EvaluateHost with too little CPU free: error = %v, want %s", err, ReasonHostResources)
 	}
 }

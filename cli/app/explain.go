@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
@@ -86,7 +86,8 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	if err != nil {
 		return err
 	}
-	r, err := engine.NewRequest(req, devicescheduler.Host{})
+	cpu, mem := objects.HostRequest(pod)
+	r, err := engine.NewRequest(req, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem})
 	if err != nil {
 		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, err)
 		return nil
@@ -111,17 +112,18 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	for _, list := range s.pods {
 		for _, pa := range list {
 			if pr, err := objects.PodRequest(pa.pod); err == nil {
-				if rr, err := engine.NewRequest(pr, devicescheduler.Host{}); err == nil {
+				cpu, mem := objects.HostRequest(pa.pod)
+				if rr, err := engine.NewRequest(pr, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}); err == nil {
 					engine.Observe(rr)
 				}
 			}
 		}
 	}
-	rows := o.evaluate(engine, s, r, pod.UID)
+	rows := o.evaluate(engine, s, r, pod)
 	return printExplain(w, rows, o.topDevices)
 }
 
-func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterState, r *devicescheduler.Request, self ktypes.UID) []explainRow {
+func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterState, r *devicescheduler.Request, self *corev1.Pod) []explainRow {
 	var rows []explainRow
 	now := time.Now()
 	for _, n := range s.nodes {
@@ -140,13 +142,22 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 				break
 			}
 			for _, pa := range s.pods[n.name] {
-				if pa.pod.UID == self {
+				if pa.pod.UID == self.UID {
 					continue
 				}
 				_ = node.Assume(string(pa.pod.UID), pa.alloc.PodAllocation, devicescheduler.Host{})
 			}
+			// Host resources as the scheduler counts them: allocatable less
+			// what the node's other pods ask for.
+			used := s.requested[n.name]
+			if self.Spec.NodeName == n.name {
+				used.cpuMilli -= r.Host.CPUMilli
+				used.memoryMiB -= r.Host.MemoryMiB
+			}
+			capacity := devicescheduler.Host{CPUMilli: n.allocatable.cpuMilli, MemoryMiB: n.allocatable.memoryMiB}
+			free := devicescheduler.Host{CPUMilli: max(0, capacity.CPUMilli-used.cpuMilli), MemoryMiB: max(0, capacity.MemoryMiB-used.memoryMiB)}
 			var pl devicescheduler.Placement
-			if err := engine.Evaluate(node, r, &pl); err != nil {
+			if err := engine.EvaluateHost(node, r, capacity, free, &pl); err != nil {
 				var nf *devicescheduler.NotFitError
 				if errors.As(err, &nf) {
 					row.reason = nf.Detail()

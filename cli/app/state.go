@@ -23,7 +23,13 @@ type clusterState struct {
 	nodes []nodeState
 	// pods maps a node name to the pods bound there with an allocation.
 	pods map[string][]podAllocation
+	// requested maps a node name to the CPU and memory its bound pods ask
+	// for, all of them, as the scheduler counts them.
+	requested map[string]host
 }
+
+// host is CPU (millicores) and memory (MiB).
+type host struct{ cpuMilli, memoryMiB int64 }
 
 type nodeState struct {
 	name string
@@ -33,6 +39,8 @@ type nodeState struct {
 	invErr error
 	// renewed is the heartbeat Lease's last renewal; zero without one.
 	renewed time.Time
+	// allocatable is the node's allocatable CPU and memory.
+	allocatable host
 }
 
 type podAllocation struct {
@@ -59,15 +67,19 @@ func loadState(ctx context.Context, client kubernetes.Interface) (*clusterState,
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	s := &clusterState{pods: map[string][]podAllocation{}}
+	s := &clusterState{pods: map[string][]podAllocation{}, requested: map[string]host{}}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		inv, err := objects.NodeInventory(n)
-		s.nodes = append(s.nodes, nodeState{name: n.Name, inv: inv, invErr: err, renewed: renewed[n.Name]})
+		cpu, mem := objects.NodeHost(n)
+		s.nodes = append(s.nodes, nodeState{name: n.Name, inv: inv, invErr: err, renewed: renewed[n.Name], allocatable: host{cpu, mem}})
 	}
 	slices.SortFunc(s.nodes, func(a, b nodeState) int { return strings.Compare(a.name, b.name) })
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		cpu, mem := objects.HostRequest(p)
+		r := s.requested[p.Spec.NodeName]
+		s.requested[p.Spec.NodeName] = host{r.cpuMilli + cpu, r.memoryMiB + mem}
 		a, err := objects.PodAllocation(p)
 		if err != nil || a.Node != p.Spec.NodeName {
 			continue // holds no devices the scheduler counts

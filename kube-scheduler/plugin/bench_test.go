@@ -41,7 +41,7 @@ func BenchmarkCacheMemory(b *testing.B) {
 				var pl devicescheduler.Placement
 				in := c.evalInput("shape", wholeRequest(&testing.T{}, c, 1))
 				for _, n := range objs {
-					_, _ = c.evaluate(n.Name, &in, &pl)
+					_, _ = c.evaluate(n.Name, &in, noHost, noHost, &pl)
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)

@@ -86,16 +86,19 @@ type nodeState struct {
 }
 
 // filterMemo remembers, per request shape, whether pods fit on a node and
-// its score, for as long as the node's state and the engine's workload do
-// not change. Between two scheduling cycles only the node that got the last
+// its score, for as long as the node's state, its host resources and the
+// engine's workload do not change. Between two scheduling cycles only the node that got the last
 // pod changes, so pods of the same shapes (a Job's, a Deployment's) are
 // evaluated once per node change rather than once per node per cycle.
 type filterMemo struct {
 	mu       sync.Mutex
 	version  uint64
 	workload *devicescheduler.Workload
-	n        int
-	results  [maxMemoShapes]memoResult
+	// capacity and free are the node's host resources the results were
+	// computed for.
+	capacity, free devicescheduler.Host
+	n              int
+	results        [maxMemoShapes]memoResult
 }
 
 type memoResult struct {
@@ -430,7 +433,7 @@ func (c *deviceCache) forgetLocked(uid ktypes.UID) {
 // evaluate checks in's request against node name under the read lock and
 // returns the node's score. p is scratch space. Results are remembered per
 // node version and request shape (see filterMemo).
-func (c *deviceCache) evaluate(name string, in *evalInput, p *devicescheduler.Placement) (int64, error) {
+func (c *deviceCache) evaluate(name string, in *evalInput, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	ns, ok := c.nodes[name]
@@ -444,8 +447,8 @@ func (c *deviceCache) evaluate(name string, in *evalInput, p *devicescheduler.Pl
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	version := ns.devices.Version()
-	if m.version != version || m.workload != in.workload {
-		m.version, m.workload, m.n = version, in.workload, 0
+	if m.version != version || m.workload != in.workload || m.capacity != capacity || m.free != free {
+		m.version, m.workload, m.capacity, m.free, m.n = version, in.workload, capacity, free, 0
 	}
 	for i := 0; i < m.n && in.shape != 0; i++ {
 		if m.results[i].shape == in.shape {
@@ -453,7 +456,7 @@ func (c *deviceCache) evaluate(name string, in *evalInput, p *devicescheduler.Pl
 		}
 	}
 	res := memoResult{shape: in.shape}
-	if res.err = c.engine.Evaluate(ns.devices, in.request, p); res.err == nil {
+	if res.err = c.engine.EvaluateHost(ns.devices, in.request, capacity, free, p); res.err == nil {
 		res.score = p.Score()
 	}
 	if in.shape != 0 {

@@ -102,11 +102,11 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	r := wholeRequest(t, c, 4)
 
 	var p devicescheduler.Placement
-	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), &p); err == nil || !strings.Contains(err.Error(), "no kubegpu heartbeat Lease") {
+	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), noHost, noHost, &p); err == nil || !strings.Contains(err.Error(), "no kubegpu heartbeat Lease") {
 		t.Fatalf("evaluate without a heartbeat: %v", err)
 	}
 	c.updateLease(testLease("n1", testNow.Add(-time.Minute)))
-	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), &p); err == nil || !strings.Contains(err.Error(), "heartbeat is stale (last renewed 1m0s ago, limit 40s)") {
+	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), noHost, noHost, &p); err == nil || !strings.Contains(err.Error(), "heartbeat is stale (last renewed 1m0s ago, limit 40s)") {
 		t.Fatalf("evaluate with a stale heartbeat: %v", err)
 	}
 	var activated []string
@@ -121,16 +121,16 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	if !reflect.DeepEqual(activated, []string{"ns/waiting"}) {
 		t.Fatalf("activated %v when the heartbeat resumed, want [ns/waiting]", activated)
 	}
-	if _, err := c.evaluate("missing", ptr(c.evalInput("4", r)), &p); !errors.Is(err, errNoInventory) {
+	if _, err := c.evaluate("missing", ptr(c.evalInput("4", r)), noHost, noHost, &p); !errors.Is(err, errNoInventory) {
 		t.Fatalf("evaluate on an unknown node: %v", err)
 	}
 
 	// Filter results are remembered until the node changes.
-	first, err := c.evaluate("n1", ptr(c.evalInput("4", r)), &p)
+	first, err := c.evaluate("n1", ptr(c.evalInput("4", r)), noHost, noHost, &p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := c.evaluate("n1", ptr(c.evalInput("4", r)), &p); err != nil || again != first {
+	if again, err := c.evaluate("n1", ptr(c.evalInput("4", r)), noHost, noHost, &p); err != nil || again != first {
 		t.Fatalf("second evaluate = %d, %v; want %d", again, err, first)
 	}
 
@@ -145,7 +145,7 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	if _, err := c.reserve(testPod("c"), "n1", r); err == nil {
 		t.Fatal("a third 4-GPU pod was reserved on an 8-GPU node")
 	}
-	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
+	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
 		t.Fatalf("evaluate on the full node = %v, want ErrDoesNotFit (a stale memo?)", err)
 	}
 	c.unreserve(b.UID)
@@ -250,7 +250,7 @@ func TestCacheNodeChanges(t *testing.T) {
 	var p devicescheduler.Placement
 	r := wholeRequest(t, c, 4)
 	in := c.evalInput("4", r)
-	if _, err := c.evaluate("n1", &in, &p); err != nil {
+	if _, err := c.evaluate("n1", &in, noHost, noHost, &p); err != nil {
 		t.Fatal(err)
 	}
 	// One GPU turns unhealthy: the idle node's version is 0 again, but the
@@ -263,7 +263,7 @@ func TestCacheNodeChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.updateNode(logger, sick)
-	if _, err := c.evaluate("n1", &in, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
+	if _, err := c.evaluate("n1", &in, noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
 		t.Fatalf("after a GPU turned unhealthy: %v, want ErrDoesNotFit (a stale memo?)", err)
 	}
 
@@ -287,3 +287,6 @@ func TestCacheNodeChanges(t *testing.T) {
 		t.Fatalf("pods after the annotation was removed = %v, want [uid-a]", got)
 	}
 }
+
+// noHost leaves the node's host resources untracked.
+var noHost devicescheduler.Host

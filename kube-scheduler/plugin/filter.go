@@ -20,10 +20,11 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		return nil
 	}
 	name := ni.Node().Name
+	capacity, free := nodeHost(ni)
 	pl := placements.Get().(*devicescheduler.Placement)
 	defer placements.Put(pl)
 	var nf *devicescheduler.NotFitError
-	_, err := p.cache.evaluate(name, &s.eval, pl)
+	_, err := p.cache.evaluate(name, &s.eval, capacity, free, pl)
 	switch {
 	case err == nil:
 		return nil

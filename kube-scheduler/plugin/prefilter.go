@@ -23,19 +23,40 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
-	r, err := p.engine.NewRequest(req, devicescheduler.Host{})
+	r, err := p.engine.NewRequest(req, podHost(pod))
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
 	if err := p.waitForSync(ctx); err != nil {
 		return nil, fwk.AsStatus(err)
 	}
-	key, err := json.Marshal(req)
+	key, err := json.Marshal(struct {
+		Devices any
+		Host    devicescheduler.Host
+	}{req, r.Host})
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
 	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.evalInput(string(key), r)})
 	return nil, nil
+}
+
+// podHost is the pod's CPU and memory request as the scheduler counts it.
+func podHost(pod *corev1.Pod) devicescheduler.Host {
+	cpu, mem := objects.HostRequest(pod)
+	return devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}
+}
+
+// nodeHost is the node's allocatable CPU and memory and what of them the
+// scheduler counts free (assumed pods included).
+func nodeHost(ni fwk.NodeInfo) (capacity, free devicescheduler.Host) {
+	a, r := ni.GetAllocatable(), ni.GetRequested()
+	capacity = devicescheduler.Host{CPUMilli: a.GetMilliCPU(), MemoryMiB: a.GetMemory() >> 20}
+	free = devicescheduler.Host{
+		CPUMilli:  max(0, a.GetMilliCPU()-r.GetMilliCPU()),
+		MemoryMiB: max(0, a.GetMemory()-r.GetMemory()) >> 20,
+	}
+	return capacity, free
 }
 
 // PreFilterExtensions returns nil: the plugin does not model what removing

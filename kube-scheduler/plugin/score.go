@@ -26,9 +26,10 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni f
 	if s == nil {
 		return 0, nil
 	}
+	capacity, free := nodeHost(ni)
 	pl := placements.Get().(*devicescheduler.Placement)
 	defer placements.Put(pl)
-	score, err := p.cache.evaluate(ni.Node().Name, &s.eval, pl)
+	score, err := p.cache.evaluate(ni.Node().Name, &s.eval, capacity, free, pl)
 	if err != nil {
 		// The node changed since Filter and the pod no longer fits:
 		// rank it last; Reserve will check again.

@@ -71,3 +71,26 @@ func FuzzPodRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestHostRequestAndNodeHost(t *testing.T) {
+	res := func(cpu, mem string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}
+	}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "init", Resources: res("6", "1Gi")}},
+		Containers:     []corev1.Container{{Name: "a", Resources: res("2", "1536Ki")}, {Name: "b", Resources: res("1500m", "2Mi")}},
+		Overhead:       corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")},
+	}}
+	// The init container's 6 CPUs outweigh the app containers' 3.5, plus
+	// the overhead; memory rounds down to MiB.
+	if cpu, mem := HostRequest(pod); cpu != 6250 || mem != 1024 {
+		t.Errorf("HostRequest = %d m, %d MiB; want 6250 m, 1024 MiB", cpu, mem)
+	}
+	node := &corev1.Node{Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("31500m"), corev1.ResourceMemory: resource.MustParse("64Gi")}}}
+	if cpu, mem := NodeHost(node); cpu != 31500 || mem != 64<<10 {
+		t.Errorf("NodeHost = %d m, %d MiB; want 31500 m, 65536 MiB", cpu, mem)
+	}
+	if cpu, mem := NodeHost(&corev1.Node{}); cpu != 0 || mem != 0 {
+		t.Errorf("NodeHost of a node without allocatable = %d m, %d MiB; want zero", cpu, mem)
+	}
+}

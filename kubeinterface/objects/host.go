@@ -1,0 +1,21 @@
+package objects
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+)
+
+// HostRequest is the pod's CPU (millicores) and memory (MiB) request as
+// kube-scheduler counts it: init containers, sidecars, pod-level resources
+// and overhead included. Memory is rounded down to MiB, as NodeHost's free
+// memory is, so that a pod that fits by bytes fits by MiB too.
+func HostRequest(pod *corev1.Pod) (cpuMilli, memoryMiB int64) {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	return reqs.Cpu().MilliValue(), reqs.Memory().Value() >> 20
+}
+
+// NodeHost is the node's allocatable CPU (millicores) and memory (MiB).
+func NodeHost(node *corev1.Node) (cpuMilli, memoryMiB int64) {
+	a := node.Status.Allocatable
+	return a.Cpu().MilliValue(), a.Memory().Value() >> 20
+}
