@@ -38,25 +38,37 @@ func BenchmarkEvaluate(b *testing.B) {
 	}
 	// Named policy=.../req=... so that benchstat -col /policy sets the
 	// policies side by side, with binpack (the cheapest) as the baseline.
-	for _, policy := range []string{PolicyBinpack, PolicyKubegpu} {
+	// kubegpu-host is the kubegpu policy with the node's host resources
+	// given per evaluation, as kubegpu-scheduler gives them.
+	for _, policy := range []string{PolicyBinpack, PolicyKubegpu, "kubegpu-host"} {
 		for _, shape := range shapes {
 			b.Run(fmt.Sprintf("policy=%s/req=%s", policy, shape.name), func(b *testing.B) {
-				e := newEngine(b, policy)
-				if policy == PolicyKubegpu {
+				evaluate := func(e *Engine, n *Node, r *Request, p *Placement) error { return e.Evaluate(n, r, p) }
+				engPolicy := policy
+				if policy == "kubegpu-host" {
+					engPolicy = PolicyKubegpu
+					capacity, free := Host{CPUMilli: 96000, MemoryMiB: 512 << 10}, Host{CPUMilli: 40000, MemoryMiB: 300 << 10}
+					evaluate = func(e *Engine, n *Node, r *Request, p *Placement) error {
+						return e.EvaluateHost(n, r, capacity, free, p)
+					}
+				}
+				e := newEngine(b, engPolicy)
+				if engPolicy == PolicyKubegpu {
 					e.workload.Store(benchWorkload(b))
 				}
 				n := simNode(b, e, "dgx1")
 				place(b, e, n, "busy1", request(b, e, whole(1)))
 				place(b, e, n, "busy2", request(b, e, slice(50, 2048)))
 				r := request(b, e, shape.req)
+				r.Host = Host{CPUMilli: 8000, MemoryMiB: 32 << 10}
 				var p Placement
-				if err := e.Evaluate(n, r, &p); err != nil { // warm the caches
+				if err := evaluate(e, n, r, &p); err != nil { // warm the caches
 					b.Fatal(err)
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					if err := e.Evaluate(n, r, &p); err != nil {
+					if err := evaluate(e, n, r, &p); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -232,10 +232,12 @@ func (e *Engine) evaluate(n *Node, r *Request, host *hostView, p *Placement) err
 		p.before = n.state
 		p.before.Host = host.free
 		p.before.cpuTracked, p.before.memTracked = host.capacity.CPUMilli > 0, host.capacity.MemoryMiB > 0
+		p.before.hostView = true
 		before = &p.before
 	}
 	p.after = *before
 	s := &p.after
+	s.hostView = false
 	if s.cpuTracked && r.Host.CPUMilli > s.Host.CPUMilli {
 		return notFit(ReasonHostResources, "insufficient CPU: %d m free, %d m asked", s.Host.CPUMilli, r.Host.CPUMilli)
 	}

@@ -599,6 +599,19 @@ func TestKubegpuPolicyHostStranding(t *testing.T) {
 			}
 		})
 	}
+	// One node evaluated with one host after another scores as nodes
+	// tracking each would: nothing stale is cached between them.
+	shared, _ := e.NewNode("tight", simgpu.Inventory(topo, "tight"), Host{})
+	big, _ := e.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{whole(1)}}, Host{CPUMilli: 12000, MemoryMiB: 32768})
+	for _, h := range []Host{plenty, {CPUMilli: 24000, MemoryMiB: 256 << 10}, plenty, {CPUMilli: 20000, MemoryMiB: 256 << 10}} {
+		var p Placement
+		if err := e.EvaluateHost(shared, big, h, h, &p); err != nil {
+			t.Fatal(err)
+		}
+		if want := score("tight", h, big.Host); p.Score()>>tieBreakBits != want {
+			t.Errorf("EvaluateHost after others, host %+v: score %d, want %d", h, p.Score()>>tieBreakBits, want)
+		}
+	}
 	// Without host resources tracked, the nodes tie.
 	if a, b := score("a", Host{}, Host{}), score("b", Host{}, Host{}); a != b {
 		t.Errorf("untracked host: scores %d and %d, want a tie", a, b)

@@ -62,6 +62,15 @@ type Node struct {
 		version  uint64
 		value    float64
 	}
+	// hostFragCache is fragCache for the node's devices with host
+	// resources given by EvaluateHost's caller.
+	hostFragCache struct {
+		workload               *Workload
+		version                uint64
+		host                   Host
+		cpuTracked, memTracked bool
+		value                  float64
+	}
 }
 
 // State is what is free on a node. Policies read it; only the engine writes it.
@@ -79,6 +88,10 @@ type State struct {
 	// tracked: by the node (NewNode's host) or for one evaluation
 	// (EvaluateHost).
 	cpuTracked, memTracked bool
+	// hostView marks the node's current state with the host resources an
+	// EvaluateHost caller gave, so that policies may cache what they derive
+	// from it.
+	hostView bool
 }
 
 type podUsage struct {
