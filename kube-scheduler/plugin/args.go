@@ -59,6 +59,12 @@ type Args struct {
 	// pod: Bind (default), in the same API call as the binding; or PreBind,
 	// in a patch before another bind plugin binds the pod.
 	WriteAllocation string `json:"writeAllocation,omitempty"`
+	// PodsWithoutDevices says what the plugin does with pods that ask for no
+	// devices: Score (default), ranking nodes without devices first and GPU
+	// nodes by the node policy (kubegpu: where the pod's CPU and memory
+	// strand the least idle GPU share); or Ignore, leaving them to the other
+	// scorers.
+	PodsWithoutDevices string `json:"podsWithoutDevices,omitempty"`
 	// SigningKeyFile is the key the allocations are signed with: an Ed25519
 	// private key (PEM, PKCS #8), or an HMAC-SHA256 secret shared with the
 	// nodes. Required.
@@ -69,6 +75,12 @@ type Args struct {
 const (
 	WriteAllocationBind    = "Bind"
 	WriteAllocationPreBind = "PreBind"
+)
+
+// Values of Args.PodsWithoutDevices.
+const (
+	PodsWithoutDevicesScore  = "Score"
+	PodsWithoutDevicesIgnore = "Ignore"
 )
 
 // decodeArgs reads the plugin's args strictly, applies defaults and
@@ -136,6 +148,9 @@ func setDefaults(a *Args) {
 	if a.HeartbeatStaleness == nil {
 		a.HeartbeatStaleness = &metav1.Duration{Duration: DefaultHeartbeatStaleness}
 	}
+	if a.PodsWithoutDevices == "" {
+		a.PodsWithoutDevices = PodsWithoutDevicesScore
+	}
 }
 
 func validateArgs(a *Args, path *field.Path) field.ErrorList {
@@ -154,6 +169,9 @@ func validateArgs(a *Args, path *field.Path) field.ErrorList {
 	}
 	if a.WriteAllocation != WriteAllocationBind && a.WriteAllocation != WriteAllocationPreBind {
 		errs = append(errs, field.NotSupported(path.Child("writeAllocation"), a.WriteAllocation, []string{WriteAllocationBind, WriteAllocationPreBind}))
+	}
+	if a.PodsWithoutDevices != PodsWithoutDevicesScore && a.PodsWithoutDevices != PodsWithoutDevicesIgnore {
+		errs = append(errs, field.NotSupported(path.Child("podsWithoutDevices"), a.PodsWithoutDevices, []string{PodsWithoutDevicesScore, PodsWithoutDevicesIgnore}))
 	}
 	if a.HeartbeatStaleness.Duration < time.Second {
 		errs = append(errs, field.Invalid(path.Child("heartbeatStaleness"), a.HeartbeatStaleness.Duration.String(), "must be at least 1s"))

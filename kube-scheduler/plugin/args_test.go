@@ -14,13 +14,13 @@ func TestDecodeArgs(t *testing.T) {
 		check              func(t *testing.T, a *Args)
 	}{
 		{name: "defaults", raw: `{"signingKeyFile":"/k"}`, check: func(t *testing.T, a *Args) {
-			if a.PluginDir != DefaultPluginDir || a.NodePolicy != "kubegpu" || a.DefaultTopology != "preferred" || a.HeartbeatStaleness.Duration != 40*time.Second {
+			if a.PluginDir != DefaultPluginDir || a.NodePolicy != "kubegpu" || a.DefaultTopology != "preferred" || a.HeartbeatStaleness.Duration != 40*time.Second || a.PodsWithoutDevices != "Score" {
 				t.Errorf("defaults not applied: %+v", a)
 			}
 		}},
-		{name: "everything", raw: `{"signingKeyFile":"/k","pluginDir":"/p","pluginOptions":["simgpu.preset=dgx1"],"nodePolicy":"spread","devicePolicy":"binpack","defaultTopology":"required","heartbeatStaleness":"1m"}`,
+		{name: "everything", raw: `{"signingKeyFile":"/k","pluginDir":"/p","pluginOptions":["simgpu.preset=dgx1"],"nodePolicy":"spread","devicePolicy":"binpack","defaultTopology":"required","heartbeatStaleness":"1m","podsWithoutDevices":"Ignore"}`,
 			check: func(t *testing.T, a *Args) {
-				if a.NodePolicy != "spread" || a.DevicePolicy != "binpack" || a.DefaultTopology != "required" || a.HeartbeatStaleness.Duration != time.Minute {
+				if a.NodePolicy != "spread" || a.DevicePolicy != "binpack" || a.DefaultTopology != "required" || a.HeartbeatStaleness.Duration != time.Minute || a.PodsWithoutDevices != "Ignore" {
 					t.Errorf("args not read: %+v", a)
 				}
 			}},
@@ -29,6 +29,7 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "bad policy", raw: `{"signingKeyFile":"/k","nodePolicy":"tetris"}`, wantErr: `nodePolicy: Unsupported value: "tetris"`},
 		{name: "bad device policy", raw: `{"signingKeyFile":"/k","nodePolicy":"spread","devicePolicy":"kubegpu"}`, wantErr: `devicePolicy: Unsupported value: "kubegpu"`},
 		{name: "bad topology", raw: `{"signingKeyFile":"/k","defaultTopology":"strict"}`, wantErr: `defaultTopology: Unsupported value: "strict"`},
+		{name: "bad pods without devices", raw: `{"signingKeyFile":"/k","podsWithoutDevices":"score"}`, wantErr: `podsWithoutDevices: Unsupported value: "score"`},
 		{name: "short staleness", raw: `{"signingKeyFile":"/k","heartbeatStaleness":"10ms"}`, wantErr: "must be at least 1s"},
 		{name: "bad option", raw: `{"signingKeyFile":"/k","pluginOptions":["preset=dgx1"]}`, wantErr: "pluginOptions"},
 		{name: "not an object", raw: `[1]`, wantErr: "decode KubeGPU args"},

@@ -443,6 +443,25 @@ func (c *deviceCache) evaluate(name string, in *evalInput, capacity, free device
 	if err := c.usableAt(ns, in.now); err != nil {
 		return 0, err
 	}
+	return c.evaluateLocked(ns, in, capacity, free, p)
+}
+
+// evaluateHostOnly scores node name for a pod without devices, r holding
+// only the pod's CPU and memory. The node's heartbeat does not matter: the
+// pod takes no devices, and its score only weighs the idle devices beside
+// it. errNoInventory means the node has no usable devices.
+func (c *deviceCache) evaluateHostOnly(name string, in *evalInput, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	ns, ok := c.nodes[name]
+	if !ok || ns.devices == nil {
+		return 0, errNoInventory
+	}
+	return c.evaluateLocked(ns, in, capacity, free, p)
+}
+
+// evaluateLocked evaluates on ns through its memo; must hold c.mu for reading.
+func (c *deviceCache) evaluateLocked(ns *nodeState, in *evalInput, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
 	m := &ns.memo
 	m.mu.Lock()
 	defer m.mu.Unlock()

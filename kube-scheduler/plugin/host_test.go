@@ -1,12 +1,15 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
@@ -72,5 +75,71 @@ func TestCacheEvaluatesWithHost(t *testing.T) {
 	}
 	if _, err := c.evaluate("n1", &in, capacity, capacity, &p); err != nil {
 		t.Fatalf("idle again: %v", err)
+	}
+}
+
+// TestScorePodsWithoutDevices: a pod without devices ranks nodes without
+// devices first, then GPU nodes where it leaves the fewest idle GPUs
+// beside it; with podsWithoutDevices: Ignore the plugin does not score it.
+func TestScorePodsWithoutDevices(t *testing.T) {
+	c, _ := testCache(t)
+	logger := klog.Background()
+	allocatable := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi")}
+	nodeInfo := func(node *corev1.Node) fwk.NodeInfo {
+		node.Status.Allocatable = allocatable
+		ni := framework.NewNodeInfo()
+		ni.SetNode(node)
+		return ni
+	}
+	var infos []fwk.NodeInfo
+	for _, name := range []string{"idle", "busy"} {
+		n := testNode(t, name, "t4x4")
+		c.updateNode(logger, n)
+		c.updateLease(testLease(name, testNow))
+		infos = append(infos, nodeInfo(n))
+	}
+	if _, err := c.reserve(testPod("gpus"), "busy", wholeRequest(t, c, 3)); err != nil {
+		t.Fatal(err)
+	}
+	infos = append(infos, nodeInfo(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu-only"}}))
+
+	pod := testPod("web")
+	pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: resources("2", "4Gi")}}
+	for _, mode := range []string{PodsWithoutDevicesScore, PodsWithoutDevicesIgnore} {
+		t.Run(mode, func(t *testing.T) {
+			p := &Plugin{args: &Args{PodsWithoutDevices: mode}, engine: c.engine, cache: c}
+			cs := framework.NewCycleState()
+			if _, st := p.PreFilter(context.Background(), cs, pod, nil); !st.IsSkip() {
+				t.Fatalf("PreFilter = %v, want Skip (no Filter for pods without devices)", st)
+			}
+			st := p.PreScore(context.Background(), cs, pod, infos)
+			if mode == PodsWithoutDevicesIgnore {
+				if !st.IsSkip() {
+					t.Fatalf("PreScore = %v, want Skip", st)
+				}
+				return
+			}
+			if !st.IsSuccess() {
+				t.Fatalf("PreScore = %v", st)
+			}
+			scores := map[string]int64{}
+			for _, ni := range infos {
+				s, st := p.Score(context.Background(), cs, pod, ni)
+				if !st.IsSuccess() {
+					t.Fatalf("Score(%s) = %v", ni.Node().Name, st)
+				}
+				scores[ni.Node().Name] = s
+			}
+			if scores["cpu-only"] <= scores["busy"] || scores["busy"] <= scores["idle"] {
+				t.Errorf("scores %v; want cpu-only > busy (1 idle GPU) > idle (4)", scores)
+			}
+			// Reserve holds nothing for it, and the mix learns it.
+			if st := p.Reserve(context.Background(), cs, pod, "busy"); !st.IsSuccess() {
+				t.Errorf("Reserve = %v", st)
+			}
+			if ts := c.engine.Workload().Types(); len(ts) != 1 || ts[0].Count != 0 || ts[0].Host.CPUMilli != 2000 {
+				t.Errorf("learned mix %+v, want the pod's CPU-only type", ts)
+			}
+		})
 	}
 }

@@ -10,13 +10,18 @@ import (
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // PreFilter decodes the pod's device request. Pods that ask for no devices
-// skip the plugin at once; a malformed request makes the pod unschedulable
-// until the user fixes it, with a message that says what to fix.
+// skip Filter (and, with podsWithoutDevices: Ignore, the whole plugin); a
+// malformed request makes the pod unschedulable until the user fixes it,
+// with a message that says what to fix.
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !objects.WantsDevices(pod) {
+		if p.args.PodsWithoutDevices == PodsWithoutDevicesScore {
+			p.writeHostOnly(cs, pod)
+		}
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	req, err := objects.PodRequest(pod)
@@ -39,6 +44,20 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	}
 	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.evalInput(string(key), r)})
 	return nil, nil
+}
+
+// writeHostOnly prepares Score for a pod without devices. Nothing waits for
+// the cache: until it has synced, nodes without a known inventory simply
+// rank first.
+func (p *Plugin) writeHostOnly(cs fwk.CycleState, pod *corev1.Pod) {
+	host := podHost(pod)
+	r, err := p.engine.NewRequest(types.PodRequest{}, host)
+	if err != nil {
+		return // an empty request is always valid
+	}
+	// Not remembered per shape: CPU and memory requests come in many more
+	// shapes than device requests, and would crowd theirs out of the memo.
+	cs.Write(hostOnlyKey, &hostOnlyState{eval: evalInput{request: r, workload: p.engine.Workload(), now: p.cache.now()}})
 }
 
 // podHost is the pod's CPU and memory request as the scheduler counts it.

@@ -17,6 +17,11 @@ import (
 func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	s := getState(cs)
 	if s == nil {
+		if h := getHostOnly(cs); h != nil {
+			// Pods without devices are part of the mix: they take the
+			// CPU and memory that idle devices need.
+			p.engine.Observe(h.eval.request)
+		}
 		return nil
 	}
 	alloc, err := p.cache.reserve(pod, nodeName, s.request)

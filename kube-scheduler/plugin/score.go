@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"math"
 	"slices"
 
@@ -11,19 +12,24 @@ import (
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 )
 
-// PreScore skips scoring for pods without devices.
+// PreScore skips scoring for pods without devices unless the plugin scores
+// them (podsWithoutDevices: Score).
 func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {
-	if getState(cs) == nil {
+	if getState(cs) == nil && getHostOnly(cs) == nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
 }
 
 // Score returns the engine's score of the node, which Filter computed and
-// the device cache remembers.
+// the device cache remembers. For a pod without devices, nodes without
+// devices come first, then GPU nodes by the engine's score.
 func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
 	s := getState(cs)
 	if s == nil {
+		if h := getHostOnly(cs); h != nil {
+			return p.scoreHostOnly(h, ni), nil
+		}
 		return 0, nil
 	}
 	capacity, free := nodeHost(ni)
@@ -36,6 +42,23 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni f
 		return math.MinInt32, nil
 	}
 	return score, nil
+}
+
+// scoreHostOnly scores a node for a pod without devices.
+func (p *Plugin) scoreHostOnly(h *hostOnlyState, ni fwk.NodeInfo) int64 {
+	capacity, free := nodeHost(ni)
+	pl := placements.Get().(*devicescheduler.Placement)
+	defer placements.Put(pl)
+	score, err := p.cache.evaluateHostOnly(ni.Node().Name, &h.eval, capacity, free, pl)
+	switch {
+	case errors.Is(err, errNoInventory):
+		return math.MaxInt64 // no devices to strand
+	case err != nil:
+		// The engine counts less free than the scheduler did (a race with
+		// a pod being assumed): rank the node last.
+		return math.MinInt32
+	}
+	return score
 }
 
 // ScoreExtensions returns the plugin itself: it normalises its scores.

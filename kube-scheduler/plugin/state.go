@@ -37,3 +37,26 @@ func getState(cs fwk.CycleState) *cycleState {
 	s, _ := d.(*cycleState)
 	return s
 }
+
+// hostOnlyKey keys the cycle data of a pod that asks for no devices, when
+// the plugin scores such pods: only PreScore and Score read it.
+const hostOnlyKey fwk.StateKey = Name + "/host-only"
+
+// hostOnlyState is what Score evaluates for a pod without devices: its
+// CPU and memory.
+type hostOnlyState struct {
+	eval evalInput
+}
+
+// Clone shares the state: it is not written after PreFilter.
+func (s *hostOnlyState) Clone() fwk.StateData { return s }
+
+// getHostOnly returns the cycle's state for a pod without devices, or nil.
+func getHostOnly(cs fwk.CycleState) *hostOnlyState {
+	d, err := cs.Read(hostOnlyKey)
+	if err != nil {
+		return nil
+	}
+	s, _ := d.(*hostOnlyState)
+	return s
+}
