@@ -11,7 +11,15 @@
 // # Units
 //
 // Compute shares are per mille of one device (1000 = the whole device);
-// the API's percent is multiplied by 10. Memory is MiB.
+// the API's percent is multiplied by 10. Memory is MiB. Host CPU is
+// millicores.
+//
+// # Host resources
+//
+// A node's host CPU and memory count (for fit, and for the kubegpu policy's
+// measure of the idle devices they cannot feed) when the Node tracks them,
+// given to NewNode, or when the caller gives them per evaluation with
+// EvaluateHost, as kube-scheduler, which tracks every pod's requests, does.
 //
 // # State
 //
@@ -24,8 +32,8 @@
 // An Engine is immutable after New and safe for concurrent use. A Node is
 // safe for concurrent Evaluate calls; Assume and Release must not run
 // concurrently with anything else on the same Node (the caller's cache
-// serialises them). Evaluate does not allocate once a Node has seen the
-// current Workload.
+// serialises them). Evaluate and EvaluateHost do not allocate once a Node
+// has seen the current Workload.
 //
 // # Errors
 //

@@ -44,6 +44,10 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni f
 	return score, nil
 }
 
+// noDevices is the raw score, for a pod without devices, of a node without
+// devices: above every engine score.
+const noDevices = math.MaxInt64
+
 // scoreHostOnly scores a node for a pod without devices.
 func (p *Plugin) scoreHostOnly(h *hostOnlyState, ni fwk.NodeInfo) int64 {
 	capacity, free := nodeHost(ni)
@@ -52,7 +56,7 @@ func (p *Plugin) scoreHostOnly(h *hostOnlyState, ni fwk.NodeInfo) int64 {
 	score, err := p.cache.evaluateHostOnly(ni.Node().Name, &h.eval, capacity, free, pl)
 	switch {
 	case errors.Is(err, errNoInventory):
-		return math.MaxInt64 // no devices to strand
+		return noDevices
 	case err != nil:
 		// The engine counts less free than the scheduler did (a race with
 		// a pod being assumed): rank the node last.
@@ -69,9 +73,38 @@ func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
 // order. Rescaling raw scores into 101 buckets instead would tie near-equal
 // nodes, and the scheduler breaks ties at random on every decision, which
 // spreads pods and strands GPUs (see kube-scheduler/README.md).
-func (p *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *corev1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+//
+// For a pod without devices, nodes without devices get MaxNodeScore and GPU
+// nodes at most half of it, in the engine's order, so that the pod goes to
+// a GPU node only when the other scorers weigh strongly for it.
+func (p *Plugin) NormalizeScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	if getState(cs) == nil && getHostOnly(cs) != nil {
+		normalizeHostOnly(scores)
+		return nil
+	}
 	normalizeByRank(scores)
 	return nil
+}
+
+// normalizeHostOnly normalises a pod without devices' scores: nodes without
+// devices (noDevices) MaxNodeScore, the others by rank onto 0..MaxNodeScore/2.
+func normalizeHostOnly(scores fwk.NodeScoreList) {
+	gpu := make(fwk.NodeScoreList, 0, len(scores))
+	for _, s := range scores {
+		if s.Score != noDevices {
+			gpu = append(gpu, s)
+		}
+	}
+	normalizeByRank(gpu)
+	j := 0
+	for i := range scores {
+		if scores[i].Score == noDevices {
+			scores[i].Score = fwk.MaxScore
+			continue
+		}
+		scores[i].Score = gpu[j].Score / 2
+		j++
+	}
 }
 
 func normalizeByRank(scores fwk.NodeScoreList) {

@@ -42,3 +42,15 @@ func TestNormalizeByRank(t *testing.T) {
 		}
 	}
 }
+
+func TestNormalizeHostOnly(t *testing.T) {
+	scores := fwk.NodeScoreList{{Name: "gpu-busy", Score: -3}, {Name: "cpu-a", Score: noDevices}, {Name: "gpu-idle", Score: -90}, {Name: "cpu-b", Score: noDevices}, {Name: "gpu-full", Score: 0}}
+	normalizeHostOnly(scores)
+	want := map[string]int64{"cpu-a": 100, "cpu-b": 100, "gpu-full": 50, "gpu-busy": 49, "gpu-idle": 0}
+	for _, s := range scores {
+		if s.Score != want[s.Name] {
+			t.Errorf("normalised %v, want %v", scores, want)
+			break
+		}
+	}
+}

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -335,5 +337,55 @@ func TestSchedulerLoadsEveryModule(t *testing.T) {
 		if !strings.Contains(ready, `"`+name+`"`) {
 			t.Errorf("module %s not loaded; the scheduler logged: %s", name, ready)
 		}
+	}
+}
+
+// TestSchedulerSteersPodsWithoutGPUs: pods that ask for no GPUs go to the
+// node without GPUs although the GPU nodes have more CPU free (which the
+// stock scorers prefer); one too big for it goes to the GPU node with the
+// fewest idle GPUs.
+func TestSchedulerSteersPodsWithoutGPUs(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	nodes := addNodes(ctx, t, "steer", "t4x4", 2)
+	const cpuNode = "steer-cpu"
+	if err := cluster.RegisterNode(ctx, cpuNode, localcluster.NodeCapacity("8", "32Gi", 110)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), cpuNode, metav1.DeleteOptions{})
+	})
+	ns := namespace(ctx, t, "steer")
+	only := append(slices.Clone(nodes.names), cpuNode)
+	// Kept on this test's nodes; required affinity does not score.
+	pin := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: only}}}},
+		}}}
+		return p
+	}
+	cpuPod := func(name, cpu string) *corev1.Pod {
+		return pin(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "main", Image: "busybox",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("1Gi")}},
+		}}}})
+	}
+	createPods(ctx, t, ns, pin(gpuPod("gpus", 3, 0, 0, nil)))
+	settle(ctx, t, ns, time.Second, time.Minute)
+	createPods(ctx, t, ns, cpuPod("web-0", "1"), cpuPod("web-1", "1"), cpuPod("web-2", "1"))
+	settle(ctx, t, ns, time.Second, time.Minute)
+	createPods(ctx, t, ns, cpuPod("batch", "16"))
+	pods := settle(ctx, t, ns, time.Second, time.Minute)
+	where := map[string]string{}
+	for _, p := range pods {
+		where[p.Name] = p.Spec.NodeName
+	}
+	for _, name := range []string{"web-0", "web-1", "web-2"} {
+		if where[name] != cpuNode {
+			t.Errorf("pod %s went to %q, want the node without GPUs %s (placements %v)", name, where[name], cpuNode, where)
+		}
+	}
+	if where["batch"] == "" || where["batch"] != where["gpus"] {
+		t.Errorf("pod batch went to %q, want %q, the GPU node with one idle GPU (placements %v)", where["batch"], where["gpus"], where)
 	}
 }
