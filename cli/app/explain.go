@@ -74,7 +74,8 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		return fmt.Errorf("get pod %s/%s: %w", ns, name, err)
 	}
 	if !objects.WantsDevices(pod) {
-		_, err := fmt.Fprintf(w, "Pod %s/%s asks for no GPUs: kubegpu places it like any other pod.\n", ns, name)
+		_, err := fmt.Fprintf(w, "Pod %s/%s asks for no GPUs: kubegpu-scheduler prefers nodes without GPUs for it, then GPU nodes\n"+
+			"where it leaves the fewest idle GPUs (podsWithoutDevices: Score), or leaves it to the other scorers (Ignore).\n", ns, name)
 		return err
 	}
 	req, err := objects.PodRequest(pod)
