@@ -46,6 +46,7 @@ nvidia_PKG := ./plugins/nvidia/plugin
 OPENB ?= $(abspath ../shared/data/openb)
 SIM_PODS ?= openb_pod_list_default.csv
 SIM_SEEDS ?= 10
+SIM_POLICIES ?= random,dotproduct,gpuclustering,gpupacking,bestfit,fgd,kubegpu,kubegpu-online
 BENCH_COUNT ?= 6
 GOTEST_FLAGS ?=
 FUZZTIME ?= 30s
@@ -148,9 +149,9 @@ bench-scheduler: build plugins kube-binaries ## Scheduling throughput, kubegpu-s
 	$(GO) run ./test/schedbench --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) --nodes $(SCHED_NODES) --rounds $(SCHED_ROUNDS)
 
 .PHONY: sim
-sim: build ## Replay the openb trace under every policy (OPENB=dir, SIM_PODS=file, SIM_SEEDS=n)
+sim: build ## Replay the openb trace under every policy (OPENB=dir, SIM_PODS=file, SIM_SEEDS=n, SIM_POLICIES=list)
 	$(BIN)/kubegpu-sim placement --nodes $(OPENB)/openb_node_list_gpu_node.csv \
-		--pods $(OPENB)/$(SIM_PODS) --seeds $(SIM_SEEDS) --plot $(OUT)/sim-$(basename $(SIM_PODS)).png
+		--pods $(OPENB)/$(SIM_PODS) --policies $(SIM_POLICIES) --seeds $(SIM_SEEDS) --plot $(OUT)/sim-$(basename $(SIM_PODS)).png
 
 .PHONY: verify
 verify: deps ## gofmt, go vet, go mod tidy diff, golangci-lint
