@@ -647,3 +647,47 @@ func TestRequiredSlicesFindTheQuad(t *testing.T) {
 		}
 	}
 }
+
+// TestLearnedWorkloadKeepsDeviceTypes: pods without devices, however many
+// and of however many sizes, are one type and never push the device types
+// out of the learned mix; a pod's host request is shared among its device
+// containers.
+func TestLearnedWorkloadKeepsDeviceTypes(t *testing.T) {
+	e := newEngine(t, PolicyKubegpu)
+	for i := 0; i < 1500; i++ {
+		r, _ := e.NewRequest(types.PodRequest{}, Host{CPUMilli: int64(500 * (1 + i%5)), MemoryMiB: 1024})
+		e.Observe(r)
+	}
+	for i := 0; i < 20; i++ {
+		for _, r := range []*Request{request(t, e, whole(1)), request(t, e, slice(50, 0)), request(t, e, whole(2))} {
+			r.Host = Host{CPUMilli: 8000, MemoryMiB: 16384}
+			e.Observe(r)
+		}
+	}
+	ts := e.learner.snapshot().Types()
+	var devices, none int
+	for _, tt := range ts {
+		if tt.Count == 0 {
+			none++
+			if tt.Host.CPUMilli != 1500 || tt.Host.MemoryMiB != 1024 {
+				t.Errorf("pods without devices learned as %+v, want their mean 1500m and 1024 MiB", tt.Host)
+			}
+		} else {
+			devices++
+		}
+	}
+	if devices != 3 || none != 1 {
+		t.Errorf("learned %d device types and %d without devices (%+v), want 3 and 1", devices, none, ts)
+	}
+	if e.learner.snapshot().cpuPerMilli == 0 {
+		t.Error("the learned mix has no CPU per device share: the host term is off")
+	}
+
+	two := newEngine(t, PolicyKubegpu)
+	r := request(t, two, whole(1), whole(1))
+	r.Host = Host{CPUMilli: 8000, MemoryMiB: 4096}
+	two.Observe(r)
+	if ts := two.learner.snapshot().Types(); len(ts) != 1 || ts[0].Host != (Host{CPUMilli: 4000, MemoryMiB: 2048}) {
+		t.Errorf("a pod with two device containers learned as %+v, want one type with half its host request", ts)
+	}
+}

@@ -168,11 +168,14 @@ func newWorkloadLearner() *workloadLearner {
 }
 
 // learnedType is a task type seen, its Weight the pods counted, and the
-// host memory they asked for in all.
+// host CPU and memory they asked for in all.
 type learnedType struct {
 	TaskType
-	memoryMiB float64
+	cpuMilli, memoryMiB float64
 }
+
+// noDevicesKey keys the one learned type of the pods without devices.
+const noDevicesKey = "none"
 
 // observe counts r and, when the mix has changed enough, publishes a new
 // Workload to dst while still holding the lock, so that publications never
@@ -180,27 +183,30 @@ type learnedType struct {
 func (l *workloadLearner) observe(r *Request, dst *atomic.Pointer[Workload]) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	// Types are keyed, as FGD's typical pods are, by CPU, device count,
-	// share and selector; a pod without devices is a type of its own. A
-	// type's host memory is the mean of its pods'.
-	host := Host{CPUMilli: r.Host.CPUMilli}
-	add := func(t TaskType) {
-		key := fmt.Sprintf("%d/%t/%d/%d/%d/%s", t.Count, t.Exclusive, t.Milli, t.MemoryMiB, host.CPUMilli, selectorKey(t.Selector))
+	// Device types are keyed, as FGD's typical pods are, by CPU, device
+	// count, share and selector; a pod with several device containers
+	// shares its host request among them. Pods without devices are one
+	// type: every idle device share is unusable to them whatever they ask,
+	// so only their mean CPU and memory matter (to the host term).
+	add := func(key string, t TaskType, host Host) {
 		c, ok := l.counts[key]
 		if !ok {
-			t.Host = host
 			c = &learnedType{TaskType: t}
 			l.counts[key] = c
 		}
 		c.Weight++
-		c.memoryMiB += float64(r.Host.MemoryMiB)
+		c.cpuMilli += float64(host.CPUMilli)
+		c.memoryMiB += float64(host.MemoryMiB)
 	}
 	if len(r.Containers) == 0 {
-		add(TaskType{})
+		add(noDevicesKey, TaskType{}, r.Host)
 	}
+	k := int64(len(r.Containers))
 	for i := range r.Containers {
 		c := &r.Containers[i]
-		add(TaskType{Count: c.Count, Exclusive: c.Exclusive, Milli: c.Milli, MemoryMiB: c.MemoryMiB, Selector: c.Selector()})
+		host := Host{CPUMilli: r.Host.CPUMilli / k, MemoryMiB: r.Host.MemoryMiB / k}
+		t := TaskType{Count: c.Count, Exclusive: c.Exclusive, Milli: c.Milli, MemoryMiB: c.MemoryMiB, Selector: c.Selector()}
+		add(fmt.Sprintf("%d/%t/%d/%d/%d/%s", t.Count, t.Exclusive, t.Milli, t.MemoryMiB, host.CPUMilli, selectorKey(t.Selector)), t, host)
 	}
 	l.seen++
 	// Publish often at first, then every 10% more observations.
@@ -217,19 +223,28 @@ func (l *workloadLearner) snapshot() *Workload {
 	return l.snapshotLocked()
 }
 
-// snapshotLocked publishes the most popular types that together make up
-// learnedCoverage of what was seen (FGD's "typical pods"), at most
-// maxLearnedTypes of them.
+// snapshotLocked publishes the most popular device types that together make
+// up learnedCoverage of the device containers seen (FGD's "typical pods"),
+// at most maxLearnedTypes of them, and the type of the pods without devices.
+// Cutting device types apart keeps them in the mix however many pods without
+// devices there are.
 func (l *workloadLearner) snapshotLocked() *Workload {
-	all := make([]TaskType, 0, len(l.counts))
-	var total float64
-	for _, c := range l.counts {
+	var (
+		devices []TaskType
+		total   float64
+		out     []TaskType
+	)
+	for key, c := range l.counts {
 		t := c.TaskType
-		t.Host.MemoryMiB = int64(c.memoryMiB / c.Weight)
-		all = append(all, t)
+		t.Host = Host{CPUMilli: int64(c.cpuMilli / c.Weight), MemoryMiB: int64(c.memoryMiB / c.Weight)}
+		if key == noDevicesKey {
+			out = append(out, t)
+			continue
+		}
+		devices = append(devices, t)
 		total += t.Weight
 	}
-	slices.SortFunc(all, func(a, b TaskType) int {
+	byWeight := func(a, b TaskType) int {
 		if a.Weight != b.Weight {
 			if a.Weight > b.Weight {
 				return -1
@@ -237,16 +252,19 @@ func (l *workloadLearner) snapshotLocked() *Workload {
 			return 1
 		}
 		return strings.Compare(fmt.Sprint(a), fmt.Sprint(b))
-	})
+	}
+	slices.SortFunc(devices, byWeight)
 	var covered float64
-	for i, t := range all {
+	for i, t := range devices {
 		covered += t.Weight
 		if covered >= learnedCoverage*total || i+1 == maxLearnedTypes {
-			all = all[:i+1]
+			devices = devices[:i+1]
 			break
 		}
 	}
-	w, err := NewWorkload(all)
+	out = append(out, devices...)
+	slices.SortFunc(out, byWeight)
+	w, err := NewWorkload(out)
 	if err != nil {
 		panic(fmt.Sprintf("learned workload is invalid: %v", err)) // counts are positive: a bug
 	}

@@ -75,7 +75,7 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	}
 	if !objects.WantsDevices(pod) {
 		_, err := fmt.Fprintf(w, "Pod %s/%s asks for no GPUs: kubegpu-scheduler prefers nodes without GPUs for it, then GPU nodes\n"+
-			"where it leaves the fewest idle GPUs (podsWithoutDevices: Score), or leaves it to the other scorers (Ignore).\n", ns, name)
+			"by its node policy (podsWithoutDevices: Score), or leaves it to the other scorers (Ignore).\n", ns, name)
 		return err
 	}
 	req, err := objects.PodRequest(pod)
@@ -109,7 +109,8 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		}
 	}
 	fmt.Fprintln(w)
-	// The workload mix the scheduler learns: the pods running now.
+	// The workload mix the scheduler learns, approximated by the pods
+	// running now: those with devices, and those without on device nodes.
 	for _, list := range s.pods {
 		for _, pa := range list {
 			if pr, err := objects.PodRequest(pa.pod); err == nil {
@@ -117,6 +118,17 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 				if rr, err := engine.NewRequest(pr, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}); err == nil {
 					engine.Observe(rr)
 				}
+			}
+		}
+	}
+	for _, n := range s.nodes {
+		if !n.hasInventory() {
+			continue
+		}
+		for _, p := range s.withoutDevices[n.name] {
+			cpu, mem := objects.HostRequest(p)
+			if rr, err := engine.NewRequest(types.PodRequest{}, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}); err == nil {
+				engine.Observe(rr)
 			}
 		}
 	}

@@ -26,6 +26,9 @@ type clusterState struct {
 	// requested maps a node name to the CPU and memory its bound pods ask
 	// for, all of them, as the scheduler counts them.
 	requested map[string]host
+	// withoutDevices maps a node name to its bound pods that ask for no
+	// devices.
+	withoutDevices map[string][]*corev1.Pod
 }
 
 // host is CPU (millicores) and memory (MiB).
@@ -67,7 +70,7 @@ func loadState(ctx context.Context, client kubernetes.Interface) (*clusterState,
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	s := &clusterState{pods: map[string][]podAllocation{}, requested: map[string]host{}}
+	s := &clusterState{pods: map[string][]podAllocation{}, requested: map[string]host{}, withoutDevices: map[string][]*corev1.Pod{}}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		inv, err := objects.NodeInventory(n)
@@ -80,6 +83,10 @@ func loadState(ctx context.Context, client kubernetes.Interface) (*clusterState,
 		cpu, mem := objects.HostRequest(p)
 		r := s.requested[p.Spec.NodeName]
 		s.requested[p.Spec.NodeName] = host{r.cpuMilli + cpu, r.memoryMiB + mem}
+		if !objects.WantsDevices(p) {
+			s.withoutDevices[p.Spec.NodeName] = append(s.withoutDevices[p.Spec.NodeName], p)
+			continue
+		}
 		a, err := objects.PodAllocation(p)
 		if err != nil || a.Node != p.Spec.NodeName {
 			continue // holds no devices the scheduler counts

@@ -65,6 +65,9 @@ type deviceCache struct {
 
 	shapeMu sync.Mutex
 	shapes  map[string]uint32
+	// shapeEpoch counts the times the shape table was full and started
+	// over; memo results of an older epoch are not reused.
+	shapeEpoch uint64
 }
 
 // nodeState is one node's devices and heartbeat.
@@ -94,6 +97,8 @@ type filterMemo struct {
 	mu       sync.Mutex
 	version  uint64
 	workload *devicescheduler.Workload
+	// epoch is the shape table's epoch the results' shapes belong to.
+	epoch uint64
 	// capacity and free are the node's host resources the results were
 	// computed for.
 	capacity, free devicescheduler.Host
@@ -108,7 +113,7 @@ type memoResult struct {
 }
 
 // Bounds of the memo: request shapes remembered per node version, and
-// shapes numbered per process (beyond it, requests are not remembered).
+// shapes numbered at a time (beyond it, numbering starts over).
 const (
 	maxMemoShapes = 8
 	maxShapeIDs   = 1 << 14
@@ -119,7 +124,9 @@ type evalInput struct {
 	request *devicescheduler.Request
 	// shape numbers the request's shape (0: not remembered): pods of equal
 	// shapes fit and score the same on a node in a given state.
-	shape    uint32
+	shape uint32
+	// epoch is the shape table's epoch that numbered shape.
+	epoch    uint64
 	workload *devicescheduler.Workload
 	now      time.Time
 }
@@ -128,12 +135,18 @@ type evalInput struct {
 func (c *deviceCache) evalInput(key string, r *devicescheduler.Request) evalInput {
 	c.shapeMu.Lock()
 	id, ok := c.shapes[key]
-	if !ok && len(c.shapes) < maxShapeIDs {
+	if !ok {
+		if len(c.shapes) == maxShapeIDs {
+			// Full: start over rather than stop remembering new shapes.
+			clear(c.shapes)
+			c.shapeEpoch++
+		}
 		id = uint32(len(c.shapes) + 1)
 		c.shapes[key] = id
 	}
+	epoch := c.shapeEpoch
 	c.shapeMu.Unlock()
-	return evalInput{request: r, shape: id, workload: c.engine.Workload(), now: c.now()}
+	return evalInput{request: r, shape: id, epoch: epoch, workload: c.engine.Workload(), now: c.now()}
 }
 
 // podState is what one pod holds, or is assumed to hold.
@@ -449,13 +462,16 @@ func (c *deviceCache) evaluate(name string, in *evalInput, capacity, free device
 // evaluateHostOnly scores node name for a pod without devices, r holding
 // only the pod's CPU and memory. The node's heartbeat does not matter: the
 // pod takes no devices, and its score only weighs the idle devices beside
-// it. errNoInventory means the node has no usable devices.
+// it. errNoInventory means the node publishes no devices.
 func (c *deviceCache) evaluateHostOnly(name string, in *evalInput, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	ns, ok := c.nodes[name]
-	if !ok || ns.devices == nil {
+	switch {
+	case !ok || (ns.devices == nil && !ns.hasInventory):
 		return 0, errNoInventory
+	case ns.devices == nil:
+		return 0, ns.err // devices published but unusable: not a node without devices
 	}
 	return c.evaluateLocked(ns, in, capacity, free, p)
 }
@@ -466,8 +482,15 @@ func (c *deviceCache) evaluateLocked(ns *nodeState, in *evalInput, capacity, fre
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	version := ns.devices.Version()
-	if m.version != version || m.workload != in.workload || m.capacity != capacity || m.free != free {
+	stale := m.version != version || m.workload != in.workload || m.capacity != capacity || m.free != free
+	if in.shape != 0 && m.epoch != in.epoch {
+		stale = true
+	}
+	if stale {
 		m.version, m.workload, m.capacity, m.free, m.n = version, in.workload, capacity, free, 0
+		if in.shape != 0 {
+			m.epoch = in.epoch
+		}
 	}
 	for i := 0; i < m.n && in.shape != 0; i++ {
 		if m.results[i].shape == in.shape {
@@ -485,6 +508,14 @@ func (c *deviceCache) evaluateLocked(ns *nodeState, in *evalInput, capacity, fre
 		m.n = min(m.n+1, maxMemoShapes)
 	}
 	return res.score, res.err
+}
+
+// hasDevices reports whether node name publishes devices.
+func (c *deviceCache) hasDevices(name string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	ns, ok := c.nodes[name]
+	return ok && (ns.devices != nil || ns.hasInventory)
 }
 
 // usable says why a node gets no new GPU pods, or nil; must hold c.mu.
@@ -506,7 +537,10 @@ func (c *deviceCache) usableAt(ns *nodeState, now time.Time) error {
 // reserve chooses pod uid's devices on node name afresh and assumes them, in
 // one step under the write lock, so that concurrent cycles never hand out the
 // same device twice.
-func (c *deviceCache) reserve(pod *corev1.Pod, name string, r *devicescheduler.Request) (types.PodAllocation, error) {
+//
+// capacity and free are the node's host resources as Filter and Score saw
+// them, so that the devices chosen are those the node was scored for.
+func (c *deviceCache) reserve(pod *corev1.Pod, name string, r *devicescheduler.Request, capacity, free devicescheduler.Host) (types.PodAllocation, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ns, ok := c.nodes[name]
@@ -517,7 +551,7 @@ func (c *deviceCache) reserve(pod *corev1.Pod, name string, r *devicescheduler.R
 		return types.PodAllocation{}, err
 	}
 	var p devicescheduler.Placement
-	if err := c.engine.Evaluate(ns.devices, r, &p); err != nil {
+	if err := c.engine.EvaluateHost(ns.devices, r, capacity, free, &p); err != nil {
 		return types.PodAllocation{}, err
 	}
 	c.forgetLocked(pod.UID)

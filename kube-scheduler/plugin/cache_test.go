@@ -135,14 +135,14 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	}
 
 	a, b := testPod("a"), testPod("b")
-	allocA, err := c.reserve(a, "n1", r)
+	allocA, err := c.reserve(a, "n1", r, noHost, noHost)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.reserve(b, "n1", r); err != nil {
+	if _, err := c.reserve(b, "n1", r, noHost, noHost); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.reserve(testPod("c"), "n1", r); err == nil {
+	if _, err := c.reserve(testPod("c"), "n1", r, noHost, noHost); err == nil {
 		t.Fatal("a third 4-GPU pod was reserved on an 8-GPU node")
 	}
 	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
@@ -169,7 +169,7 @@ func TestCacheIgnoresForgedAndMismatched(t *testing.T) {
 	logger := klog.Background()
 	c.updateNode(logger, testNode(t, "n1", "dgx1"))
 	c.updateLease(testLease("n1", testNow))
-	alloc, err := c.reserve(testPod("x"), "n1", wholeRequest(t, c, 8))
+	alloc, err := c.reserve(testPod("x"), "n1", wholeRequest(t, c, 8), noHost, noHost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestCacheRebuildsTheSameState(t *testing.T) {
 	for i, r := range []*devicescheduler.Request{wholeRequest(t, ref, 2), slice, slice, wholeRequest(t, ref, 1), wholeRequest(t, ref, 4)} {
 		pod := testPod(string(rune('a' + i)))
 		node := []string{"n1", "n2"}[i%2]
-		alloc, err := ref.reserve(pod, node, r)
+		alloc, err := ref.reserve(pod, node, r, noHost, noHost)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +269,7 @@ func TestCacheNodeChanges(t *testing.T) {
 
 	c.updateNode(logger, testNode(t, "n2", "t4x4"))
 	c.updateLease(testLease("n2", testNow))
-	alloc, err := c.reserve(testPod("a"), "n2", wholeRequest(t, c, 2))
+	alloc, err := c.reserve(testPod("a"), "n2", wholeRequest(t, c, 2), noHost, noHost)
 	if err != nil {
 		t.Fatal(err)
 	}

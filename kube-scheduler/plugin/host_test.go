@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -98,10 +100,15 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 		c.updateLease(testLease(name, testNow))
 		infos = append(infos, nodeInfo(n))
 	}
-	if _, err := c.reserve(testPod("gpus"), "busy", wholeRequest(t, c, 3)); err != nil {
+	if _, err := c.reserve(testPod("gpus"), "busy", wholeRequest(t, c, 3), noHost, noHost); err != nil {
 		t.Fatal(err)
 	}
 	infos = append(infos, nodeInfo(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu-only"}}))
+	// A node whose devices are published but unusable is no node without
+	// devices: it ranks last.
+	broken := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "broken", Annotations: map[string]string{kubeinterface.AnnotationInventory: "{"}}}
+	c.updateNode(logger, broken)
+	infos = append(infos, nodeInfo(broken))
 
 	pod := testPod("web")
 	pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: resources("2", "4Gi")}}
@@ -130,10 +137,17 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 				}
 				scores[ni.Node().Name] = s
 			}
-			if scores["cpu-only"] <= scores["busy"] || scores["busy"] <= scores["idle"] {
-				t.Errorf("scores %v; want cpu-only > busy (1 idle GPU) > idle (4)", scores)
+			if scores["cpu-only"] <= scores["busy"] || scores["busy"] <= scores["idle"] || scores["idle"] <= scores["broken"] {
+				t.Errorf("scores %v; want cpu-only > busy (1 idle GPU) > idle (4) > broken", scores)
 			}
-			// Reserve holds nothing for it, and the mix learns it.
+			// Reserve holds nothing for it. The mix learns it only on a
+			// node with devices, where it competes with them.
+			if st := p.Reserve(context.Background(), cs, pod, "cpu-only"); !st.IsSuccess() {
+				t.Errorf("Reserve = %v", st)
+			}
+			if ts := c.engine.Workload().Types(); len(ts) != 0 {
+				t.Errorf("learned %+v from a pod on a node without devices", ts)
+			}
 			if st := p.Reserve(context.Background(), cs, pod, "busy"); !st.IsSuccess() {
 				t.Errorf("Reserve = %v", st)
 			}
@@ -141,5 +155,28 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 				t.Errorf("learned mix %+v, want the pod's CPU-only type", ts)
 			}
 		})
+	}
+}
+
+// TestShapeTableStartsOver: a full shape table starts over, and a shape
+// number reused in the new epoch never returns an old shape's result.
+func TestShapeTableStartsOver(t *testing.T) {
+	c, _ := testCache(t)
+	c.updateNode(klog.Background(), testNode(t, "n1", "t4x4"))
+	c.updateLease(testLease("n1", testNow))
+	var p devicescheduler.Placement
+	tooBig := c.evalInput("8 GPUs", wholeRequest(t, c, 8))
+	if _, err := c.evaluate("n1", &tooBig, noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
+		t.Fatalf("8 GPUs on a T4x4: %v, want ErrDoesNotFit", err)
+	}
+	for i := len(c.shapes); i < maxShapeIDs; i++ {
+		c.evalInput(fmt.Sprint("filler-", i), nil)
+	}
+	one := c.evalInput("1 GPU", wholeRequest(t, c, 1))
+	if one.shape != tooBig.shape || one.epoch == tooBig.epoch {
+		t.Fatalf("after the table filled: shape %d epoch %d, want number %d again in a new epoch", one.shape, one.epoch, tooBig.shape)
+	}
+	if _, err := c.evaluate("n1", &one, noHost, noHost, &p); err != nil {
+		t.Errorf("1 GPU on an idle T4x4: %v (an old epoch's result?)", err)
 	}
 }

@@ -17,14 +17,15 @@ import (
 func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	s := getState(cs)
 	if s == nil {
-		if h := getHostOnly(cs); h != nil {
-			// Pods without devices are part of the mix: they take the
-			// CPU and memory that idle devices need.
+		if h := getHostOnly(cs); h != nil && p.cache.hasDevices(nodeName) {
+			// Pods without devices on device nodes are part of the mix:
+			// they take the CPU and memory that idle devices need.
 			p.engine.Observe(h.eval.request)
 		}
 		return nil
 	}
-	alloc, err := p.cache.reserve(pod, nodeName, s.request)
+	capacity, free := p.reserveHost(ctx, nodeName)
+	alloc, err := p.cache.reserve(pod, nodeName, s.request, capacity, free)
 	if err != nil {
 		var nf *devicescheduler.NotFitError
 		if errors.As(err, &nf) {
@@ -36,6 +37,20 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	s.alloc = alloc
 	klog.FromContext(ctx).V(4).Info("Reserved devices", "pod", klog.KObj(pod), "node", nodeName, "allocation", alloc)
 	return nil
+}
+
+// reserveHost is the node's host resources in this cycle's snapshot, as
+// Filter and Score saw them; untracked (zero) without a snapshot.
+func (p *Plugin) reserveHost(ctx context.Context, nodeName string) (capacity, free devicescheduler.Host) {
+	if p.handle == nil {
+		return capacity, free
+	}
+	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Node not in the scheduling snapshot; choosing devices without its CPU and memory", "node", nodeName)
+		return capacity, free
+	}
+	return nodeHost(ni)
 }
 
 // Unreserve gives back the devices Reserve assumed.

@@ -39,7 +39,7 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni f
 	if err != nil {
 		// The node changed since Filter and the pod no longer fits:
 		// rank it last; Reserve will check again.
-		return math.MinInt32, nil
+		return math.MinInt64, nil
 	}
 	return score, nil
 }
@@ -58,9 +58,9 @@ func (p *Plugin) scoreHostOnly(h *hostOnlyState, ni fwk.NodeInfo) int64 {
 	case errors.Is(err, errNoInventory):
 		return noDevices
 	case err != nil:
-		// The engine counts less free than the scheduler did (a race with
-		// a pod being assumed): rank the node last.
-		return math.MinInt32
+		// Devices published but unusable, or the pod's CPU or memory
+		// does not fit: rank the node last.
+		return math.MinInt64
 	}
 	return score
 }
