@@ -56,15 +56,10 @@ type Node struct {
 	compat atomic.Pointer[compatCache]
 	mu     sync.Mutex // guards compat computation and fragCache
 	// version counts changes of state, keying fragCache.
-	version   uint64
+	version uint64
+	// fragCache is the node's fragmentation in its current state, with the
+	// host resources it tracks or those an EvaluateHost caller gave.
 	fragCache struct {
-		workload *Workload
-		version  uint64
-		value    float64
-	}
-	// hostFragCache is fragCache for the node's devices with host
-	// resources given by EvaluateHost's caller.
-	hostFragCache struct {
 		workload               *Workload
 		version                uint64
 		host                   Host

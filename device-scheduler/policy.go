@@ -108,12 +108,9 @@ func (f *fragPolicy) ScoreNode(n *Node, before, after *State, r *Request) int64 
 	w := f.engine.workload.Load()
 	compat := n.compatFor(w)
 	var fBefore float64
-	switch {
-	case before == &n.state:
-		fBefore = n.currentFragmentation(w, compat)
-	case before.hostView:
-		fBefore = n.hostViewFragmentation(w, compat, before)
-	default:
+	if before == &n.state || before.hostView {
+		fBefore = n.currentFragmentation(w, compat, before)
+	} else {
 		fBefore = fragmentation(n, w, compat, before)
 	}
 	increase := fragmentation(n, w, compat, after) - fBefore
@@ -133,25 +130,13 @@ func fragBucket(increase float64) int64 {
 	return int64(fragBuckets / (1 + math.Exp(increase/1000)))
 }
 
-// currentFragmentation is the node's fragmentation now, cached until its
-// state or the workload changes.
-func (n *Node) currentFragmentation(w *Workload, compat []uint64) float64 {
+// currentFragmentation is the fragmentation of s, the node's current state
+// (its own, or with host resources given by an EvaluateHost caller), cached
+// until the state, the host resources or the workload change.
+func (n *Node) currentFragmentation(w *Workload, compat []uint64, s *State) float64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	c := &n.fragCache
-	if c.workload != w || c.version != n.version {
-		c.workload, c.version, c.value = w, n.version, fragmentation(n, w, compat, &n.state)
-	}
-	return c.value
-}
-
-// hostViewFragmentation is the fragmentation of s, the node's current
-// state with host resources given by an EvaluateHost caller, cached until
-// the state, the host resources or the workload change.
-func (n *Node) hostViewFragmentation(w *Workload, compat []uint64, s *State) float64 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	c := &n.hostFragCache
 	if c.workload != w || c.version != n.version || c.host != s.Host || c.cpuTracked != s.cpuTracked || c.memTracked != s.memTracked {
 		c.workload, c.version, c.host, c.cpuTracked, c.memTracked = w, n.version, s.Host, s.cpuTracked, s.memTracked
 		c.value = fragmentation(n, w, compat, s)
