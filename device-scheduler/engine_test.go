@@ -432,19 +432,11 @@ func TestNewErrors(t *testing.T) {
 }
 
 func TestKubegpuPolicyNodeScores(t *testing.T) {
-	sp, _ := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
-	w, err := NewWorkload([]TaskType{
-		{Count: 1, Exclusive: true, Weight: 2},
-		{Count: 1, Milli: 500, Weight: 1},
-		{Count: 0, Host: Host{CPUMilli: 1000}, Weight: 1}, // CPU-only pods
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(Config{Plugins: []types.SchedulerPlugin{sp}, Workload: w})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, _ := mixEngine(t,
+		TaskType{Count: 1, Exclusive: true, Weight: 2},
+		TaskType{Count: 1, Milli: 500, Weight: 1},
+		TaskType{Count: 0, Host: Host{CPUMilli: 1000}, Weight: 1}, // CPU-only pods
+	)
 	topo, _ := simgpu.Preset("t4x4")
 	newNode := func(name string) *Node {
 		n, err := e.NewNode(name, simgpu.Inventory(topo, name), Host{CPUMilli: 32000, MemoryMiB: 65536})
@@ -536,16 +528,8 @@ func TestLearnedWorkload(t *testing.T) {
 // (or memory) per GPU than the mix goes where it leaves enough beside the
 // idle GPUs, although one pod of every type fits on either node.
 func TestKubegpuPolicyHostStranding(t *testing.T) {
-	sp, _ := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
 	// The mix: whole GPUs with 8 cores and 32 GiB each.
-	w, err := NewWorkload([]TaskType{{Count: 1, Exclusive: true, Host: Host{CPUMilli: 8000, MemoryMiB: 32768}, Weight: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(Config{Plugins: []types.SchedulerPlugin{sp}, Workload: w})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, w := mixEngine(t, TaskType{Count: 1, Exclusive: true, Host: Host{CPUMilli: 8000, MemoryMiB: 32768}, Weight: 1})
 	topo, _ := simgpu.Preset("t4x4")
 	score := func(name string, host, ask Host) int64 {
 		t.Helper()
@@ -690,4 +674,22 @@ func TestLearnedWorkloadKeepsDeviceTypes(t *testing.T) {
 	if ts := two.learner.snapshot().Types(); len(ts) != 1 || ts[0].Host != (Host{CPUMilli: 4000, MemoryMiB: 2048}) {
 		t.Errorf("a pod with two device containers learned as %+v, want one type with half its host request", ts)
 	}
+}
+
+// mixEngine is a kubegpu engine over simulated GPUs given the mix tts.
+func mixEngine(t *testing.T, tts ...TaskType) (*Engine, *Workload) {
+	t.Helper()
+	sp, err := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorkload(tts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Plugins: []types.SchedulerPlugin{sp}, Workload: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, w
 }

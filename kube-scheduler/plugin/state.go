@@ -29,17 +29,21 @@ type cycleState struct {
 func (s *cycleState) Clone() fwk.StateData { return s }
 
 // getState returns the cycle's state, or nil for a pod without devices.
-func getState(cs fwk.CycleState) *cycleState {
-	d, err := cs.Read(stateKey)
+func getState(cs fwk.CycleState) *cycleState { return readState[*cycleState](cs, stateKey) }
+
+// readState returns the cycle's data under key, or nil when there is none.
+func readState[T fwk.StateData](cs fwk.CycleState, key fwk.StateKey) T {
+	var zero T
+	d, err := cs.Read(key)
 	if err != nil {
-		return nil
+		return zero
 	}
-	s, _ := d.(*cycleState)
+	s, _ := d.(T)
 	return s
 }
 
 // hostOnlyKey keys the cycle data of a pod that asks for no devices, when
-// the plugin scores such pods: only PreScore and Score read it.
+// the plugin scores such pods: Score reads it, and Reserve to learn the pod.
 const hostOnlyKey fwk.StateKey = Name + "/host-only"
 
 // hostOnlyState is what Score evaluates for a pod without devices: its
@@ -53,10 +57,5 @@ func (s *hostOnlyState) Clone() fwk.StateData { return s }
 
 // getHostOnly returns the cycle's state for a pod without devices, or nil.
 func getHostOnly(cs fwk.CycleState) *hostOnlyState {
-	d, err := cs.Read(hostOnlyKey)
-	if err != nil {
-		return nil
-	}
-	s, _ := d.(*hostOnlyState)
-	return s
+	return readState[*hostOnlyState](cs, hostOnlyKey)
 }
