@@ -8,7 +8,7 @@ import (
 )
 
 // MaxContainers is the most containers with device requests one pod may have.
-const MaxContainers = 16
+const MaxContainers = types.MaxDeviceContainers
 
 // Container is one container's request, compiled.
 type Container struct {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // ErrInvalid is wrapped by every error that reports bad input: a malformed
@@ -18,21 +19,55 @@ type FieldError struct {
 	Container string
 	// Field is the annotation key, resource name or payload path.
 	Field string
-	// Value is the offending value as the user wrote it.
+	// Value is the offending value as the user wrote it; Error shows it
+	// with Quote.
 	Value string
 	// Want says what a valid value looks like, e.g. "an integer 1..100".
 	Want string
 }
 
-// Error reads like "container "train": kubegpu.io/gpu-cores must be an
-// integer 1..100, got 150".
+// Error reads like `container "train": kubegpu.io/gpu-cores must be an
+// integer 1..100, got "150"`.
 func (e *FieldError) Error() string {
 	var b strings.Builder
 	if e.Container != "" {
 		fmt.Fprintf(&b, "container %q: ", e.Container)
 	}
-	fmt.Fprintf(&b, "%s must be %s, got %q", e.Field, e.Want, e.Value)
+	fmt.Fprintf(&b, "%s must be %s, got %s", e.Field, e.Want, Quote(e.Value))
 	return b.String()
+}
+
+// MaxQuotedChars is the most characters of a value that an error message
+// quotes.
+const MaxQuotedChars = 64
+
+// Quote is how error messages show a value that a user or a node wrote: in
+// double quotes if it is printable ASCII, cut after MaxQuotedChars
+// characters (with its length) if it is longer, and only described if it
+// holds anything else. So no message, condition or log line carries a
+// terminal control sequence or a whole 250 KiB annotation. The shipped
+// admission policy builds the same text in CEL (deploy/admission), so that
+// kubectl and the scheduler say the same words.
+func Quote(v string) string {
+	n := utf8.RuneCountInString(v)
+	switch {
+	case !PrintableASCII(v):
+		return fmt.Sprintf("(%d characters, not all printable ASCII)", n)
+	case n > MaxQuotedChars:
+		return fmt.Sprintf("\"%s\"... (%d characters)", v[:MaxQuotedChars], n)
+	}
+	return `"` + v + `"`
+}
+
+// PrintableASCII reports whether every byte of s is a printable ASCII
+// character, space included.
+func PrintableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // Is makes errors.Is(err, ErrInvalid) true.

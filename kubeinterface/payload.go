@@ -168,10 +168,10 @@ func decode(value, key, kind string, hdr *header, out any) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader([]byte(value)))
 	if err := dec.Decode(out); err != nil {
-		return &FieldError{Field: key, Value: abbreviate(value), Want: "a JSON object (" + err.Error() + ")"}
+		return &FieldError{Field: key, Value: value, Want: "a JSON object (" + err.Error() + ")"}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &FieldError{Field: key, Value: abbreviate(value), Want: "a single JSON object"}
+		return &FieldError{Field: key, Value: value, Want: "a single JSON object"}
 	}
 	if hdr.APIVersion != types.SchemaVersion {
 		want := "apiVersion " + types.SchemaVersion

@@ -36,6 +36,10 @@ var PlacementPolicies = []PlacementPolicy{PlacementBinpack, PlacementSpread}
 // MaxComputePercent is a whole device's compute share.
 const MaxComputePercent = 100
 
+// MaxDeviceContainers is the most containers of one pod (init and regular
+// together) that may ask for devices.
+const MaxDeviceContainers = 16
+
 // Selector narrows which devices may serve a request. Empty lists do not
 // narrow. Models and UUIDs compare case-insensitively.
 type Selector struct {

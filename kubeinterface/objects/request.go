@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -13,12 +14,17 @@ import (
 	"github.com/kubegpu/kubegpu/types"
 )
 
-// Bounds of the values a container may ask for.
+// Bounds of what a pod may ask for. The shipped admission policy
+// (deploy/admission) checks the same bounds with the same words at creation.
 const (
 	// MaxDevicesPerContainer bounds nvidia.com/gpu.
 	MaxDevicesPerContainer = 64
 	// MaxSliceMemoryMiB bounds kubegpu.io/gpu-memory (1 TiB).
 	MaxSliceMemoryMiB = 1 << 20
+	// MaxListChars bounds each model or UUID list annotation.
+	MaxListChars = 4096
+	// MaxListEntries bounds the entries of each model or UUID list.
+	MaxListEntries = 64
 )
 
 // WantsDevices reports cheaply whether any container of the pod asks for
@@ -41,8 +47,11 @@ func WantsDevices(pod *corev1.Pod) bool {
 // PodRequest decodes what the pod asks for from its containers' limits and
 // its kubegpu.io annotations. A pod that asks for no GPUs gets an empty
 // request and no error, whatever its annotations say. Every problem found is
-// reported at once in an *kubeinterface.InvalidError, which wraps kubeinterface.ErrInvalid.
+// reported at once in an *kubeinterface.InvalidError, which wraps
+// kubeinterface.ErrInvalid.
 //
+// Its cost is linear in the size of the pod, and every value it accepts is
+// bounded (see MaxListChars and the other bounds), whatever the pod says.
 // An unset topology policy is left empty for the scheduler to default.
 func PodRequest(pod *corev1.Pod) (types.PodRequest, error) {
 	if !WantsDevices(pod) {
@@ -62,14 +71,22 @@ func PodRequest(pod *corev1.Pod) (types.PodRequest, error) {
 	var req types.PodRequest
 	topology := types.TopologyPolicy(parseEnum(c, pod.Annotations, kubeinterface.AnnotationTopology, types.TopologyPolicies))
 	req.Placement = types.PlacementPolicy(parseEnum(c, pod.Annotations, kubeinterface.AnnotationPlacement, types.PlacementPolicies))
-	for _, key := range slices.Sorted(maps.Keys(pod.Annotations)) {
+	var unknown []string
+	for key := range pod.Annotations {
 		if strings.HasPrefix(key, kubeinterface.Domain) && !userAnnotations[key] {
-			c.add("", "annotation "+key, pod.Annotations[key], "one of the annotations kubegpu knows ("+strings.Join(knownAnnotationList(), ", ")+")")
+			unknown = append(unknown, key)
 		}
+	}
+	slices.Sort(unknown)
+	for _, key := range unknown {
+		c.add("", "annotation "+key, pod.Annotations[key], "one of the annotations kubegpu knows ("+strings.Join(knownAnnotationList(), ", ")+")")
 	}
 
 	req.InitContainers = containerRequests(c, pod.Spec.InitContainers, sel, topology)
 	req.Containers = containerRequests(c, pod.Spec.Containers, sel, topology)
+	if n := len(req.InitContainers) + len(req.Containers); n > types.MaxDeviceContainers {
+		c.add("", "the number of containers asking for GPUs", fmt.Sprint(n), fmt.Sprintf("at most %d", types.MaxDeviceContainers))
+	}
 	if err := c.err(); err != nil {
 		return types.PodRequest{}, err
 	}
@@ -149,21 +166,42 @@ func integer(q resource.Quantity) (int64, bool) {
 }
 
 // parseList splits a comma-separated annotation into its trimmed entries,
-// dropping repeats.
+// dropping repeats (compared case-insensitively, the first spelling kept).
+// A list is at most MaxListChars characters of printable ASCII with at most
+// MaxListEntries entries, none empty; the first rule broken is reported and
+// the list is dropped.
 func parseList(c *collector, annotations map[string]string, key string) []string {
 	value, ok := annotations[key]
 	if !ok {
 		return nil
 	}
-	var out []string
-	for _, part := range strings.Split(value, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			c.add("", "annotation "+key, value, "a comma-separated list with no empty entries")
+	field := "annotation " + key
+	switch {
+	case utf8.RuneCountInString(value) > MaxListChars:
+		c.add("", field, value, fmt.Sprintf("a comma-separated list of at most %d characters", MaxListChars))
+		return nil
+	case !kubeinterface.PrintableASCII(value):
+		c.add("", field, value, "a comma-separated list of printable ASCII entries")
+		return nil
+	}
+	parts := strings.Split(value, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+		if parts[i] == "" {
+			c.add("", field, value, "a comma-separated list with no empty entries")
 			return nil
 		}
-		if !slices.ContainsFunc(out, func(s string) bool { return strings.EqualFold(s, part) }) {
-			out = append(out, part)
+	}
+	if len(parts) > MaxListEntries {
+		c.add("", field, value, fmt.Sprintf("a comma-separated list of at most %d entries", MaxListEntries))
+		return nil
+	}
+	seen := make(map[string]bool, len(parts))
+	out := parts[:0]
+	for _, p := range parts {
+		if l := strings.ToLower(p); !seen[l] {
+			seen[l] = true
+			out = append(out, p)
 		}
 	}
 	return out
@@ -171,11 +209,16 @@ func parseList(c *collector, annotations map[string]string, key string) []string
 
 // checkDisjoint reports entries that are both included and excluded.
 func checkDisjoint(c *collector, includeKey string, include, exclude []string) {
+	if len(include) == 0 || len(exclude) == 0 {
+		return
+	}
+	excluded := make(map[string]bool, len(exclude))
+	for _, ex := range exclude {
+		excluded[strings.ToLower(ex)] = true
+	}
 	for _, in := range include {
-		for _, ex := range exclude {
-			if strings.EqualFold(in, ex) {
-				c.add("", "annotation "+includeKey, in, "disjoint from the matching -exclude annotation")
-			}
+		if excluded[strings.ToLower(in)] {
+			c.add("", "annotation "+includeKey, in, "disjoint from the matching -exclude annotation")
 		}
 	}
 }

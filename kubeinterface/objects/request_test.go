@@ -2,6 +2,7 @@ package objects
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -158,6 +159,42 @@ func TestPodRequestErrors(t *testing.T) {
 			name: "slice without count",
 			pod:  pod(nil, container("train", cores, "20")),
 			want: []string{`container "train": nvidia.com/gpu must be set to the number of slices (usually 1) when kubegpu.io/gpu-cores is set, got ""`},
+		},
+		{
+			name: "list too long, quoted by its prefix",
+			pod:  pod(map[string]string{kubeinterface.AnnotationModelInclude: strings.Repeat("A100,", 1000)}, container("train", gpu, "1")),
+			want: []string{`annotation kubegpu.io/gpu-model-include must be a comma-separated list of at most 4096 characters, got "` +
+				strings.Repeat("A100,", 12) + `A100"... (5000 characters)`},
+		},
+		{
+			name: "list with too many entries",
+			pod: pod(map[string]string{kubeinterface.AnnotationUUIDExclude: func() string {
+				var l []string
+				for i := 0; i < 65; i++ {
+					l = append(l, fmt.Sprintf("GPU-%d", i))
+				}
+				return strings.Join(l, ",")
+			}()}, container("train", gpu, "1")),
+			want: []string{`annotation kubegpu.io/gpu-uuid-exclude must be a comma-separated list of at most 64 entries, got "GPU-0,GPU-1,GPU-2,GPU-3,GPU-4,GPU-5,GPU-6,GPU-7,GPU-8,GPU-9,GPU-"... (444 characters)`},
+		},
+		{
+			name: "terminal escape in a list is described, not echoed",
+			pod:  pod(map[string]string{kubeinterface.AnnotationModelInclude: "T4\x1b[2J", kubeinterface.AnnotationTopology: "\u202erequired"}, container("train", gpu, "1")),
+			want: []string{
+				`annotation kubegpu.io/gpu-model-include must be a comma-separated list of printable ASCII entries, got (6 characters, not all printable ASCII)`,
+				`annotation kubegpu.io/topology must be one of required, preferred, none, got (9 characters, not all printable ASCII)`,
+			},
+		},
+		{
+			name: "too many containers with gpus",
+			pod: func() *corev1.Pod {
+				var cs []corev1.Container
+				for i := 0; i < 17; i++ {
+					cs = append(cs, container(fmt.Sprintf("c%d", i), gpu, "1"))
+				}
+				return pod(nil, cs...)
+			}(),
+			want: []string{`the number of containers asking for GPUs must be at most 16, got "17"`},
 		},
 		{
 			name: "bad annotations all reported",
