@@ -254,6 +254,7 @@ replace k8s.io/streaming => k8s.io/streaming v0.36.3
 
 tool (
 	k8s.io/kubernetes/cmd/kube-apiserver
+	k8s.io/kubernetes/cmd/kube-controller-manager
 	k8s.io/kubernetes/cmd/kube-scheduler
 	k8s.io/kubernetes/cmd/kubelet
 )

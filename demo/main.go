@@ -1,10 +1,16 @@
 // Command demo runs kubegpu end to end on loopback in a temporary
-// directory: etcd and kube-apiserver, kubegpu-scheduler as the only
-// scheduler, and simulated GPU nodes (kubegpu-crishim advertisers with the
-// simgpu module: 2 × DGX-1, 1 × DGX H100, 2 × 4-T4 box). It applies the
-// pods in examples/, waits until each is placed or refused, prints the
-// cluster's GPUs and why the pod that cannot fit is pending, and tears
-// everything down. `make demo` runs it; KEEP=1 leaves the cluster running.
+// directory, on a control plane configured as in production (etcd,
+// kube-apiserver with Node and RBAC authorization, NodeRestriction and the
+// default admission plugins, kube-controller-manager): it installs kubegpu's
+// RBAC and admission policies as cluster-admin, then runs every component
+// with its own identity: kubegpu-scheduler as the only scheduler
+// (system:kube-scheduler), simulated GPU nodes (kubegpu-crishim advertisers
+// with the simgpu module, 2 × DGX-1, 1 × DGX H100, 2 × 4-T4 box, each with
+// its node's credentials and a simulated kubelet renewing its Lease) and a
+// real node (kubelet -> kubegpu-crishim -> containerd). A tenant applies
+// the pods in examples/; the CLI, bound to the read-only kubegpu-viewer
+// role, prints the cluster's GPUs and why the pod that cannot fit is
+// pending. `make demo` runs it; KEEP=1 leaves the cluster running.
 package main
 
 import (
@@ -25,6 +31,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
@@ -94,8 +101,9 @@ func run(ctx context.Context, o options) (err error) {
 		runCtx = ctx
 	}
 
-	step("Starting etcd and kube-apiserver on loopback (in %s)", dir)
-	c, err = localcluster.Start(runCtx, localcluster.Options{Dir: dir, APIServer: filepath.Join(o.binDir, "kube-apiserver")})
+	step("Starting etcd, kube-apiserver and kube-controller-manager on loopback (in %s)", dir)
+	c, err = localcluster.Start(runCtx, localcluster.Options{Dir: dir, APIServer: filepath.Join(o.binDir, "kube-apiserver"),
+		ControllerManager: filepath.Join(o.binDir, "kube-controller-manager")})
 	if err != nil {
 		return err
 	}
@@ -103,28 +111,35 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
+	step("Installing kubegpu's RBAC and admission policies (cluster-admin)")
+	ids, err := install(runCtx, c)
+	if err != nil {
+		return err
+	}
 
-	step("Starting kubegpu-scheduler (upstream kube-scheduler + the KubeGPU plugin)")
-	p, err := startScheduler(runCtx, c, o, keyFile)
+	step("Starting kubegpu-scheduler (upstream kube-scheduler + the KubeGPU plugin) as %s", localcluster.SchedulerUser)
+	p, err := startScheduler(runCtx, c, o, ids.scheduler, keyFile)
 	if err != nil {
 		return err
 	}
 	procs = append(procs, p)
 
-	step("Starting %d simulated GPU nodes: kubegpu-crishim with the simgpu module", len(simNodes))
+	step("Starting %d simulated GPU nodes: kubegpu-crishim with the simgpu module, each with its node's credentials", len(simNodes))
 	for _, n := range simNodes {
-		if err := c.RegisterNode(runCtx, n.name, localcluster.NodeCapacity("64", "512Gi", 110)); err != nil {
+		k, err := c.StartSimKubelet(runCtx, localcluster.SimKubeletOptions{Node: n.name, Capacity: localcluster.NodeCapacity("64", "512Gi", 110)})
+		if err != nil {
 			return err
 		}
+		defer k.Pause()
 		p, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-crishim-"+n.name+".log"), filepath.Join(o.binDir, "kubegpu-crishim"),
 			"--node-name="+n.name, "--plugin-dir="+o.pluginDir, "--plugin-option=simgpu.preset="+n.preset,
 			"--listen="+filepath.Join(dir, n.name+".sock"), "--runtime-endpoint=unix://"+filepath.Join(dir, "no-runtime.sock"),
-			"--allocation-key="+pubFile, "--kubeconfig="+c.Kubeconfig, "--interval=5s")
+			"--allocation-key="+pubFile, "--kubeconfig="+k.Identity.Kubeconfig, "--interval=5s")
 		if err != nil {
 			return err
 		}
 		procs = append(procs, p)
-		fmt.Printf("    %-10s %s\n", n.name, n.preset)
+		fmt.Printf("    %-10s %-9s as %s\n", n.name, n.preset, k.Identity.User)
 	}
 
 	step("Starting a real node: kubelet -> kubegpu-crishim -> containerd + runc (4 simulated T4s)")
@@ -133,38 +148,39 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := waitForInventories(runCtx, c, len(simNodes)+1); err != nil {
+	if err := waitForInventories(runCtx, ids.viewer, len(simNodes)+1); err != nil {
 		return err
 	}
 
-	step("Applying %s/", o.examples)
-	pods, err := applyExamples(runCtx, c, o.examples)
+	step("Applying %s/ as the tenant %s (bound to the edit role in %s)", o.examples, ids.tenant.User, metav1.NamespaceDefault)
+	pods, err := applyExamples(runCtx, ids.tenant, o.examples)
 	if err != nil {
 		return err
 	}
-	pending, err := waitForPods(runCtx, c, pods)
+	pending, err := waitForPods(runCtx, ids.viewer, pods)
 	if err != nil {
 		return err
 	}
 
-	step("kubegpu gpus")
-	if err := kubegpu(runCtx, o, c, "gpus"); err != nil {
+	step("kubegpu gpus (as %s, bound to the read-only kubegpu-viewer role)", ids.viewer.User)
+	if err := kubegpu(runCtx, o, ids.viewer, pubFile, "gpus"); err != nil {
 		return err
 	}
 	for _, name := range pending {
 		step("kubegpu explain %s", name)
-		if err := kubegpu(runCtx, o, c, "explain", name); err != nil {
+		if err := kubegpu(runCtx, o, ids.viewer, pubFile, "explain", name); err != nil {
 			return err
 		}
 	}
 	step("The container on the real node: its env (the pod asked for NVIDIA_VISIBLE_DEVICES=all)")
-	if err := showEnv(runCtx, c, real, "show-my-gpus"); err != nil {
+	if err := showEnv(runCtx, ids.viewer, real, "show-my-gpus"); err != nil {
 		return err
 	}
 	fmt.Printf("\nDemo ran in %s.\n", time.Since(start).Round(time.Second))
 	if o.keep {
 		step("The cluster keeps running; Ctrl-C ends it")
-		fmt.Printf("    export KUBECONFIG=%s\n    %s/kubegpu gpus\n", c.Kubeconfig, o.binDir)
+		fmt.Printf("    export KUBECONFIG=%s   # the tenant; cluster-admin: %s\n    %s/kubegpu --kubeconfig %s --allocation-key %s gpus\n",
+			ids.tenant.Kubeconfig, c.Kubeconfig, o.binDir, ids.viewer.Kubeconfig, pubFile)
 		<-ctx.Done()
 	}
 	return nil
@@ -190,9 +206,63 @@ func writeKeys(dir string) (private, public string, err error) {
 	return private, public, os.WriteFile(public, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600)
 }
 
-func startScheduler(ctx context.Context, c *localcluster.Cluster, o options, keyFile string) (*localcluster.Process, error) {
+// identities are the demo's users besides cluster-admin.
+type identities struct {
+	scheduler, viewer, tenant *localcluster.Identity
+}
+
+// demoTenant and demoViewer are the demo's people.
+const (
+	demoTenant = "demo-tenant"
+	demoViewer = "demo-viewer"
+)
+
+// install applies kubegpu's shipped RBAC and admission policies, binds the
+// CLI's read-only role to the viewer and the built-in edit role in the
+// default namespace to the tenant: what an operator installs.
+func install(ctx context.Context, c *localcluster.Cluster) (identities, error) {
+	if err := c.Apply(ctx, "kube-scheduler/deploy/rbac.yaml", "cli/deploy/rbac.yaml", "deploy/admission/kubegpu-policies.yaml"); err != nil {
+		return identities{}, err
+	}
+	rb := rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: demoTenant},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: demoTenant}},
+	}
+	if _, err := c.Client.RbacV1().RoleBindings(metav1.NamespaceDefault).Create(ctx, &rb, metav1.CreateOptions{}); err != nil {
+		return identities{}, err
+	}
+	crb := rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubegpu-viewer-" + demoViewer},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubegpu-viewer"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: demoViewer}},
+	}
+	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &crb, metav1.CreateOptions{}); err != nil {
+		return identities{}, err
+	}
+	var ids identities
+	var err error
+	if ids.scheduler, err = c.Identity(localcluster.SchedulerUser); err != nil {
+		return ids, err
+	}
+	if ids.viewer, err = c.Identity(demoViewer); err != nil {
+		return ids, err
+	}
+	if ids.tenant, err = c.Identity(demoTenant); err != nil {
+		return ids, err
+	}
+	// RBAC's cache takes a moment to see the new bindings.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err1 := ids.tenant.Client.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{Limit: 1})
+		_, err2 := ids.viewer.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
+		return err1 == nil && err2 == nil, nil
+	})
+	return ids, err
+}
+
+func startScheduler(ctx context.Context, c *localcluster.Cluster, o options, id *localcluster.Identity, keyFile string) (*localcluster.Process, error) {
 	// The shipped configuration, pointed at this cluster.
-	config, err := c.ShippedSchedulerConfig("kube-scheduler/config/kubegpu-scheduler.yaml", mustAbs(o.pluginDir), keyFile, 200)
+	config, err := c.ShippedSchedulerConfig("kube-scheduler/config/kubegpu-scheduler.yaml", id.Kubeconfig, mustAbs(o.pluginDir), keyFile, 200)
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +281,7 @@ func mustAbs(p string) string {
 	return a
 }
 
-func waitForInventories(ctx context.Context, c *localcluster.Cluster, want int) error {
+func waitForInventories(ctx context.Context, c *localcluster.Identity, want int) error {
 	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -227,8 +297,8 @@ func waitForInventories(ctx context.Context, c *localcluster.Cluster, want int) 
 	})
 }
 
-// applyExamples creates every pod in the YAML files of dir.
-func applyExamples(ctx context.Context, c *localcluster.Cluster, dir string) ([]string, error) {
+// applyExamples creates every pod in the YAML files of dir, as tenant.
+func applyExamples(ctx context.Context, tenant *localcluster.Identity, dir string) ([]string, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		return nil, fmt.Errorf("no example pods in %s", dir)
@@ -245,7 +315,7 @@ func applyExamples(ctx context.Context, c *localcluster.Cluster, dir string) ([]
 			if err := yaml.UnmarshalStrict([]byte(doc), &pod); err != nil {
 				return nil, fmt.Errorf("%s: document %d: %w", f, i+1, err)
 			}
-			if _, err := c.Client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, &pod, metav1.CreateOptions{}); err != nil {
+			if _, err := tenant.Client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, &pod, metav1.CreateOptions{}); err != nil {
 				return nil, fmt.Errorf("%s: create pod %s: %w", f, pod.Name, err)
 			}
 			fmt.Printf("    pod/%s created (%s)\n", pod.Name, filepath.Base(f))
@@ -257,7 +327,7 @@ func applyExamples(ctx context.Context, c *localcluster.Cluster, dir string) ([]
 
 // waitForPods waits until every pod is bound or refused, and returns the
 // refused ones.
-func waitForPods(ctx context.Context, c *localcluster.Cluster, names []string) ([]string, error) {
+func waitForPods(ctx context.Context, c *localcluster.Identity, names []string) ([]string, error) {
 	var pending []string
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		pending = nil
@@ -288,8 +358,8 @@ func unschedulable(p *corev1.Pod) bool {
 	return false
 }
 
-func kubegpu(ctx context.Context, o options, c *localcluster.Cluster, args ...string) error {
-	cmd := exec.CommandContext(ctx, filepath.Join(o.binDir, "kubegpu"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+func kubegpu(ctx context.Context, o options, id *localcluster.Identity, pubFile string, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(o.binDir, "kubegpu"), append([]string{"--kubeconfig", id.Kubeconfig, "--allocation-key", pubFile}, args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	return cmd.Run()
 }
@@ -327,11 +397,16 @@ func startRealNode(ctx context.Context, c *localcluster.Cluster, o options, pubF
 	if err := n.ImportImage(ctx, archive); err != nil {
 		return nil, stop, err
 	}
+	// The shim publishes the node's devices with kubelet's credentials.
+	nodeID, err := c.NodeIdentity("real-node")
+	if err != nil {
+		return nil, stop, err
+	}
 	sock := filepath.Join(dir, "crishim.sock")
 	shim, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-crishim.log"), filepath.Join(o.binDir, "kubegpu-crishim"),
 		"--node-name=real-node", "--plugin-dir="+o.pluginDir, "--plugin-option=simgpu.preset=t4x4",
 		"--listen="+sock, "--runtime-endpoint="+n.Endpoint(), "--allocation-key="+pubFile,
-		"--kubeconfig="+c.Kubeconfig, "--interval=5s")
+		"--kubeconfig="+nodeID.Kubeconfig, "--interval=5s")
 	if err != nil {
 		return nil, stop, err
 	}
@@ -351,7 +426,7 @@ func startRealNode(ctx context.Context, c *localcluster.Cluster, o options, pubF
 
 // showEnv waits for the pod on the real node to finish and prints its
 // container's output, read through the shim as kubelet reads it.
-func showEnv(ctx context.Context, c *localcluster.Cluster, r *realNode, name string) error {
+func showEnv(ctx context.Context, c *localcluster.Identity, r *realNode, name string) error {
 	var pod *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := c.Client.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})

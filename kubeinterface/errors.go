@@ -42,19 +42,30 @@ func (e *FieldError) Error() string {
 const MaxQuotedChars = 64
 
 // Quote is how error messages show a value that a user or a node wrote: in
-// double quotes if it is printable ASCII, cut after MaxQuotedChars
-// characters (with its length) if it is longer, and only described if it
-// holds anything else. So no message, condition or log line carries a
-// terminal control sequence or a whole 250 KiB annotation. The shipped
-// admission policy builds the same text in CEL (deploy/admission), so that
-// kubectl and the scheduler say the same words.
+// double quotes, cut after MaxQuotedChars characters (then followed by its
+// length), if what is shown is printable ASCII; otherwise only its length.
+// So no message, condition or log line carries a terminal control sequence
+// or a whole 250 KiB annotation, and the cost of quoting is bounded. The
+// shipped admission policy builds the same text in CEL (deploy/admission),
+// so that kubectl and the scheduler say the same words.
 func Quote(v string) string {
 	n := utf8.RuneCountInString(v)
+	shown := v
+	if n > MaxQuotedChars {
+		runes := 0
+		for i := range v {
+			if runes == MaxQuotedChars {
+				shown = v[:i]
+				break
+			}
+			runes++
+		}
+	}
 	switch {
-	case !PrintableASCII(v):
+	case !PrintableASCII(shown):
 		return fmt.Sprintf("(%d characters, not all printable ASCII)", n)
 	case n > MaxQuotedChars:
-		return fmt.Sprintf("\"%s\"... (%d characters)", v[:MaxQuotedChars], n)
+		return fmt.Sprintf("\"%s\"... (%d characters)", shown, n)
 	}
 	return `"` + v + `"`
 }

@@ -42,15 +42,16 @@ const (
 	AnnotationInventory = Domain + "inventory"
 )
 
-// Heartbeat: the advertiser on each node renews a coordination.k8s.io Lease
-// named LeasePrefix + node name in LeaseNamespace.
-const (
-	LeaseNamespace = "kube-node-lease"
-	LeasePrefix    = "kubegpu-"
-)
+// ConditionAllocated is the pod condition in which kubegpu-scheduler
+// records, after binding, the allocation it signed for the pod (the same
+// payload as AnnotationAllocation, in the condition's message). Tenants
+// cannot write a pod's status, so the record is what the scheduler counts
+// the pod's devices by, whatever becomes of the annotation.
+const ConditionAllocated = Domain + "Allocated"
 
-// LeaseName is the name of the advertiser's heartbeat Lease for a node.
-func LeaseName(node string) string { return LeasePrefix + node }
+// LeaseNamespace holds each node's Lease, renewed by its kubelet and named
+// as the node: the liveness kubegpu-scheduler judges a node by.
+const LeaseNamespace = "kube-node-lease"
 
 // Kinds of the versioned JSON payloads.
 const (

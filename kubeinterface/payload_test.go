@@ -172,3 +172,22 @@ func TestDecodeAllocationErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestQuote(t *testing.T) {
+	long := strings.Repeat("x", 64)
+	for _, tt := range []struct{ in, want string }{
+		{"", `""`},
+		{"150", `"150"`},
+		{`a "b"`, `"a "b""`},
+		{long, `"` + long + `"`},
+		{long + "y", `"` + long + `"... (65 characters)`},
+		{long + "\x1b[2J", `"` + long + `"... (68 characters)`},
+		{"T4\x1b[2J", "(6 characters, not all printable ASCII)"},
+		{"\u202erequired", "(9 characters, not all printable ASCII)"},
+		{strings.Repeat("é", 70), "(70 characters, not all printable ASCII)"},
+	} {
+		if got := Quote(tt.in); got != tt.want {
+			t.Errorf("Quote(%q) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}

@@ -3,6 +3,9 @@ package types
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // SchemaVersion versions the wire form of every type in this package. A
@@ -123,15 +126,31 @@ type Inventory struct {
 // ErrInvalidInventory is wrapped by every error of Inventory.Validate.
 var ErrInvalidInventory = errors.New("invalid device inventory")
 
+// MaxDeviceStringBytes bounds each string a node publishes about a device
+// (ID, UUID, model, ...).
+const MaxDeviceStringBytes = 256
+
+// notPrintable reports a character that must not reach logs or terminals:
+// control and format characters (escape sequences, bidirectional
+// overrides), and what is not valid UTF-8.
+func notPrintable(r rune) bool { return !unicode.IsPrint(r) || r == utf8.RuneError }
+
 // Validate checks the inventory's internal consistency: unique non-empty IDs
-// and UUIDs, known health and link kinds, links between known whole devices,
-// no pair twice, and parents that exist.
+// and UUIDs of printable strings of at most MaxDeviceStringBytes, known
+// health and link kinds, links between known whole devices, no pair twice,
+// and parents that exist.
 func (inv Inventory) Validate() error {
 	ids := make(map[string]int, len(inv.Devices))
 	uuids := make(map[string]string, len(inv.Devices))
 	for i, d := range inv.Devices {
 		if d.ID == "" {
 			return fmt.Errorf("%w: device %d has no id", ErrInvalidInventory, i)
+		}
+		for _, f := range []struct{ name, value string }{{"id", d.ID}, {"uuid", d.UUID}, {"vendor", d.Vendor}, {"model", d.Model},
+			{"computeCapability", d.ComputeCapability}, {"pciBusID", d.PCIBusID}, {"parent", d.Parent}} {
+			if len(f.value) > MaxDeviceStringBytes || strings.IndexFunc(f.value, notPrintable) >= 0 {
+				return fmt.Errorf("%w: device %d: %s must be at most %d bytes of printable characters", ErrInvalidInventory, i, f.name, MaxDeviceStringBytes)
+			}
 		}
 		if _, dup := ids[d.ID]; dup {
 			return fmt.Errorf("%w: device id %q appears twice", ErrInvalidInventory, d.ID)

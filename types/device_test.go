@@ -146,3 +146,19 @@ func TestLinkLabel(t *testing.T) {
 		}
 	}
 }
+
+func TestInventoryRefusesUnprintableStrings(t *testing.T) {
+	for name, mutate := range map[string]func(*Device){
+		"escape in model":   func(d *Device) { d.Model = "T4\x1b[2J" },
+		"bidi override":     func(d *Device) { d.UUID = "GPU-\u202e1" },
+		"invalid UTF-8":     func(d *Device) { d.Vendor = "\xff" },
+		"model too long":    func(d *Device) { d.Model = strings.Repeat("x", MaxDeviceStringBytes+1) },
+		"newline in parent": func(d *Device) { d.PCIBusID = "0000:\n" },
+	} {
+		d := Device{ID: "gpu0", UUID: "GPU-0", Model: "T4", Health: Healthy}
+		mutate(&d)
+		if err := (Inventory{Devices: []Device{d}}).Validate(); !errors.Is(err, ErrInvalidInventory) {
+			t.Errorf("%s: Validate() = %v, want ErrInvalidInventory", name, err)
+		}
+	}
+}

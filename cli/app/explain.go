@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/plugins/nvidia"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
@@ -23,13 +24,14 @@ import (
 )
 
 type explainOptions struct {
+	key        *kubeinterface.Key
 	namespace  string
 	policy     string
 	staleness  time.Duration
 	topDevices int
 }
 
-func newExplainCommand(client func() (kubernetes.Interface, error), namespace func() string) *cobra.Command {
+func newExplainCommand(client func() (kubernetes.Interface, error), namespace func() string, key func() (*kubeinterface.Key, error)) *cobra.Command {
 	o := explainOptions{}
 	cmd := &cobra.Command{
 		Use:   "explain POD",
@@ -47,11 +49,14 @@ and, where it does not fit, why.`,
 			if o.namespace == "" {
 				o.namespace = namespace()
 			}
+			if o.key, err = key(); err != nil {
+				return err
+			}
 			return o.run(cmd, c, args[0])
 		},
 	}
 	cmd.Flags().StringVar(&o.policy, "policy", devicescheduler.PolicyKubegpu, "node policy to rank with: "+strings.Join(devicescheduler.Policies(), ", "))
-	cmd.Flags().DurationVar(&o.staleness, "heartbeat-staleness", 40*time.Second, "heartbeat age beyond which a node gets no new pods (as configured in the scheduler)")
+	cmd.Flags().DurationVar(&o.staleness, "heartbeat-staleness", 40*time.Second, "age of a node's last Lease renewal beyond which it gets no new pods (the scheduler's heartbeatStaleness); judged here by the node's clock")
 	cmd.Flags().IntVar(&o.topDevices, "top", 3, "show the devices the pod would get on this many best nodes")
 	return cmd
 }
@@ -93,7 +98,7 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, err)
 		return nil
 	}
-	s, err := loadState(ctx, c)
+	s, err := loadState(ctx, c, o.key)
 	if err != nil {
 		return err
 	}
@@ -102,10 +107,17 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		fmt.Fprintf(w, "  %s\n", describeContainer(ct))
 	}
 	if pod.Spec.NodeName != "" {
-		if a, err := objects.PodAllocation(pod); err == nil {
-			fmt.Fprintf(w, "It is bound to %s with devices %s.\n", pod.Spec.NodeName, allocationDevices(a.PodAllocation))
+		var verify func(kubeinterface.Allocation) error
+		if o.key != nil {
+			verify = o.key.Verify
+		}
+		if h, err := objects.HeldAllocation(pod, verify); err == nil {
+			fmt.Fprintf(w, "It is bound to %s with devices %s.\n", pod.Spec.NodeName, sanitize(allocationDevices(h.PodAllocation)))
+			if h.AnnotationDiffers {
+				fmt.Fprintf(w, "Its %s annotation was changed after binding: the scheduler counts the devices above (its record in the pod's status); containers started from now on get what the annotation says, or no GPUs.\n", kubeinterface.AnnotationAllocation)
+			}
 		} else {
-			fmt.Fprintf(w, "It is bound to %s without a usable allocation (%v): it runs with no GPUs.\n", pod.Spec.NodeName, err)
+			fmt.Fprintf(w, "It is bound to %s without a usable allocation (%s): it runs with no GPUs.\n", pod.Spec.NodeName, sanitize(err.Error()))
 		}
 	}
 	fmt.Fprintln(w)
@@ -144,10 +156,12 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 		switch {
 		case !n.hasInventory():
 			row.reason = n.why()
+		case n.notReady != "":
+			row.reason = n.notReady
 		case n.renewed.IsZero():
-			row.reason = "no kubegpu heartbeat Lease"
+			row.reason = "no Lease in " + kubeinterface.LeaseNamespace + " (is its kubelet running?)"
 		case now.Sub(n.renewed) > o.staleness:
-			row.reason = fmt.Sprintf("heartbeat is stale (last renewed %s ago)", now.Sub(n.renewed).Round(time.Second))
+			row.reason = fmt.Sprintf("node's Lease is stale (last renewed %s ago, by the node's clock)", now.Sub(n.renewed).Round(time.Second))
 		default:
 			node, err := engine.NewNode(n.name, n.inv, devicescheduler.Host{})
 			if err != nil {
@@ -220,9 +234,9 @@ func printExplain(w io.Writer, rows []explainRow, top int) error {
 			if i >= top {
 				devices = "..."
 			}
-			fmt.Fprintf(tw, "%s\tyes\t%d\t%s\n", r.node, i+1, devices)
+			fmt.Fprintf(tw, "%s\tyes\t%d\t%s\n", r.node, i+1, sanitize(devices))
 		} else {
-			fmt.Fprintf(tw, "%s\tno\t-\t%s\n", r.node, r.reason)
+			fmt.Fprintf(tw, "%s\tno\t-\t%s\n", r.node, sanitize(r.reason))
 		}
 	}
 	return tw.Flush()

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -32,7 +33,7 @@ type GPU struct {
 	NodeProblem string   `json:"nodeProblem,omitempty"`
 }
 
-func newGPUsCommand(client func() (kubernetes.Interface, error)) *cobra.Command {
+func newGPUsCommand(client func() (kubernetes.Interface, error), key func() (*kubeinterface.Key, error)) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "gpus",
@@ -46,11 +47,22 @@ func newGPUsCommand(client func() (kubernetes.Interface, error)) *cobra.Command 
 			if err != nil {
 				return err
 			}
-			s, err := loadState(cmd.Context(), c)
+			k, err := key()
 			if err != nil {
 				return err
 			}
-			return printGPUs(cmd.OutOrStdout(), gpus(s), output)
+			s, err := loadState(cmd.Context(), c, k)
+			if err != nil {
+				return err
+			}
+			if err := printGPUs(cmd.OutOrStdout(), gpus(s), output); err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if output == "json" || output == "yaml" {
+				w = cmd.ErrOrStderr()
+			}
+			return printUnverified(w, s.unverified, k != nil)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: wide, json or yaml")
@@ -72,6 +84,11 @@ func gpus(s *clusterState) []GPU {
 		}
 		for _, pa := range s.pods[n.name] {
 			name := pa.pod.Namespace + "/" + pa.pod.Name
+			if pa.annotationDiffers {
+				// Counted by the scheduler's record; new containers
+				// get what the changed annotation says, or nothing.
+				name += " (annotation changed)"
+			}
 			for _, c := range append(append([]types.ContainerAllocation{}, pa.alloc.InitContainers...), pa.alloc.Containers...) {
 				for _, sh := range c.Devices {
 					i, ok := byID[sh.ID]
@@ -124,11 +141,29 @@ func printGPUs(w io.Writer, rows []GPU, output string) error {
 		if g.Parent != "" {
 			idx = g.ID // a MIG slice
 		}
-		line := fmt.Sprintf("%s\t%s\t%s\t%d/%d MiB\t%d%%\t%s", g.Node, idx, g.Model, g.UsedMiB, g.MemoryMiB, g.UsedCores, pods)
+		line := fmt.Sprintf("%s\t%s\t%s\t%d/%d MiB\t%d%%\t%s", g.Node, sanitize(idx), sanitize(g.Model), g.UsedMiB, g.MemoryMiB, g.UsedCores, pods)
 		if output == "wide" {
-			line += fmt.Sprintf("\t%s\t%s\t%s", g.ID, g.UUID, g.Health)
+			line += fmt.Sprintf("\t%s\t%s\t%s", sanitize(g.ID), sanitize(g.UUID), sanitize(g.Health))
 		}
 		fmt.Fprintln(tw, line)
 	}
 	return tw.Flush()
+}
+
+// printUnverified lists the bound GPU pods whose allocation does not verify:
+// kubegpu-scheduler counts no devices for them and kubegpu-crishim starts
+// their containers with none.
+func printUnverified(w io.Writer, pods []unverifiedPod, signed bool) error {
+	if len(pods) == 0 {
+		return nil
+	}
+	how := "the pod it names and its node"
+	if signed {
+		how = "the key given, the pod it names and its node"
+	}
+	fmt.Fprintf(w, "\nNot counted: %d bound GPU pod(s) whose allocation does not verify (against %s); they hold no GPUs:\n", len(pods), how)
+	for _, p := range pods {
+		fmt.Fprintf(w, "  %s/%s on %s: %s\n", p.pod.Namespace, p.pod.Name, p.pod.Spec.NodeName, sanitize(p.reason))
+	}
+	return nil
 }

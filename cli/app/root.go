@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/utils/version"
 )
 
@@ -49,6 +50,15 @@ kubectl-kubegpu.`,
 		}
 		return ns
 	}
-	cmd.AddCommand(newGPUsCommand(client), newExplainCommand(client, namespace), version.NewCommand("kubegpu"))
+	var keyFile string
+	cmd.PersistentFlags().StringVar(&keyFile, "allocation-key", "",
+		"the scheduler's public key (PEM, as the nodes hold it): count only allocations it signed; without it, allocations are checked against the pod (UID included) and node they name only")
+	key := func() (*kubeinterface.Key, error) {
+		if keyFile == "" {
+			return nil, nil
+		}
+		return kubeinterface.LoadKey(keyFile)
+	}
+	cmd.AddCommand(newGPUsCommand(client, key), newExplainCommand(client, namespace, key), version.NewCommand("kubegpu"))
 	return cmd
 }

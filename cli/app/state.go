@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,11 +19,16 @@ import (
 )
 
 // clusterState is what the commands read from the API: nodes with their
-// inventories and heartbeats, and the allocations of bound pods.
+// inventories and liveness, and the allocations of bound pods.
 type clusterState struct {
 	nodes []nodeState
-	// pods maps a node name to the pods bound there with an allocation.
+	// pods maps a node name to the pods bound there whose allocation
+	// verifies: they hold devices.
 	pods map[string][]podAllocation
+	// unverified are the bound GPU pods whose allocation does not verify:
+	// they hold no devices as far as the scheduler and the node are
+	// concerned.
+	unverified []unverifiedPod
 	// requested maps a node name to the CPU and memory its bound pods ask
 	// for, all of them, as the scheduler counts them.
 	requested map[string]host
@@ -40,8 +46,11 @@ type nodeState struct {
 	// invErr is why the node has no usable inventory (kubeinterface.ErrNoInventory
 	// when it publishes none).
 	invErr error
-	// renewed is the heartbeat Lease's last renewal; zero without one.
+	// renewed is the node's Lease's last renewal as its kubelet's clock
+	// says; zero without a Lease.
 	renewed time.Time
+	// notReady says why the node is not Ready; empty when it is.
+	notReady string
 	// allocatable is the node's allocatable CPU and memory.
 	allocatable host
 }
@@ -49,21 +58,34 @@ type nodeState struct {
 type podAllocation struct {
 	pod   *corev1.Pod
 	alloc kubeinterface.Allocation
+	// source is where the allocation was read from (objects.SourceRecord
+	// or SourceAnnotation); annotationDiffers is set when the pod's
+	// annotation no longer matches the scheduler's record.
+	source            string
+	annotationDiffers bool
 }
 
-func loadState(ctx context.Context, client kubernetes.Interface) (*clusterState, error) {
+// unverifiedPod is a bound GPU pod whose allocation does not verify.
+type unverifiedPod struct {
+	pod    *corev1.Pod
+	reason string
+}
+
+// loadState reads the cluster. With key, allocations must be signed by it;
+// without, they must at least name their pod (UID included) and node.
+func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterface.Key) (*clusterState, error) {
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	leases, err := client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("list heartbeat leases: %w", err)
+		return nil, fmt.Errorf("list the nodes' Leases in %s: %w", kubeinterface.LeaseNamespace, err)
 	}
 	renewed := map[string]time.Time{}
 	for _, l := range leases.Items {
-		if name, ok := strings.CutPrefix(l.Name, kubeinterface.LeasePrefix); ok && l.Spec.RenewTime != nil {
-			renewed[name] = l.Spec.RenewTime.Time
+		if l.Spec.RenewTime != nil {
+			renewed[l.Name] = l.Spec.RenewTime.Time
 		}
 	}
 	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"})
@@ -75,9 +97,14 @@ func loadState(ctx context.Context, client kubernetes.Interface) (*clusterState,
 		n := &nodes.Items[i]
 		inv, err := objects.NodeInventory(n)
 		cpu, mem := objects.NodeHost(n)
-		s.nodes = append(s.nodes, nodeState{name: n.Name, inv: inv, invErr: err, renewed: renewed[n.Name], allocatable: host{cpu, mem}})
+		s.nodes = append(s.nodes, nodeState{name: n.Name, inv: inv, invErr: err, renewed: renewed[n.Name], notReady: notReady(n),
+			allocatable: host{cpu, mem}})
 	}
 	slices.SortFunc(s.nodes, func(a, b nodeState) int { return strings.Compare(a.name, b.name) })
+	var verify func(kubeinterface.Allocation) error
+	if key != nil {
+		verify = key.Verify
+	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		cpu, mem := objects.HostRequest(p)
@@ -87,13 +114,28 @@ func loadState(ctx context.Context, client kubernetes.Interface) (*clusterState,
 			s.withoutDevices[p.Spec.NodeName] = append(s.withoutDevices[p.Spec.NodeName], p)
 			continue
 		}
-		a, err := objects.PodAllocation(p)
-		if err != nil || a.Node != p.Spec.NodeName {
-			continue // holds no devices the scheduler counts
+		h, err := objects.HeldAllocation(p, verify)
+		if err != nil {
+			s.unverified = append(s.unverified, unverifiedPod{pod: p, reason: err.Error()})
+			continue
 		}
-		s.pods[p.Spec.NodeName] = append(s.pods[p.Spec.NodeName], podAllocation{pod: p, alloc: a})
+		s.pods[p.Spec.NodeName] = append(s.pods[p.Spec.NodeName], podAllocation{pod: p, alloc: h.Allocation,
+			source: h.Source, annotationDiffers: h.AnnotationDiffers})
 	}
 	return s, nil
+}
+
+// notReady says why the node is not Ready, or "".
+func notReady(n *corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status == corev1.ConditionTrue {
+				return ""
+			}
+			return fmt.Sprintf("node is not Ready (%s: %s)", sanitize(c.Reason), kubeinterface.Quote(c.Message))
+		}
+	}
+	return "node reports no Ready condition"
 }
 
 // hasInventory reports whether n publishes a usable inventory.
@@ -105,4 +147,22 @@ func (n nodeState) why() string {
 		return "no kubegpu inventory (kubegpu-crishim not running there?)"
 	}
 	return fmt.Sprintf("inventory unusable: %v", n.invErr)
+}
+
+// sanitize makes a string that a node (or anyone who can write a node)
+// published safe to print on a terminal: characters that are not printable
+// (control and format characters: escape sequences, bidirectional
+// overrides) are shown as Go escapes. Inventories bound the length of what
+// nodes publish (types.Inventory.Validate).
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsPrint(r) {
+			b.WriteRune(r)
+			continue
+		}
+		q := fmt.Sprintf("%+q", string(r))
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
 }

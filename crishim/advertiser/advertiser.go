@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/kubegpu/kubegpu/crishim/metrics"
+	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -24,27 +25,36 @@ type Options struct {
 	Client Client
 	// Discover returns the node's current devices.
 	Discover Source
-	// Interval is how often devices are discovered and the heartbeat
-	// renewed (default 10s).
+	// Interval is how often devices are discovered and the Node is
+	// compared with them (default 10s).
 	Interval time.Duration
-	// LeaseDuration is written on the heartbeat Lease (default 40s).
-	LeaseDuration time.Duration
 	// SlicesPerDevice scales nvidia.com/gpu capacity (see Capacity).
 	SlicesPerDevice int
-	// Metrics counts publications and heartbeats; optional.
+	// Metrics counts publications; optional.
 	Metrics *metrics.Shim
 }
 
-// Advertiser publishes the node's devices and heartbeat: the inventory and
-// capacity when they change (and after the API server comes back), and the
-// Lease every interval. API errors are retried with backoff; nothing is
-// lost, since every round publishes the current state.
+// Advertiser keeps the node's devices published on its Node: the inventory
+// annotation and the extended-resource capacity. Every interval it
+// discovers the devices, reads the Node (from the API server's cache) and
+// writes what differs, so a Node that was re-created, or whose inventory or
+// capacity something else changed or reset (kubelet resets extended
+// resources it does not know on some restarts), is restored within one
+// interval. API errors are retried with backoff; nothing is lost, since
+// every round publishes the current state.
+//
+// The advertiser writes nothing periodically: the node's liveness is its
+// kubelet's Lease (kubegpu-crishim is kubelet's container runtime, so a
+// kubelet that cannot reach the shim reports the node NotReady).
 type Advertiser struct {
 	opts Options
 
-	mu        sync.Mutex
-	published *types.Inventory // what the API has, as far as we know
-	last      types.Inventory  // last good discovery
+	mu   sync.Mutex
+	last types.Inventory // last good discovery
+	// published is the annotation value last written and the UID of the
+	// Node it was written on, to tell a change by someone else.
+	published    string
+	publishedUID string
 }
 
 // New checks opts and fills in defaults.
@@ -54,9 +64,6 @@ func New(opts Options) (*Advertiser, error) {
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = 10 * time.Second
-	}
-	if opts.LeaseDuration <= 0 {
-		opts.LeaseDuration = 40 * time.Second
 	}
 	if opts.SlicesPerDevice <= 0 {
 		opts.SlicesPerDevice = DefaultSlicesPerDevice
@@ -88,8 +95,9 @@ func (a *Advertiser) Run(ctx context.Context) {
 	}
 }
 
-// Once discovers the devices and publishes what changed, then renews the
-// heartbeat. A failed discovery keeps the last good inventory.
+// Once discovers the devices, reads the Node and writes the inventory and
+// capacity where the Node differs. A failed discovery keeps the last good
+// inventory.
 func (a *Advertiser) Once(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	inv, err := a.opts.Discover(ctx)
@@ -100,42 +108,49 @@ func (a *Advertiser) Once(ctx context.Context) error {
 	} else {
 		a.last = inv
 	}
-	changed := a.published == nil || !reflect.DeepEqual(*a.published, inv)
+	published, publishedUID := a.published, a.publishedUID
 	a.mu.Unlock()
-	if changed {
-		if err := PublishInventory(ctx, a.opts.Client, a.opts.Node, inv, Capacity(inv, a.opts.SlicesPerDevice)); err != nil {
+	value, err := kubeinterface.EncodeInventory(inv)
+	if err != nil {
+		return err
+	}
+	capacity := Capacity(inv, a.opts.SlicesPerDevice)
+
+	node, err := a.opts.Client.GetNode(ctx, a.opts.Node)
+	if err != nil {
+		a.opts.Metrics.Syncs.With("error").Inc()
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("node %s is not registered yet (its kubelet registers it): %w", a.opts.Node, err)
+		}
+		return fmt.Errorf("read node %s: %w", a.opts.Node, err)
+	}
+	if !node.HasInventory || node.Inventory != value {
+		if published == value && publishedUID == string(node.UID) {
+			a.opts.Metrics.Restores.Inc()
+			logger.Info("Node's kubegpu inventory was changed or removed by someone else; restoring it")
+		}
+		if err := patchInventory(ctx, a.opts.Client, a.opts.Node, value); err != nil {
 			a.opts.Metrics.Publishes.With("error").Inc()
+			a.opts.Metrics.Syncs.With("error").Inc()
 			return err
 		}
 		a.opts.Metrics.Publishes.With("ok").Inc()
 		a.mu.Lock()
-		a.published = &inv
+		a.published, a.publishedUID = value, string(node.UID)
 		a.mu.Unlock()
 		logger.V(2).Info("Published device inventory", "devices", len(inv.Devices))
 	}
-	created, err := renewLease(ctx, a.opts.Client, a.opts.Node, a.opts.LeaseDuration, time.Now())
-	if err != nil {
-		a.opts.Metrics.Heartbeats.With("error").Inc()
-		// Publish the inventory again once the API answers: the node may
-		// have been re-created meanwhile.
-		a.forget()
-		return err
+	if !node.Capacity.Equal(capacity) || !node.Allocatable.Equal(capacity) {
+		if err := patchCapacity(ctx, a.opts.Client, a.opts.Node, capacity); err != nil {
+			a.opts.Metrics.Publishes.With("error").Inc()
+			a.opts.Metrics.Syncs.With("error").Inc()
+			return err
+		}
+		a.opts.Metrics.Publishes.With("ok").Inc()
+		logger.V(2).Info("Published extended-resource capacity", "capacity", capacity)
 	}
-	a.opts.Metrics.Heartbeats.With("ok").Inc()
-	if created && !changed {
-		// A new Lease means a new Node object (the old Lease went with the
-		// old Node): publish again, now.
-		a.forget()
-		return a.Once(ctx)
-	}
+	a.opts.Metrics.Syncs.With("ok").Inc()
 	return nil
-}
-
-// forget makes the next round publish the inventory again.
-func (a *Advertiser) forget() {
-	a.mu.Lock()
-	a.published = nil
-	a.mu.Unlock()
 }
 
 // MergeInventories joins the inventories of several modules.

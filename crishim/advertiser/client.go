@@ -5,33 +5,42 @@ import (
 	"encoding/json"
 	"fmt"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
 )
 
-// Client is what the advertiser reads and writes in the API: its Node and
-// its heartbeat Lease. NewClient implements it with REST clients for those
-// two resources only: a clientset (or the core API types) would link every
-// API group into kubegpu-crishim, which runs on every node, and keep it in
-// memory there.
+// Client is what the advertiser reads and writes in the API: its own Node,
+// nothing else. With the node's own credentials (kubelet's kubeconfig) the
+// Node authorizer and NodeRestriction let it change no other object.
+// NewClient implements it with a REST client for Nodes only: a clientset
+// (or the core API types) would link every API group into kubegpu-crishim,
+// which runs on every node, and keep it in memory there.
 type Client interface {
-	// NodeMeta returns the named Node's metadata.
-	NodeMeta(ctx context.Context, name string) (*metav1.ObjectMeta, error)
+	// GetNode returns what the advertiser owns on the named Node.
+	GetNode(ctx context.Context, name string) (*Node, error)
 	// PatchNode applies a JSON merge patch to the named Node, or to its
 	// subresource (such as "status") when one is given.
 	PatchNode(ctx context.Context, name string, patch []byte, subresource ...string) error
-	// GetLease returns the named Lease.
-	GetLease(ctx context.Context, namespace, name string) (*coordinationv1.Lease, error)
-	// CreateLease creates a Lease.
-	CreateLease(ctx context.Context, lease *coordinationv1.Lease) error
-	// UpdateLease replaces a Lease (optimistic concurrency on its
-	// resourceVersion).
-	UpdateLease(ctx context.Context, lease *coordinationv1.Lease) error
+}
+
+// Node is what the advertiser owns on a Node object: the inventory
+// annotation and the extended resources' capacity and allocatable.
+type Node struct {
+	UID ktypes.UID
+	// Inventory is the kubegpu.io/inventory annotation; HasInventory is
+	// false without one.
+	Inventory    string
+	HasInventory bool
+	// Capacity and Allocatable hold the extended resources kubegpu
+	// publishes, as the Node's status has them.
+	Capacity, Allocatable ResourceList
 }
 
 // coreV1 is the core API group's version; the package k8s.io/api/core/v1
@@ -39,7 +48,7 @@ type Client interface {
 var coreV1 = schema.GroupVersion{Version: "v1"}
 
 type restClient struct {
-	core, coordination *rest.RESTClient
+	core *rest.RESTClient
 }
 
 // NewClient returns a Client that talks to the API server of cfg.
@@ -48,40 +57,30 @@ func NewClient(cfg *rest.Config) (Client, error) {
 	// would keep all their code in the binary.
 	scheme := runtime.NewScheme()
 	metav1.AddToGroupVersion(scheme, coreV1)
-	scheme.AddKnownTypes(coordinationv1.SchemeGroupVersion, &coordinationv1.Lease{})
-	metav1.AddToGroupVersion(scheme, coordinationv1.SchemeGroupVersion)
 	codecs := serializer.NewCodecFactory(scheme).WithoutConversion()
-	client := func(apiPath string, gv schema.GroupVersion) (*rest.RESTClient, error) {
-		c := rest.CopyConfig(cfg)
-		c.APIPath = apiPath
-		c.GroupVersion = &gv
-		c.NegotiatedSerializer = codecs
-		// JSON only: the codecs have no CBOR, whatever client-go's
-		// feature gates prefer.
-		c.ContentType = runtime.ContentTypeJSON
-		c.AcceptContentTypes = runtime.ContentTypeJSON
-		if c.UserAgent == "" {
-			c.UserAgent = rest.DefaultKubernetesUserAgent()
-		}
-		rc, err := rest.RESTClientFor(c)
-		if err != nil {
-			return nil, fmt.Errorf("client for %s: %w", gv, err)
-		}
-		return rc, nil
+	c := rest.CopyConfig(cfg)
+	c.APIPath = "/api"
+	c.GroupVersion = &coreV1
+	c.NegotiatedSerializer = codecs
+	// JSON only: the codecs have no CBOR, whatever client-go's feature
+	// gates prefer.
+	c.ContentType = runtime.ContentTypeJSON
+	c.AcceptContentTypes = runtime.ContentTypeJSON
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
-	core, err := client("/api", coreV1)
+	core, err := rest.RESTClientFor(c)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("client for %s: %w", coreV1, err)
 	}
-	coordination, err := client("/apis", coordinationv1.SchemeGroupVersion)
-	if err != nil {
-		return nil, err
-	}
-	return &restClient{core: core, coordination: coordination}, nil
+	return &restClient{core: core}, nil
 }
 
-func (c *restClient) NodeMeta(ctx context.Context, name string) (*metav1.ObjectMeta, error) {
-	res := c.core.Get().Resource("nodes").Name(name).Do(ctx)
+// GetNode reads the Node from the API server's watch cache
+// (resourceVersion=0), as kubelet reads its own Node: cheap, and at worst a
+// moment behind, which the next round corrects.
+func (c *restClient) GetNode(ctx context.Context, name string) (*Node, error) {
+	res := c.core.Get().Resource("nodes").Name(name).Param("resourceVersion", "0").Do(ctx)
 	if err := res.Error(); err != nil {
 		return nil, err // decoded: the API server's own message
 	}
@@ -89,28 +88,37 @@ func (c *restClient) NodeMeta(ctx context.Context, name string) (*metav1.ObjectM
 	if err != nil {
 		return nil, err
 	}
+	return decodeNode(body)
+}
+
+// decodeNode reads what the advertiser owns from a Node's JSON.
+func decodeNode(body []byte) (*Node, error) {
 	var n struct {
-		Metadata metav1.ObjectMeta `json:"metadata"`
+		Metadata struct {
+			UID         ktypes.UID        `json:"uid"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+		Status struct {
+			Capacity    map[string]resource.Quantity `json:"capacity"`
+			Allocatable map[string]resource.Quantity `json:"allocatable"`
+		} `json:"status"`
 	}
 	if err := json.Unmarshal(body, &n); err != nil {
-		return nil, fmt.Errorf("decode node %s: %w", name, err)
+		return nil, fmt.Errorf("decode node: %w", err)
 	}
-	return &n.Metadata, nil
+	out := &Node{UID: n.Metadata.UID, Capacity: ResourceList{}, Allocatable: ResourceList{}}
+	out.Inventory, out.HasInventory = n.Metadata.Annotations[kubeinterface.AnnotationInventory]
+	for _, name := range resourceNames {
+		if q, ok := n.Status.Capacity[name]; ok {
+			out.Capacity[name] = q
+		}
+		if q, ok := n.Status.Allocatable[name]; ok {
+			out.Allocatable[name] = q
+		}
+	}
+	return out, nil
 }
 
 func (c *restClient) PatchNode(ctx context.Context, name string, patch []byte, subresource ...string) error {
 	return c.core.Patch(ktypes.MergePatchType).Resource("nodes").Name(name).SubResource(subresource...).Body(patch).Do(ctx).Error()
-}
-
-func (c *restClient) GetLease(ctx context.Context, namespace, name string) (*coordinationv1.Lease, error) {
-	l := &coordinationv1.Lease{}
-	return l, c.coordination.Get().Namespace(namespace).Resource("leases").Name(name).Do(ctx).Into(l)
-}
-
-func (c *restClient) CreateLease(ctx context.Context, lease *coordinationv1.Lease) error {
-	return c.coordination.Post().Namespace(lease.Namespace).Resource("leases").Body(lease).Do(ctx).Error()
-}
-
-func (c *restClient) UpdateLease(ctx context.Context, lease *coordinationv1.Lease) error {
-	return c.coordination.Put().Namespace(lease.Namespace).Resource("leases").Name(lease.Name).Body(lease).Do(ctx).Error()
 }

@@ -3,6 +3,7 @@ package advertiser
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,10 +11,13 @@ import (
 	"sync"
 	"testing"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // TestClientRequests: the REST client sends what the API server expects
@@ -24,18 +28,17 @@ func TestClientRequests(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
-		got = append(got, r.Method+" "+r.URL.Path+" "+r.Header.Get("Content-Type")+" "+r.Header.Get("Accept"))
+		got = append(got, r.Method+" "+r.URL.RequestURI()+" "+r.Header.Get("Content-Type")+" "+r.Header.Get("Accept"))
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		switch {
 		case r.URL.Path == "/api/v1/nodes/n1" && r.Method == http.MethodGet:
-			_, _ = io.WriteString(w, `{"kind":"Node","apiVersion":"v1","metadata":{"name":"n1","uid":"u-1"}}`)
+			_, _ = io.WriteString(w, `{"kind":"Node","apiVersion":"v1","metadata":{"name":"n1","uid":"u-1",
+				"annotations":{"kubegpu.io/inventory":"inv","other":"x"}},
+				"status":{"capacity":{"cpu":"8","nvidia.com/gpu":"800"},"allocatable":{"nvidia.com/gpu":"800","kubegpu.io/gpu-cores":"800"}}}`)
 		case r.URL.Path == "/api/v1/nodes/gone":
 			w.WriteHeader(http.StatusForbidden)
 			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"nodes \"gone\" is forbidden: RBAC says no","reason":"Forbidden","code":403}`)
-		case strings.HasSuffix(r.URL.Path, "/leases/missing"):
-			w.WriteHeader(http.StatusNotFound)
-			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
 		default:
 			if r.Method != http.MethodGet && !json.Valid(body) {
 				w.WriteHeader(http.StatusBadRequest)
@@ -50,34 +53,117 @@ func TestClientRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if m, err := c.NodeMeta(ctx, "n1"); err != nil || m.UID != "u-1" {
-		t.Errorf("NodeMeta = %+v, %v", m, err)
+	n, err := c.GetNode(ctx, "n1")
+	if err != nil || n.UID != "u-1" || !n.HasInventory || n.Inventory != "inv" {
+		t.Errorf("GetNode = %+v, %v", n, err)
 	}
-	if _, err := c.NodeMeta(ctx, "gone"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "RBAC says no") {
-		t.Errorf("NodeMeta of a forbidden node: %v, want the API server's message", err)
+	if err == nil && (len(n.Capacity) != 1 || len(n.Allocatable) != 2) {
+		t.Errorf("GetNode kept capacity %v and allocatable %v, want only kubegpu's resources", n.Capacity, n.Allocatable)
 	}
-	if _, err := c.GetLease(ctx, "kube-node-lease", "missing"); !apierrors.IsNotFound(err) {
-		t.Errorf("GetLease of a missing lease: %v, want NotFound", err)
-	}
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kubegpu-n1", Namespace: "kube-node-lease"}}
-	if err := c.CreateLease(ctx, lease); err != nil {
-		t.Error(err)
-	}
-	if err := c.UpdateLease(ctx, lease); err != nil {
-		t.Error(err)
+	if _, err := c.GetNode(ctx, "gone"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "RBAC says no") {
+		t.Errorf("GetNode of a forbidden node: %v, want the API server's message", err)
 	}
 	if err := c.PatchNode(ctx, "n1", []byte(`{"status":{}}`), "status"); err != nil {
 		t.Error(err)
 	}
 	want := []string{
-		"GET /api/v1/nodes/n1  application/json",
-		"GET /api/v1/nodes/gone  application/json",
-		"GET /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/missing  application/json",
-		"POST /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases application/json application/json",
-		"PUT /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/kubegpu-n1 application/json application/json",
+		"GET /api/v1/nodes/n1?resourceVersion=0  application/json",
+		"GET /api/v1/nodes/gone?resourceVersion=0  application/json",
 		"PATCH /api/v1/nodes/n1/status application/merge-patch+json application/json",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("requests:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+var schemaNodes = schema.GroupResource{Resource: "nodes"}
+
+// fakeNode is a Node in memory, patched as the API server would.
+type fakeNode struct {
+	mu      sync.Mutex
+	node    *Node
+	patches int
+	fail    error
+}
+
+func (f *fakeNode) GetNode(_ context.Context, name string) (*Node, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	if f.node == nil {
+		return nil, apierrors.NewNotFound(schemaNodes, name)
+	}
+	c := *f.node
+	return &c, nil
+}
+
+func (f *fakeNode) PatchNode(_ context.Context, _ string, patch []byte, subresource ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.patches++
+	var p struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+		Status struct {
+			Capacity    ResourceList `json:"capacity"`
+			Allocatable ResourceList `json:"allocatable"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(patch, &p); err != nil {
+		return err
+	}
+	if len(subresource) == 0 {
+		f.node.Inventory, f.node.HasInventory = p.Metadata.Annotations[kubeinterface.AnnotationInventory], true
+	} else {
+		f.node.Capacity, f.node.Allocatable = p.Status.Capacity, p.Status.Allocatable
+	}
+	return nil
+}
+
+// TestAdvertiserConverges: the advertiser writes only what the Node lacks,
+// and restores an inventory or capacity that someone else changed.
+func TestAdvertiserConverges(t *testing.T) {
+	ctx := context.Background()
+	inv := types.Inventory{Devices: []types.Device{{ID: "gpu0", UUID: "GPU-0", Model: "T4", MemoryMiB: 15360, Health: types.Healthy}}}
+	f := &fakeNode{}
+	a, err := New(Options{Node: "n1", Client: f, Discover: func(context.Context) (types.Inventory, error) { return inv, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Once(ctx); err == nil || !strings.Contains(err.Error(), "not registered yet") {
+		t.Fatalf("before the node exists: %v", err)
+	}
+	f.node = &Node{UID: "u-1"}
+	if err := a.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.patches != 2 {
+		t.Fatalf("first round patched %d times, want 2 (inventory, capacity)", f.patches)
+	}
+	if q := f.node.Capacity[kubeinterface.ResourceGPU]; q.Value() != 100 {
+		t.Errorf("nvidia.com/gpu capacity %s, want 100", q.String())
+	}
+	if err := a.Once(ctx); err != nil || f.patches != 2 {
+		t.Fatalf("an unchanged node was patched again (%d patches, %v)", f.patches, err)
+	}
+	// Something resets the capacity (kubelet does on some restarts) and
+	// removes the annotation: both come back in one round.
+	f.node.Capacity = ResourceList{kubeinterface.ResourceGPU: resource.MustParse("0")}
+	f.node.HasInventory, f.node.Inventory = false, ""
+	if err := a.Once(ctx); err != nil || f.patches != 4 {
+		t.Fatalf("restore: %d patches, %v; want 4", f.patches, err)
+	}
+	if a.opts.Metrics.Restores.Value() != 1 {
+		t.Errorf("restores = %d, want 1", a.opts.Metrics.Restores.Value())
+	}
+	if q := f.node.Capacity[kubeinterface.ResourceGPU]; q.Value() != 100 || !f.node.HasInventory {
+		t.Errorf("after the round: capacity %s, inventory %v", q.String(), f.node.HasInventory)
+	}
+	f.fail = errors.New("connection refused")
+	if err := a.Once(ctx); err == nil || a.opts.Metrics.Syncs.With("error").Value() != 2 {
+		t.Errorf("API down: %v, %d failed syncs", err, a.opts.Metrics.Syncs.With("error").Value())
 	}
 }

@@ -4,14 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
@@ -24,6 +18,9 @@ const DefaultSlicesPerDevice = 100
 // ResourceList is a node's capacity by resource name, as in the Node's
 // status (the core API's ResourceList, without linking the core API).
 type ResourceList map[string]resource.Quantity
+
+// resourceNames are the extended resources the advertiser publishes.
+var resourceNames = []string{kubeinterface.ResourceGPU, kubeinterface.ResourceGPUCores, kubeinterface.ResourceGPUMemory}
 
 // Capacity is the extended-resource capacity the node publishes for inv.
 //
@@ -56,6 +53,20 @@ func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
 	}
 }
 
+// Equal reports whether l and o hold the same quantities.
+func (l ResourceList) Equal(o ResourceList) bool {
+	if len(l) != len(o) {
+		return false
+	}
+	for name, q := range l {
+		p, ok := o[name]
+		if !ok || q.Cmp(p) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // PublishInventory writes the node's inventory annotation (a merge patch of
 // the node) and its extended-resource capacity and allocatable (a patch of
 // the node's status subresource: status written through the node itself is
@@ -65,6 +76,13 @@ func PublishInventory(ctx context.Context, client Client, node string, inv types
 	if err != nil {
 		return err
 	}
+	if err := patchInventory(ctx, client, node, value); err != nil {
+		return err
+	}
+	return patchCapacity(ctx, client, node, capacity)
+}
+
+func patchInventory(ctx context.Context, client Client, node, value string) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{kubeinterface.AnnotationInventory: value}}})
 	if err != nil {
 		return err
@@ -72,6 +90,10 @@ func PublishInventory(ctx context.Context, client Client, node string, inv types
 	if err := client.PatchNode(ctx, node, patch); err != nil {
 		return fmt.Errorf("publish inventory of node %s: %w", node, err)
 	}
+	return nil
+}
+
+func patchCapacity(ctx context.Context, client Client, node string, capacity ResourceList) error {
 	status, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": capacity, "allocatable": capacity}})
 	if err != nil {
 		return err
@@ -80,48 +102,4 @@ func PublishInventory(ctx context.Context, client Client, node string, inv types
 		return fmt.Errorf("publish capacity of node %s: %w", node, err)
 	}
 	return nil
-}
-
-// RenewLease creates or renews the node's heartbeat Lease
-// (kube-node-lease/kubegpu-NODE), owned by the Node so that it goes with it.
-func RenewLease(ctx context.Context, client Client, node string, duration time.Duration, now time.Time) error {
-	_, err := renewLease(ctx, client, node, duration, now)
-	return err
-}
-
-// renewLease is RenewLease that also says whether the Lease had to be
-// created (first start, or the Node and its Lease were re-created).
-func renewLease(ctx context.Context, client Client, node string, duration time.Duration, now time.Time) (bool, error) {
-	name := kubeinterface.LeaseName(node)
-	renew := metav1.NewMicroTime(now)
-	lease, err := client.GetLease(ctx, kubeinterface.LeaseNamespace, name)
-	if apierrors.IsNotFound(err) {
-		lease = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: kubeinterface.LeaseNamespace},
-			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity:       ptr.To(node),
-				LeaseDurationSeconds: ptr.To(int32(duration / time.Second)),
-				AcquireTime:          &renew,
-				RenewTime:            &renew,
-			},
-		}
-		if n, err := client.NodeMeta(ctx, node); err == nil {
-			lease.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}
-		} else {
-			klog.FromContext(ctx).Error(err, "Reading the Node for the heartbeat Lease's owner; creating the Lease without it (it will not be deleted with the Node)")
-		}
-		if err := client.CreateLease(ctx, lease); err != nil {
-			return false, fmt.Errorf("create heartbeat lease of node %s: %w", node, err)
-		}
-		return true, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("get heartbeat lease of node %s: %w", node, err)
-	}
-	lease.Spec.RenewTime = &renew
-	lease.Spec.LeaseDurationSeconds = ptr.To(int32(duration / time.Second))
-	if err := client.UpdateLease(ctx, lease); err != nil {
-		return false, fmt.Errorf("renew heartbeat lease of node %s: %w", node, err)
-	}
-	return false, nil
 }

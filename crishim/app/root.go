@@ -20,8 +20,8 @@ func NewCommand(ctx context.Context) *cobra.Command {
 		Short: "Device-aware CRI shim and device advertiser for kubegpu nodes",
 		Long: `kubegpu-crishim serves CRI on --listen for kubelet and forwards every call to
 the container runtime, giving each container exactly the devices the
-scheduler allocated to it; it also publishes the node's devices, capacity and
-heartbeat. Point kubelet at it with
+scheduler allocated to it; it also publishes the node's devices and capacity
+on its Node, with the node's own credentials. Point kubelet at it with
 --container-runtime-endpoint=unix:///run/kubegpu/crishim.sock.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,

@@ -43,9 +43,9 @@ func (o *serveOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Listen, "listen", "/run/kubegpu/crishim.sock", "unix socket to serve CRI on (kubelet's --container-runtime-endpoint)")
 	f.StringVar(&o.RuntimeEndpoint, "runtime-endpoint", "unix:///run/containerd/containerd.sock", "the container runtime's CRI endpoint")
 	f.StringVar(&o.AllocationKey, "allocation-key", "/etc/kubegpu/allocation-key.pub.pem", "key that verifies the scheduler's allocations: an Ed25519 public key (PEM) or the shared HMAC secret")
-	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig for publishing the node's devices (default: in-cluster configuration)")
-	f.BoolVar(&o.Advertise, "advertise", true, "publish the node's devices, capacity and heartbeat")
-	f.DurationVar(&o.Interval, "interval", 10*time.Second, "how often devices are discovered and the heartbeat renewed")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig with the node's credentials (kubelet's, system:node:NODE) for publishing its devices (default: in-cluster configuration)")
+	f.BoolVar(&o.Advertise, "advertise", true, "publish the node's devices and capacity on its Node")
+	f.DurationVar(&o.Interval, "interval", 10*time.Second, "how often devices are discovered and the Node compared with them")
 	f.IntVar(&o.SlicesPerDevice, "slices-per-device", advertiser.DefaultSlicesPerDevice, "nvidia.com/gpu capacity published per device, so that kubelet admits shared slices")
 	f.StringVar(&o.MetricsAddress, "metrics-bind-address", "", "host:port to serve /metrics (Prometheus text format) and /healthz on, e.g. 127.0.0.1:10368; empty: off")
 }

@@ -100,10 +100,15 @@ type Shim struct {
 	// CreateContainer counts CreateContainer calls by result: "rewritten",
 	// or the gRPC code of the refusal.
 	CreateContainer CounterVec
-	// Publishes counts inventory publications by result: "ok" or "error".
+	// Publishes counts writes of the inventory or the capacity to the Node
+	// by result: "ok" or "error".
 	Publishes CounterVec
-	// Heartbeats counts heartbeat Lease renewals by result.
-	Heartbeats CounterVec
+	// Syncs counts the advertiser's rounds (read the Node, write what
+	// differs) by result.
+	Syncs CounterVec
+	// Restores counts the times the Node's inventory was found changed by
+	// someone else and written back.
+	Restores Counter
 	// Devices is the number of devices in the last discovery.
 	Devices Gauge
 }
@@ -113,7 +118,7 @@ func New() *Shim {
 	return &Shim{
 		CreateContainer: CounterVec{label: "result", values: map[string]*Counter{}},
 		Publishes:       CounterVec{label: "result", values: map[string]*Counter{}},
-		Heartbeats:      CounterVec{label: "result", values: map[string]*Counter{}},
+		Syncs:           CounterVec{label: "result", values: map[string]*Counter{}},
 	}
 }
 
@@ -124,8 +129,9 @@ func (s *Shim) WriteText(w io.Writer) error {
 	counter(b, "kubegpu_crishim_connections_total", "CRI client connections accepted.", s.ConnectionsTotal.Value())
 	counter(b, "kubegpu_crishim_runtime_unreachable_total", "CRI client connections closed at once because the container runtime could not be reached.", s.RuntimeUnreachable.Value())
 	vec(b, "kubegpu_crishim_create_container_total", "CreateContainer calls by result: rewritten, or the gRPC code the shim refused them with.", &s.CreateContainer)
-	vec(b, "kubegpu_crishim_inventory_publishes_total", "Device inventory publications to the Node by result.", &s.Publishes)
-	vec(b, "kubegpu_crishim_heartbeats_total", "Heartbeat Lease renewals by result.", &s.Heartbeats)
+	vec(b, "kubegpu_crishim_inventory_publishes_total", "Writes of the device inventory or capacity to the Node by result.", &s.Publishes)
+	vec(b, "kubegpu_crishim_node_syncs_total", "Rounds of the advertiser (read the Node, write what differs) by result.", &s.Syncs)
+	counter(b, "kubegpu_crishim_inventory_restores_total", "Times the Node's inventory was found changed by someone else and written back.", s.Restores.Value())
 	gauge(b, "kubegpu_crishim_devices", "Devices found by the last discovery.", s.Devices.Value())
 	if rss, ok := residentBytes(); ok {
 		gauge(b, "process_resident_memory_bytes", "Resident memory size in bytes.", rss)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -20,7 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // Options configure a local control plane.
@@ -32,14 +32,29 @@ type Options struct {
 	APIServer string
 	// Etcd is the etcd binary (default: etcd on PATH).
 	Etcd string
+	// ControllerManager is the kube-controller-manager binary. Without it
+	// nothing aggregates the built-in roles, tracks quota or removes the
+	// not-ready taint of new nodes; Start then only creates the default
+	// ServiceAccount and root CA ConfigMap of the namespaces it is asked for.
+	ControllerManager string
+	// Controllers is kube-controller-manager's --controllers (default "*",
+	// every controller a production control plane runs).
+	Controllers string
 }
 
-// Cluster is an etcd and a kube-apiserver on loopback.
+// Cluster is an etcd, a kube-apiserver and a kube-controller-manager on
+// loopback, configured as kubeadm configures a production control plane:
+// Node and RBAC authorization; NodeRestriction and the default admission
+// plugins, ValidatingAdmissionPolicy and MutatingAdmissionPolicy among them;
+// Pod Security admission enforcing the baseline profile outside
+// kube-system.
 type Cluster struct {
 	opts Options
 	pki  *pki
 
-	// Kubeconfig is the path of an admin kubeconfig.
+	// Kubeconfig is the path of an admin (system:masters) kubeconfig, for
+	// installing and cleaning up only: every component and user gets an
+	// Identity of its own.
 	Kubeconfig string
 	// Config is the admin client configuration.
 	Config *rest.Config
@@ -50,10 +65,15 @@ type Cluster struct {
 	port      int
 	etcd      *Process
 	apiserver *Process
+	kcm       *Process
+
+	idMu       sync.Mutex
+	identities map[string]*Identity
 }
 
-// Start starts etcd and kube-apiserver and waits until the API server is
-// ready, with the default ServiceAccount in the default namespace.
+// Start starts etcd, kube-apiserver and (if given) kube-controller-manager
+// and waits until they are ready, with the default ServiceAccount in the
+// default namespace.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.APIServer == "" {
 		return nil, errors.New("localcluster: no kube-apiserver binary given")
@@ -61,12 +81,18 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.Etcd == "" {
 		opts.Etcd = "etcd"
 	}
-	for _, bin := range []string{opts.APIServer, opts.Etcd} {
+	if opts.Controllers == "" {
+		opts.Controllers = "*"
+	}
+	for _, bin := range []string{opts.APIServer, opts.Etcd, opts.ControllerManager} {
+		if bin == "" {
+			continue
+		}
 		if _, err := exec.LookPath(bin); err != nil {
 			return nil, fmt.Errorf("localcluster: %w (run make deps / make kube-binaries)", err)
 		}
 	}
-	c = &Cluster{opts: opts}
+	c = &Cluster{opts: opts, identities: map[string]*Identity{}}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -84,7 +110,13 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.writeKubeconfig(); err != nil {
 		return nil, err
 	}
-	if err := c.StartAPIServer(ctx); err != nil {
+	if err := c.writeAdmissionConfig(); err != nil {
+		return nil, err
+	}
+	if err := c.startAPIServer(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.startControllerManager(ctx); err != nil {
 		return nil, err
 	}
 	if err := c.EnsureNamespace(ctx, metav1.NamespaceDefault); err != nil {
@@ -118,8 +150,25 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 }
 
 // StartAPIServer starts kube-apiserver (again, after StopAPIServer) on the
-// cluster's port and waits until it is ready.
+// cluster's port and waits until it is ready. A running
+// kube-controller-manager is restarted with it: while the API server came
+// up, it answered kube-controller-manager's watches with Forbidden (its
+// authorizer not yet synced), and kube-controller-manager's informers would
+// sit out their backoff, up to half a minute, before the node lifecycle
+// controller sees new nodes again.
 func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	if c.kcm != nil {
+		_ = c.kcm.Stop()
+		c.kcm = nil
+		if err := c.startAPIServer(ctx); err != nil {
+			return err
+		}
+		return c.startControllerManager(ctx)
+	}
+	return c.startAPIServer(ctx)
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context) error {
 	var err error
 	c.apiserver, err = StartProcess(filepath.Join(c.opts.Dir, "kube-apiserver.log"), c.opts.APIServer,
 		"--etcd-servers="+c.etcdURL,
@@ -133,6 +182,14 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 		"--service-account-signing-key-file="+c.pki.saKeyFile,
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--authorization-mode=Node,RBAC",
+		// The default plugins (NamespaceLifecycle, ServiceAccount,
+		// PodSecurity, ResourceQuota, ValidatingAdmissionPolicy,
+		// MutatingAdmissionPolicy, ...) and NodeRestriction, as kubeadm
+		// enables it.
+		"--enable-admission-plugins=NodeRestriction",
+		"--admission-control-config-file="+c.admissionConfigFile(),
+		"--kubelet-client-certificate="+c.pki.kubeletClientCertFile,
+		"--kubelet-client-key="+c.pki.kubeletClientKeyFile,
 		"--enable-priority-and-fairness=false",
 		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
 		"--v=1")
@@ -174,6 +231,10 @@ func (c *Cluster) KillAPIServer() error {
 
 // Stop stops every process. The files stay in Dir.
 func (c *Cluster) Stop() {
+	if c.kcm != nil {
+		_ = c.kcm.Stop()
+		c.kcm = nil
+	}
 	_ = c.StopAPIServer()
 	if c.etcd != nil {
 		_ = c.etcd.Stop()
@@ -185,15 +246,9 @@ func (c *Cluster) Stop() {
 func (c *Cluster) APIServerLog() string { return filepath.Join(c.opts.Dir, "kube-apiserver.log") }
 
 func (c *Cluster) writeKubeconfig() error {
-	server := "https://127.0.0.1:" + strconv.Itoa(c.port)
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: c.pki.caCert}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: c.pki.adminCert, ClientKeyData: c.pki.adminKey}
-	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin"}
-	cfg.CurrentContext = "local"
 	c.Kubeconfig = filepath.Join(c.opts.Dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, c.Kubeconfig); err != nil {
-		return fmt.Errorf("localcluster: write kubeconfig: %w", err)
+	if err := writeKubeconfig(c.Kubeconfig, c.server(), c.pki.caCert, c.pki.adminCert, c.pki.adminKey, "admin"); err != nil {
+		return err
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 	if err != nil {
@@ -205,24 +260,53 @@ func (c *Cluster) writeKubeconfig() error {
 	return err
 }
 
-// EnsureNamespace creates a namespace, if missing, with what a
-// controller-manager would add: the default ServiceAccount (the
-// ServiceAccount admission plugin requires it of pods) and the
-// kube-root-ca.crt ConfigMap (kubelet mounts it into pods).
-func (c *Cluster) EnsureNamespace(ctx context.Context, name string) error {
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+// EnsureNamespace creates a namespace, if missing, with the given labels
+// (e.g. Pod Security levels), and waits until kube-controller-manager has
+// given it its default ServiceAccount (the ServiceAccount admission plugin
+// requires it of pods) and kube-root-ca.crt ConfigMap (kubelet mounts it
+// into pods). Without a controller-manager it creates both itself.
+func (c *Cluster) EnsureNamespace(ctx context.Context, name string, labels ...map[string]string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+	for _, l := range labels {
+		for k, v := range l {
+			ns.Labels[k] = v
+		}
+	}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
+			last = err
 			return false, nil
 		}
-		_, err = c.Client.CoreV1().ServiceAccounts(name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
+		if c.opts.ControllerManager == "" {
+			_, err = c.Client.CoreV1().ServiceAccounts(name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				last = err
+				return false, nil
+			}
+			_, err = c.Client.CoreV1().ConfigMaps(name).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"},
+				Data: map[string]string{"ca.crt": string(c.pki.caCert)}}, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				last = err
+				return false, nil
+			}
+			return true, nil
+		}
+		if _, err := c.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			last = fmt.Errorf("default ServiceAccount not created by kube-controller-manager yet: %w", err)
 			return false, nil
 		}
-		_, err = c.Client.CoreV1().ConfigMaps(name).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"},
-			Data: map[string]string{"ca.crt": string(c.pki.caCert)}}, metav1.CreateOptions{})
-		return err == nil || apierrors.IsAlreadyExists(err), nil
+		if _, err := c.Client.CoreV1().ConfigMaps(name).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err != nil {
+			last = fmt.Errorf("kube-root-ca.crt not published by kube-controller-manager yet: %w", err)
+			return false, nil
+		}
+		return true, nil
 	})
+	if err != nil {
+		return fmt.Errorf("localcluster: namespace %s: %w (last: %v)", name, err, last)
+	}
+	return nil
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.

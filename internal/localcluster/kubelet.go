@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // KubeletOptions configure a kubelet.
@@ -24,6 +22,9 @@ type KubeletOptions struct {
 	RuntimeEndpoint string
 	// Dir holds the kubelet's root directory, configuration and log.
 	Dir string
+	// LeaseDuration is nodeLeaseDurationSeconds: the node's Lease is
+	// renewed every quarter of it (default 40s, kubelet's default).
+	LeaseDuration time.Duration
 }
 
 // Kubelet is a running kubelet.
@@ -32,9 +33,10 @@ type Kubelet struct {
 	Node string
 }
 
-// StartKubelet starts a kubelet registered as opts.Node with the cluster's
-// admin credentials, and waits until its Node is Ready; it then removes the
-// not-ready taint a controller-manager would remove.
+// StartKubelet starts a kubelet registered as opts.Node with the node's own
+// credentials (system:node:NODE, as kubelet's kubeconfig has them), and
+// waits until its Node is Ready and kube-controller-manager has removed the
+// not-ready taint.
 //
 // Settings for a VM like the CI's: cgroup v1 allowed, cgroupfs driver, swap
 // allowed, no eviction thresholds, loopback addresses.
@@ -47,6 +49,13 @@ func (c *Cluster) StartKubelet(ctx context.Context, opts KubeletOptions) (*Kubel
 		return nil, err
 	}
 	healthz, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	if opts.LeaseDuration <= 0 {
+		opts.LeaseDuration = 40 * time.Second
+	}
+	id, err := c.NodeIdentity(opts.Node)
 	if err != nil {
 		return nil, err
 	}
@@ -86,11 +95,12 @@ staticPodPath: ""
 resolvConf: ""
 enforceNodeAllocatable: []
 nodeStatusUpdateFrequency: 4s
-`, port, healthz, c.pki.caFile, opts.RuntimeEndpoint), 0o600); err != nil {
+nodeLeaseDurationSeconds: %d
+`, port, healthz, c.pki.caFile, opts.RuntimeEndpoint, int(opts.LeaseDuration/time.Second)), 0o600); err != nil {
 		return nil, err
 	}
 	p, err := StartProcess(filepath.Join(opts.Dir, "kubelet.log"), opts.Kubelet,
-		"--config="+config, "--kubeconfig="+c.Kubeconfig, "--root-dir="+root,
+		"--config="+config, "--kubeconfig="+id.Kubeconfig, "--root-dir="+root,
 		"--cert-dir="+filepath.Join(opts.Dir, "kubelet-pki"),
 		"--hostname-override="+opts.Node, "--node-ip=127.0.0.1", "--v=2")
 	if err != nil {
@@ -113,20 +123,9 @@ nodeStatusUpdateFrequency: 4s
 		_ = p.Stop()
 		return nil, err
 	}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		n, err := c.Client.CoreV1().Nodes().Get(ctx, opts.Node, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool {
-			return t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable
-		})
-		_, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err == nil, nil
-	})
-	if err != nil {
+	if err := c.waitSchedulable(ctx, opts.Node); err != nil {
 		_ = p.Stop()
-		return nil, fmt.Errorf("localcluster: untaint node %s: %w", opts.Node, err)
+		return nil, err
 	}
 	return k, nil
 }

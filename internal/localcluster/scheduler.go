@@ -66,10 +66,11 @@ func (c *Cluster) StartScheduler(ctx context.Context, binary, config, name strin
 }
 
 // ShippedSchedulerConfig returns the KubeSchedulerConfiguration at path
-// (one of kube-scheduler/config/) pointed at this cluster: its kubeconfig
-// with the given client QPS, no leader election, the plugin directory and
-// signing key given, and extra KubeGPU args ("heartbeatStaleness: 1m").
-func (c *Cluster) ShippedSchedulerConfig(path, pluginDir, keyFile string, qps int, extraArgs ...string) (string, error) {
+// (one of kube-scheduler/config/) pointed at this cluster: kubeconfig (the
+// scheduler's identity) with the given client QPS, no leader election, the
+// plugin directory and signing key given, and extra KubeGPU args
+// ("heartbeatStaleness: 1m").
+func (c *Cluster) ShippedSchedulerConfig(path, kubeconfig, pluginDir, keyFile string, qps int, extraArgs ...string) (string, error) {
 	shipped, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
@@ -96,7 +97,7 @@ func (c *Cluster) ShippedSchedulerConfig(path, pluginDir, keyFile string, qps in
 		}
 		switch key {
 		case "kubeconfig":
-			out = append(out, indent+"kubeconfig: "+c.Kubeconfig, fmt.Sprintf("%sqps: %d", indent, qps), fmt.Sprintf("%sburst: %d", indent, qps))
+			out = append(out, indent+"kubeconfig: "+kubeconfig, fmt.Sprintf("%sqps: %d", indent, qps), fmt.Sprintf("%sburst: %d", indent, qps))
 		case "leaderElect":
 			out = append(out, indent+"leaderElect: false")
 		case "pluginDir":
@@ -118,9 +119,10 @@ func (c *Cluster) ShippedSchedulerConfig(path, pluginDir, keyFile string, qps in
 	return strings.Join(out, "\n"), nil
 }
 
-// RegisterNode creates a Node as kubelet would for a node without one:
-// Ready, untainted (no controller-manager removes the not-ready taint
-// admission adds), with the given capacity.
+// RegisterNode creates a Node as cluster-admin, Ready and untainted, with
+// the given capacity: for benchmarks of thousands of nodes without a
+// controller-manager's node lifecycle. Tests register nodes with their own
+// credentials (StartSimKubelet, StartKubelet).
 func (c *Cluster) RegisterNode(ctx context.Context, name string, capacity corev1.ResourceList) error {
 	n, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
 		Labels: map[string]string{"kubernetes.io/hostname": name}}}, metav1.CreateOptions{})

@@ -6,9 +6,9 @@ import (
 )
 
 func TestShippedSchedulerConfig(t *testing.T) {
-	c := &Cluster{Kubeconfig: "/tmp/kc"}
+	c := &Cluster{}
 	for _, path := range []string{"../../kube-scheduler/config/kubegpu-scheduler.yaml", "../../kube-scheduler/config/second-scheduler.yaml"} {
-		got, err := c.ShippedSchedulerConfig(path, "/plugins", "/key.pem", 300, "heartbeatStaleness: 1h", "writeAllocation: PreBind")
+		got, err := c.ShippedSchedulerConfig(path, "/tmp/kc", "/plugins", "/key.pem", 300, "heartbeatStaleness: 1h", "writeAllocation: PreBind")
 		if err != nil {
 			t.Fatal(err)
 		}

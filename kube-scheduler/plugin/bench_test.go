@@ -31,7 +31,7 @@ func BenchmarkCacheMemory(b *testing.B) {
 				r := wholeRequest(&testing.T{}, c, 1)
 				for j, n := range objs {
 					c.updateNode(logger, n)
-					c.updateLease(testLease(n.Name, testNow))
+					c.updateLease(testLease(n.Name, testNow), false)
 					for k := 0; k < 4; k++ {
 						if _, err := c.reserve(testPod(fmt.Sprintf("%d-%d", j, k)), n.Name, r, noHost, noHost); err != nil {
 							b.Fatal(err)

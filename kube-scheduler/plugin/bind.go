@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -39,7 +40,7 @@ func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	}
 	p.cache.metrics.written("signed")
 	p.cache.written(pod.UID, value)
-	s.written = true
+	s.written, s.value = true, value
 	klog.FromContext(ctx).V(2).Info("Bound pod with its allocation", "pod", klog.KObj(pod), "node", nodeName, "allocation", s.alloc)
 	return nil
 }
@@ -61,9 +62,16 @@ func (p *Plugin) signedAllocation(pod *corev1.Pod, s *cycleState) (string, error
 // plugin's Bind could write its allocation: the node will start it without
 // devices. That happens only when the profile does not list KubeGPU first
 // under plugins.bind.enabled.
+//
+// For a pod bound with its allocation, PostBind asks for the scheduler's
+// record of it in the pod's status (see recorder).
 func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) {
 	s := getState(cs)
-	if s == nil || s.written {
+	if s == nil {
+		return
+	}
+	if s.written {
+		p.cache.recorder.add(pod.UID, ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, s.value)
 		return
 	}
 	p.cache.metrics.written("missing")

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -20,14 +18,8 @@ import (
 	"github.com/kubegpu/kubegpu/types"
 )
 
-// Reasons a node gets no GPU pods, as the scheduler reports them per node.
-var (
-	errNoInventory = errors.New("node publishes no kubegpu device inventory (is kubegpu-crishim running there?)")
-	errNoHeartbeat = fmt.Errorf("%w: node has no kubegpu heartbeat Lease (is kubegpu-crishim running there?)", errStale)
-	// errStale is wrapped by the reasons that end when the node's
-	// heartbeat is renewed.
-	errStale = errors.New("stale heartbeat")
-)
+// errNoInventory is why a node that publishes no devices gets no GPU pods.
+var errNoInventory = errors.New("node publishes no kubegpu device inventory (is kubegpu-crishim running there?)")
 
 // deviceCache is the scheduler's view of every node's devices and of the
 // devices that pods hold, built from informer events only: node inventories
@@ -53,6 +45,10 @@ type deviceCache struct {
 	mu    sync.RWMutex
 	nodes map[string]*nodeState
 	pods  map[ktypes.UID]*podState
+
+	// recorder writes the scheduler's records of allocations; nil in
+	// tests that do not need it.
+	recorder *recorder
 
 	// activate moves pods back to the scheduling queue.
 	activate func(pods map[string]*corev1.Pod)
@@ -81,9 +77,9 @@ type nodeState struct {
 	// devices is nil when the node has no valid inventory; err says why.
 	devices *devicescheduler.Node
 	err     error
-	// renewed is the heartbeat Lease's last renewal; zero without a Lease.
-	renewed time.Time
-	pods    map[ktypes.UID]struct{}
+	// live is what the scheduler has seen of the node's liveness.
+	live liveness
+	pods map[ktypes.UID]struct{}
 	// memo holds Filter results for the devices' current version.
 	memo filterMemo
 }
@@ -154,14 +150,33 @@ type podState struct {
 	pod   ktypes.NamespacedName
 	node  string
 	alloc types.PodAllocation
-	// annotation is the verified annotation value alloc came from, so that
-	// later updates of the pod skip decoding and verifying it again.
-	annotation string
+	// source is where alloc was read from (objects.SourceRecord or
+	// SourceAnnotation); empty while the pod is only assumed.
+	source string
+	// seen is the pod's annotation and record as last taken in, so that
+	// updates that change neither are not decoded and verified again.
+	seen podSeen
+	// written is the annotation value this scheduler bound the pod with.
+	written string
 	// assumed is true from Reserve until the pod is seen bound.
 	assumed bool
 	// applied is true when alloc is counted in the node's state; false
 	// while the node is unknown or its devices no longer match alloc.
 	applied bool
+}
+
+// podSeen is what a pod says of its allocation: its annotation, which its
+// tenant may change, and the scheduler's record in its status.
+type podSeen struct {
+	annotation, record  string
+	annotated, recorded bool
+}
+
+func seenOf(pod *corev1.Pod) podSeen {
+	var s podSeen
+	s.annotation, s.annotated = pod.Annotations[kubeinterface.AnnotationAllocation]
+	s.record, s.recorded = objects.RecordValue(pod)
+	return s
 }
 
 func newDeviceCache(engine *devicescheduler.Engine, key *kubeinterface.Key, staleness time.Duration, m *cacheMetrics) *deviceCache {
@@ -182,17 +197,26 @@ func (c *deviceCache) node(name string) *nodeState {
 	return ns
 }
 
-// updateNode takes in a node's inventory annotation. The node's devices are
-// rebuilt only when the annotation changed, and the pods on it are counted
-// again.
+// updateNode takes in a node's inventory annotation and Ready condition.
+// The node's devices are rebuilt only when the annotation changed, and the
+// pods on it are counted again.
 func (c *deviceCache) updateNode(logger klog.Logger, node *corev1.Node) {
 	value, has := node.Annotations[kubeinterface.AnnotationInventory]
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	ns := c.node(node.Name)
-	if ns.built && has == ns.hasInventory && value == ns.inventory {
-		return
+	becameReady := setReady(ns, node)
+	if !ns.built || has != ns.hasInventory || value != ns.inventory {
+		c.rebuildNode(logger, ns, node, value, has)
 	}
+	c.mu.Unlock()
+	if becameReady {
+		c.activateWaiting()
+	}
+}
+
+// rebuildNode builds the node's devices from its inventory annotation and
+// counts its pods again; must hold c.mu.
+func (c *deviceCache) rebuildNode(logger klog.Logger, ns *nodeState, node *corev1.Node, value string, has bool) {
 	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err = true, has, value, nil, errNoInventory
 	// A rebuilt Node starts its version again: forget its Filter results.
 	ns.memo.n = 0
@@ -238,89 +262,14 @@ func (c *deviceCache) deleteNode(name string) {
 	c.metrics.setNodes(c.nodes)
 }
 
-// updateLease takes in a heartbeat Lease; other Leases are ignored.
-func (c *deviceCache) updateLease(lease *coordinationv1.Lease) {
-	node, ok := heartbeatNode(lease)
-	if !ok {
-		return
-	}
-	var renewed time.Time
-	if lease.Spec.RenewTime != nil {
-		renewed = lease.Spec.RenewTime.Time
-	} else if lease.Spec.AcquireTime != nil {
-		renewed = lease.Spec.AcquireTime.Time
-	}
-	c.mu.Lock()
-	ns := c.node(node)
-	wasStale := ns.renewed.IsZero() || c.now().Sub(ns.renewed) > c.staleness
-	ns.renewed = renewed
-	resumed := wasStale && c.now().Sub(renewed) <= c.staleness
-	c.mu.Unlock()
-	if resumed {
-		c.activateWaiting()
-	}
-}
-
-// waitForHeartbeat remembers a pod that a node refused for its heartbeat.
-func (c *deviceCache) waitForHeartbeat(pod *corev1.Pod) {
-	c.waitMu.Lock()
-	if len(c.waiting) < maxWaiting {
-		c.waiting[pod.UID] = pod
-	}
-	c.waitMu.Unlock()
-}
-
-// maxWaiting bounds the pods remembered for a heartbeat; beyond it they wait
-// for the scheduler's periodic retry of unschedulable pods.
-const maxWaiting = 10000
-
-// notWaiting forgets a pod that was placed or deleted.
-func (c *deviceCache) notWaiting(uid ktypes.UID) {
-	c.waitMu.Lock()
-	delete(c.waiting, uid)
-	c.waitMu.Unlock()
-}
-
-// activateWaiting sends the pods refused for a stale heartbeat back to the
-// scheduling queue.
-func (c *deviceCache) activateWaiting() {
-	c.waitMu.Lock()
-	if len(c.waiting) == 0 {
-		c.waitMu.Unlock()
-		return
-	}
-	pods := make(map[string]*corev1.Pod, len(c.waiting))
-	for _, p := range c.waiting {
-		pods[p.Namespace+"/"+p.Name] = p
-	}
-	clear(c.waiting)
-	c.waitMu.Unlock()
-	c.activate(pods)
-}
-
-func (c *deviceCache) deleteLease(lease *coordinationv1.Lease) {
-	node, ok := heartbeatNode(lease)
-	if !ok {
-		return
-	}
-	c.mu.Lock()
-	if ns, ok := c.nodes[node]; ok {
-		ns.renewed = time.Time{}
-	}
-	c.mu.Unlock()
-}
-
-func heartbeatNode(lease *coordinationv1.Lease) (string, bool) {
-	if lease.Namespace != kubeinterface.LeaseNamespace || !strings.HasPrefix(lease.Name, kubeinterface.LeasePrefix) {
-		return "", false
-	}
-	return strings.TrimPrefix(lease.Name, kubeinterface.LeasePrefix), true
-}
-
-// updatePod takes in a pod from the informer: a bound pod with a valid
-// allocation holds its devices; any other pod holds none, except that a pod
-// this scheduler assumed stays assumed until it is seen bound or is
-// unreserved.
+// updatePod takes in a pod from the informer. A bound pod holds the devices
+// of its verified allocation: the scheduler's record in its status when it
+// has one, else its annotation (see objects.HeldAllocation). Any other pod
+// holds none, except that a pod this scheduler assumed stays assumed until
+// it is seen bound or is unreserved, and a pod once counted keeps the
+// devices it was counted with, whatever later happens to its annotation
+// (which its tenant may change) or its status (which its node may change):
+// its containers hold those devices.
 func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 	if pod.Spec.NodeName == "" {
 		return
@@ -329,82 +278,82 @@ func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 		c.forget(logger, pod.UID)
 		return
 	}
-	value, annotated := pod.Annotations[kubeinterface.AnnotationAllocation]
+	seen := seenOf(pod)
 	c.mu.RLock()
 	ps, known := c.pods[pod.UID]
-	unchanged := known && ps.annotation != "" && ps.annotation == value && ps.node == pod.Spec.NodeName
-	confirm := unchanged && ps.assumed
-	// A confirmed pod keeps the devices it was verified with: its containers
-	// hold them whatever later happens to the annotation.
-	pinned := known && !ps.assumed && ps.annotation != "" && ps.node == pod.Spec.NodeName && !unchanged
-	c.mu.RUnlock()
-	if !known && !annotated {
-		return // holds nothing, and nothing to forget
+	var sameNode, counted, unchanged, confirm bool
+	if known {
+		sameNode = ps.node == pod.Spec.NodeName
+		counted = sameNode && !ps.assumed
+		unchanged = counted && ps.seen == seen
+		// Bound by this scheduler with what it signed: no need to verify.
+		confirm = sameNode && ps.assumed && seen.annotated && seen.annotation == ps.written
 	}
-	if pinned {
-		c.metrics.rejected(errChanged)
-		logger.Info("Allocation annotation of a running pod was changed or removed; keeping the devices it was verified with",
-			"pod", klog.KObj(pod), "node", pod.Spec.NodeName)
+	c.mu.RUnlock()
+	switch {
+	case !known && !seen.annotated && !seen.recorded:
+		return // holds nothing, and nothing to forget
+	case unchanged:
+		return
+	case confirm:
+		c.mu.Lock()
+		if c.pods[pod.UID] == ps {
+			ps.assumed, ps.source, ps.seen = false, objects.SourceAnnotation, seen
+			if seen.recorded {
+				ps.source = objects.SourceRecord
+			}
+		}
+		c.mu.Unlock()
 		return
 	}
-	if unchanged {
-		// Verified before, or signed and bound by this scheduler.
-		if confirm {
+	held, err := objects.HeldAllocation(pod, c.key.Verify)
+	if err == nil && held.AnnotationDiffers {
+		c.metrics.rejected(errChanged)
+		logger.Info("Pod's allocation annotation differs from the scheduler's record: it was changed after binding; counting the pod's devices by the record",
+			"pod", klog.KObj(pod), "node", pod.Spec.NodeName)
+	}
+	if err != nil || (counted && !reflect.DeepEqual(ps.alloc, held.PodAllocation)) {
+		if counted {
+			// Its containers hold the devices it was counted with.
+			c.metrics.rejected(errChanged)
+			logger.Info("Allocation of a bound pod was changed or removed; keeping the devices it was counted with",
+				"pod", klog.KObj(pod), "node", pod.Spec.NodeName, "err", err)
 			c.mu.Lock()
 			if c.pods[pod.UID] == ps {
-				ps.assumed = false
+				ps.seen = seen
 			}
 			c.mu.Unlock()
+			return
 		}
-		return
-	}
-	alloc, err := c.verified(pod)
-	if err != nil {
-		c.mu.Lock()
-		_, had := c.pods[pod.UID]
-		c.forgetLocked(pod.UID)
-		c.mu.Unlock()
+		c.forget(logger, pod.UID)
 		if !errors.Is(err, kubeinterface.ErrNoAllocation) {
 			c.metrics.rejected(err)
-			if had || klog.V(2).Enabled() {
+			if known || klog.V(2).Enabled() {
 				logger.Info("Pod's allocation is not valid; it holds no devices", "pod", klog.KObj(pod), "node", pod.Spec.NodeName, "err", err)
 			}
 		}
 		return
 	}
+	if held.Source == objects.SourceAnnotation {
+		// Bound by a scheduler that died before recording it, or by an
+		// older version: record it now (only the leader writes).
+		c.recorder.add(pod.UID, ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, held.Value)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ps, ok := c.pods[pod.UID]; ok && ps.node == alloc.Node && reflect.DeepEqual(ps.alloc, alloc.PodAllocation) {
-		ps.assumed, ps.annotation = false, value
+	if ps, ok := c.pods[pod.UID]; ok && ps.node == held.Node && reflect.DeepEqual(ps.alloc, held.PodAllocation) {
+		ps.assumed, ps.source, ps.seen = false, held.Source, seen
 		return
 	}
 	c.forgetLocked(pod.UID)
-	ps = &podState{pod: ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, node: alloc.Node, alloc: alloc.PodAllocation, annotation: value}
+	ps = &podState{pod: ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, node: held.Node, alloc: held.PodAllocation,
+		source: held.Source, seen: seen}
 	c.pods[pod.UID] = ps
-	c.node(alloc.Node).pods[pod.UID] = struct{}{}
+	c.node(held.Node).pods[pod.UID] = struct{}{}
 	c.apply(logger, pod.UID, ps)
 }
 
-// verified returns the pod's allocation if it is signed by this scheduler's
-// key and bound to this pod and its node.
-func (c *deviceCache) verified(pod *corev1.Pod) (kubeinterface.Allocation, error) {
-	alloc, err := objects.PodAllocation(pod)
-	if err != nil {
-		return alloc, err
-	}
-	if err := c.key.Verify(alloc); err != nil {
-		return alloc, err
-	}
-	if alloc.Pod.Namespace != pod.Namespace || alloc.Pod.Name != pod.Name || alloc.Pod.UID != pod.UID || alloc.Node != pod.Spec.NodeName {
-		return alloc, fmt.Errorf("%w: allocation is for pod %s/%s (uid %s) on node %q, not this pod on node %q",
-			errMismatch, alloc.Pod.Namespace, alloc.Pod.Name, alloc.Pod.UID, alloc.Node, pod.Spec.NodeName)
-	}
-	return alloc, nil
-}
-
-var errMismatch = errors.New("allocation belongs elsewhere")
-
-// errChanged counts allocations changed after the pod was confirmed.
+// errChanged counts allocations changed after the pod was counted.
 var errChanged = errors.New("allocation changed after binding")
 
 // apply counts ps on its node, if the node is known; must hold c.mu.
@@ -427,6 +376,7 @@ func (c *deviceCache) forget(_ klog.Logger, uid ktypes.UID) {
 	c.forgetLocked(uid)
 	c.mu.Unlock()
 	c.notWaiting(uid)
+	c.recorder.forget(uid)
 }
 
 func (c *deviceCache) forgetLocked(uid ktypes.UID) {
@@ -518,22 +468,6 @@ func (c *deviceCache) hasDevices(name string) bool {
 	return ok && (ns.devices != nil || ns.hasInventory)
 }
 
-// usable says why a node gets no new GPU pods, or nil; must hold c.mu.
-func (c *deviceCache) usable(ns *nodeState) error { return c.usableAt(ns, c.now()) }
-
-func (c *deviceCache) usableAt(ns *nodeState, now time.Time) error {
-	if ns.devices == nil {
-		return ns.err
-	}
-	if ns.renewed.IsZero() {
-		return errNoHeartbeat
-	}
-	if age := now.Sub(ns.renewed); age > c.staleness {
-		return fmt.Errorf("%w: node's kubegpu heartbeat is stale (last renewed %s ago, limit %s)", errStale, age.Round(time.Second), c.staleness)
-	}
-	return nil
-}
-
 // reserve chooses pod uid's devices on node name afresh and assumes them, in
 // one step under the write lock, so that concurrent cycles never hand out the
 // same device twice.
@@ -566,13 +500,13 @@ func (c *deviceCache) reserve(pod *corev1.Pod, name string, r *devicescheduler.R
 	return alloc, nil
 }
 
-// written records the allocation annotation this scheduler signed and bound
-// an assumed pod with, so that the pod's informer events need no
+// written remembers the allocation annotation this scheduler signed and
+// bound an assumed pod with, so that the pod's informer events need no
 // verification.
 func (c *deviceCache) written(uid ktypes.UID, value string) {
 	c.mu.Lock()
 	if ps, ok := c.pods[uid]; ok {
-		ps.annotation = value
+		ps.written = value
 	}
 	c.mu.Unlock()
 }

@@ -49,7 +49,8 @@ func testNode(t *testing.T, name, preset string) *corev1.Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 	if err := objects.SetNodeInventory(n, simgpu.Inventory(topo, name)); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func testNode(t *testing.T, name, preset string) *corev1.Node {
 func testLease(node string, renewed time.Time) *coordinationv1.Lease {
 	rt := metav1.NewMicroTime(renewed)
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: kubeinterface.LeaseNamespace, Name: kubeinterface.LeaseName(node)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: kubeinterface.LeaseNamespace, Name: node},
 		Spec:       coordinationv1.LeaseSpec{RenewTime: &rt},
 	}
 }
@@ -102,12 +103,8 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	r := wholeRequest(t, c, 4)
 
 	var p devicescheduler.Placement
-	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), noHost, noHost, &p); err == nil || !strings.Contains(err.Error(), "no kubegpu heartbeat Lease") {
-		t.Fatalf("evaluate without a heartbeat: %v", err)
-	}
-	c.updateLease(testLease("n1", testNow.Add(-time.Minute)))
-	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), noHost, noHost, &p); err == nil || !strings.Contains(err.Error(), "heartbeat is stale (last renewed 1m0s ago, limit 40s)") {
-		t.Fatalf("evaluate with a stale heartbeat: %v", err)
+	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), noHost, noHost, &p); !errors.Is(err, errNoLease) {
+		t.Fatalf("evaluate without a Lease: %v", err)
 	}
 	var activated []string
 	c.activate = func(pods map[string]*corev1.Pod) {
@@ -116,10 +113,10 @@ func TestCacheReserveBindRelease(t *testing.T) {
 		}
 	}
 	c.waitForHeartbeat(testPod("waiting"))
-	c.updateLease(testLease("n1", testNow.Add(-time.Second)))
-	c.updateLease(testLease("n1", testNow)) // fresh to fresh: nothing to do
+	c.updateLease(testLease("n1", testNow.Add(-time.Second)), false)
+	c.updateLease(testLease("n1", testNow), false) // live to live: nothing to do
 	if !reflect.DeepEqual(activated, []string{"ns/waiting"}) {
-		t.Fatalf("activated %v when the heartbeat resumed, want [ns/waiting]", activated)
+		t.Fatalf("activated %v when the node became live, want [ns/waiting]", activated)
 	}
 	if _, err := c.evaluate("missing", ptr(c.evalInput("4", r)), noHost, noHost, &p); !errors.Is(err, errNoInventory) {
 		t.Fatalf("evaluate on an unknown node: %v", err)
@@ -168,7 +165,7 @@ func TestCacheIgnoresForgedAndMismatched(t *testing.T) {
 	c, key := testCache(t)
 	logger := klog.Background()
 	c.updateNode(logger, testNode(t, "n1", "dgx1"))
-	c.updateLease(testLease("n1", testNow))
+	c.updateLease(testLease("n1", testNow), false)
 	alloc, err := c.reserve(testPod("x"), "n1", wholeRequest(t, c, 8), noHost, noHost)
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +196,7 @@ func TestCacheRebuildsTheSameState(t *testing.T) {
 	var objects []any
 	for _, n := range []*corev1.Node{testNode(t, "n1", "dgx1"), testNode(t, "n2", "t4x4")} {
 		ref.updateNode(logger, n)
-		ref.updateLease(testLease(n.Name, testNow))
+		ref.updateLease(testLease(n.Name, testNow), false)
 		objects = append(objects, n, testLease(n.Name, testNow))
 	}
 	slice, err := ref.engine.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{{Name: "main", Count: 1, ComputePercent: 30}}}, devicescheduler.Host{})
@@ -227,7 +224,7 @@ func TestCacheRebuildsTheSameState(t *testing.T) {
 			case *corev1.Node:
 				c.updateNode(logger, o)
 			case *coordinationv1.Lease:
-				c.updateLease(o)
+				c.updateLease(o, false)
 			case *corev1.Pod:
 				c.updatePod(logger, o)
 			}
@@ -246,7 +243,7 @@ func TestCacheNodeChanges(t *testing.T) {
 	c, key := testCache(t)
 	logger := klog.Background()
 	c.updateNode(logger, testNode(t, "n1", "t4x4"))
-	c.updateLease(testLease("n1", testNow))
+	c.updateLease(testLease("n1", testNow), false)
 	var p devicescheduler.Placement
 	r := wholeRequest(t, c, 4)
 	in := c.evalInput("4", r)
@@ -258,7 +255,7 @@ func TestCacheNodeChanges(t *testing.T) {
 	topo, _ := simgpu.Preset("t4x4")
 	inv := simgpu.Inventory(topo, "n1")
 	inv.Devices[3].Health = types.Unhealthy
-	sick := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	sick := testNode(t, "n1", "t4x4")
 	if err := objects.SetNodeInventory(sick, inv); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +265,7 @@ func TestCacheNodeChanges(t *testing.T) {
 	}
 
 	c.updateNode(logger, testNode(t, "n2", "t4x4"))
-	c.updateLease(testLease("n2", testNow))
+	c.updateLease(testLease("n2", testNow), false)
 	alloc, err := c.reserve(testPod("a"), "n2", wholeRequest(t, c, 2), noHost, noHost)
 	if err != nil {
 		t.Fatal(err)

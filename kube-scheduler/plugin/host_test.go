@@ -59,7 +59,7 @@ func TestHostResources(t *testing.T) {
 func TestCacheEvaluatesWithHost(t *testing.T) {
 	c, _ := testCache(t)
 	c.updateNode(klog.Background(), testNode(t, "n1", "t4x4"))
-	c.updateLease(testLease("n1", testNow))
+	c.updateLease(testLease("n1", testNow), false)
 	r, err := c.engine.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{{Name: "main", Count: 1}}}, devicescheduler.Host{CPUMilli: 4000, MemoryMiB: 1024})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 	for _, name := range []string{"idle", "busy"} {
 		n := testNode(t, name, "t4x4")
 		c.updateNode(logger, n)
-		c.updateLease(testLease(name, testNow))
+		c.updateLease(testLease(name, testNow), false)
 		infos = append(infos, nodeInfo(n))
 	}
 	if _, err := c.reserve(testPod("gpus"), "busy", wholeRequest(t, c, 3), noHost, noHost); err != nil {
@@ -163,7 +163,7 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 func TestShapeTableStartsOver(t *testing.T) {
 	c, _ := testCache(t)
 	c.updateNode(klog.Background(), testNode(t, "n1", "t4x4"))
-	c.updateLease(testLease("n1", testNow))
+	c.updateLease(testLease("n1", testNow), false)
 	var p devicescheduler.Placement
 	tooBig := c.evalInput("8 GPUs", wholeRequest(t, c, 8))
 	if _, err := c.evaluate("n1", &tooBig, noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {

@@ -9,6 +9,7 @@ import (
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
 // cacheMetrics are the plugin's metrics, served on the scheduler's /metrics
@@ -17,6 +18,7 @@ type cacheMetrics struct {
 	nodes   *metrics.GaugeVec
 	rejects *metrics.CounterVec
 	writes  *metrics.CounterVec
+	records *metrics.CounterVec
 }
 
 var (
@@ -43,8 +45,13 @@ func registerMetrics() *cacheMetrics {
 				Help:           "Signed allocations written onto pods (with the binding, or in PreBind), by result (signed, error, missing: bound by another bind plugin first).",
 				StabilityLevel: metrics.ALPHA,
 			}, []string{"result"}),
+			records: metrics.NewCounterVec(&metrics.CounterOpts{
+				Namespace: "kubegpu", Subsystem: "scheduler", Name: "allocation_records_total",
+				Help:           "Writes of the scheduler's record of an allocation into the pod's status, by result (written, gone: the pod was deleted, retry, error: left to the next leader).",
+				StabilityLevel: metrics.ALPHA,
+			}, []string{"result"}),
 		}
-		legacyregistry.MustRegister(m.nodes, m.rejects, m.writes)
+		legacyregistry.MustRegister(m.nodes, m.rejects, m.writes, m.records)
 		theMetrics = m
 	})
 	return theMetrics
@@ -78,7 +85,7 @@ func (m *cacheMetrics) rejected(err error) {
 	switch {
 	case errors.Is(err, kubeinterface.ErrBadSignature):
 		reason = "bad_signature"
-	case errors.Is(err, errMismatch):
+	case errors.Is(err, objects.ErrMismatch):
 		reason = "mismatch"
 	case errors.Is(err, devicescheduler.ErrConflict):
 		reason = "conflict"
@@ -86,6 +93,12 @@ func (m *cacheMetrics) rejected(err error) {
 		reason = "changed_after_binding"
 	}
 	m.rejects.WithLabelValues(reason).Inc()
+}
+
+func (m *cacheMetrics) recorded(result string) {
+	if m != nil {
+		m.records.WithLabelValues(result).Inc()
+	}
 }
 
 func (m *cacheMetrics) written(result string) {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
@@ -29,6 +30,8 @@ const Name = "KubeGPU"
 // Plugin is the kubegpu framework plugin. One instance serves one scheduler
 // profile; the profiles of one process share one device cache.
 type Plugin struct {
+	// ctx lives as long as the scheduler.
+	ctx    context.Context
 	handle fwk.Handle
 	args   *Args
 	engine *devicescheduler.Engine
@@ -70,7 +73,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	logger.Info("kubegpu plugin ready", "profile", h.ProfileName(), "pluginDir", args.PluginDir,
 		"modules", shared.modules, "nodePolicy", args.NodePolicy, "signature", shared.key.Algorithm())
-	return &Plugin{handle: h, args: args, engine: shared.engine, key: shared.key, cache: shared.cache, synced: shared.synced}, nil
+	return &Plugin{ctx: ctx, handle: h, args: args, engine: shared.engine, key: shared.key, cache: shared.cache, synced: shared.synced}, nil
 }
 
 // shared is what the profiles of one process share: loading a .so twice is
@@ -134,7 +137,9 @@ func newShared(ctx context.Context, args *Args, factory informers.SharedInformer
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	c := newDeviceCache(engine, key, args.HeartbeatStaleness.Duration, registerMetrics())
+	m := registerMetrics()
+	c := newDeviceCache(engine, key, args.HeartbeatStaleness.Duration, m)
+	c.recorder = newRecorder(client, m)
 	c.activate = func(pods map[string]*corev1.Pod) { activator.Activate(logger, pods) }
 	// Heartbeat Leases come from an informer of their own, limited to
 	// kube-node-lease: the scheduler's role may read Leases there and not
@@ -198,12 +203,12 @@ func loadSchedulerPlugins(ctx context.Context, args *Args) ([]types.SchedulerPlu
 
 // addHandlers feeds the cache from the scheduler's shared informers: nodes
 // and pods (the scheduler's pod informer leaves out finished pods), and from
-// the plugin's own informer of heartbeat Leases. It
+// the plugin's own informer of the nodes' Leases in kube-node-lease. It
 // returns a function that reports whether every handler has seen its
 // informer's initial list.
 func addHandlers(logger klog.Logger, c *deviceCache, factory, leases informers.SharedInformerFactory) (func() bool, error) {
 	var regs []toolscache.ResourceEventHandlerRegistration
-	add := func(inf toolscache.SharedIndexInformer, h toolscache.ResourceEventHandlerFuncs) error {
+	add := func(inf toolscache.SharedIndexInformer, h toolscache.ResourceEventHandler) error {
 		reg, err := inf.AddEventHandler(h)
 		if err != nil {
 			return fmt.Errorf("%s: add informer handler: %w", Name, err)
@@ -222,9 +227,11 @@ func addHandlers(logger klog.Logger, c *deviceCache, factory, leases informers.S
 			UpdateFunc: func(_, obj any) { withObject(obj, func(p *corev1.Pod) { c.updatePod(logger, p) }) },
 			DeleteFunc: func(obj any) { withObject(obj, func(p *corev1.Pod) { c.forget(logger, p.UID) }) },
 		}),
-		add(leases.Coordination().V1().Leases().Informer(), toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { withObject(obj, c.updateLease) },
-			UpdateFunc: func(_, obj any) { withObject(obj, c.updateLease) },
+		add(leases.Coordination().V1().Leases().Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
+			AddFunc: func(obj any, initial bool) {
+				withObject(obj, func(l *coordinationv1.Lease) { c.updateLease(l, initial) })
+			},
+			UpdateFunc: func(_, obj any) { withObject(obj, func(l *coordinationv1.Lease) { c.updateLease(l, false) }) },
 			DeleteFunc: func(obj any) { withObject(obj, c.deleteLease) },
 		}),
 	)

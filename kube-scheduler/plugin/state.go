@@ -20,8 +20,10 @@ type cycleState struct {
 
 	// Set by Reserve.
 	alloc types.PodAllocation
-	// written is set once the allocation is on the pod (Bind or PreBind).
+	// written is set once the allocation is on the pod (Bind or PreBind);
+	// value is the annotation value written.
 	written bool
+	value   string
 }
 
 // Clone shares the state: after PreFilter it is written only by Reserve

@@ -27,6 +27,35 @@ const (
 	MaxListEntries = 64
 )
 
+// What the rules' error messages say a valid value is ("... must be WANT,
+// got VALUE"); deploy/admission's policy is generated from the same texts.
+var (
+	WantDeviceCount      = fmt.Sprintf("an integer 1..%d", MaxDevicesPerContainer)
+	WantSliceMemory      = fmt.Sprintf("a whole number of MiB, 1..%d (e.g. 4096 for 4 GiB)", MaxSliceMemoryMiB)
+	WantSliceCores       = fmt.Sprintf("an integer 1..%d (percent of one GPU's compute)", types.MaxComputePercent)
+	WantListChars        = fmt.Sprintf("a comma-separated list of at most %d characters", MaxListChars)
+	WantListASCII        = "a comma-separated list of printable ASCII entries"
+	WantListNoEmpty      = "a comma-separated list with no empty entries"
+	WantListEntries      = fmt.Sprintf("a comma-separated list of at most %d entries", MaxListEntries)
+	WantDisjoint         = "disjoint from the matching -exclude annotation"
+	WantKnownAnnotation  = "one of the annotations kubegpu knows (" + strings.Join(KnownAnnotations(), ", ") + ")"
+	WantDeviceContainers = fmt.Sprintf("at most %d", types.MaxDeviceContainers)
+)
+
+// FieldDeviceContainers names the rule on how many containers ask for GPUs.
+const FieldDeviceContainers = "the number of containers asking for GPUs"
+
+// WantSliceCount is what nvidia.com/gpu must be when the slice resource
+// name is set.
+func WantSliceCount(name string) string {
+	return "set to the number of slices (usually 1) when " + name + " is set"
+}
+
+// ListAnnotations are the model and UUID list annotations, in the order
+// their errors are reported.
+var ListAnnotations = []string{kubeinterface.AnnotationModelInclude, kubeinterface.AnnotationModelExclude,
+	kubeinterface.AnnotationUUIDInclude, kubeinterface.AnnotationUUIDExclude}
+
 // WantsDevices reports cheaply whether any container of the pod asks for
 // GPUs, so that callers can skip non-GPU pods before decoding anything.
 func WantsDevices(pod *corev1.Pod) bool {
@@ -79,13 +108,13 @@ func PodRequest(pod *corev1.Pod) (types.PodRequest, error) {
 	}
 	slices.Sort(unknown)
 	for _, key := range unknown {
-		c.add("", "annotation "+key, pod.Annotations[key], "one of the annotations kubegpu knows ("+strings.Join(knownAnnotationList(), ", ")+")")
+		c.add("", "annotation "+key, pod.Annotations[key], WantKnownAnnotation)
 	}
 
 	req.InitContainers = containerRequests(c, pod.Spec.InitContainers, sel, topology)
 	req.Containers = containerRequests(c, pod.Spec.Containers, sel, topology)
 	if n := len(req.InitContainers) + len(req.Containers); n > types.MaxDeviceContainers {
-		c.add("", "the number of containers asking for GPUs", fmt.Sprint(n), fmt.Sprintf("at most %d", types.MaxDeviceContainers))
+		c.add("", FieldDeviceContainers, fmt.Sprint(n), WantDeviceContainers)
 	}
 	if err := c.err(); err != nil {
 		return types.PodRequest{}, err
@@ -97,17 +126,15 @@ func containerRequests(c *collector, containers []corev1.Container, sel types.Se
 	var out []types.ContainerRequest
 	for i := range containers {
 		ctr := &containers[i]
-		count, hasCount := limit(c, ctr, kubeinterface.ResourceGPU, 0, MaxDevicesPerContainer, "an integer 1.."+fmt.Sprint(MaxDevicesPerContainer))
-		mem, hasMem := limit(c, ctr, kubeinterface.ResourceGPUMemory, 1, MaxSliceMemoryMiB,
-			fmt.Sprintf("a whole number of MiB, 1..%d (e.g. 4096 for 4 GiB)", MaxSliceMemoryMiB))
-		cores, hasCores := limit(c, ctr, kubeinterface.ResourceGPUCores, 1, types.MaxComputePercent,
-			fmt.Sprintf("an integer 1..%d (percent of one GPU's compute)", types.MaxComputePercent))
+		count, hasCount := limit(c, ctr, kubeinterface.ResourceGPU, 0, MaxDevicesPerContainer, WantDeviceCount)
+		mem, hasMem := limit(c, ctr, kubeinterface.ResourceGPUMemory, 1, MaxSliceMemoryMiB, WantSliceMemory)
+		cores, hasCores := limit(c, ctr, kubeinterface.ResourceGPUCores, 1, types.MaxComputePercent, WantSliceCores)
 		if (hasMem || hasCores) && (!hasCount || count == 0) {
 			name := kubeinterface.ResourceGPUMemory
 			if !hasMem {
 				name = kubeinterface.ResourceGPUCores
 			}
-			c.add(ctr.Name, string(kubeinterface.ResourceGPU), "", fmt.Sprintf("set to the number of slices (usually 1) when %s is set", name))
+			c.add(ctr.Name, string(kubeinterface.ResourceGPU), "", WantSliceCount(name))
 			continue
 		}
 		if count == 0 {
@@ -145,24 +172,13 @@ func limit(c *collector, ctr *corev1.Container, name corev1.ResourceName, lo, hi
 }
 
 // integer returns q as an int64 if it is a whole, non-negative number that
-// fits.
+// fits: exactly what the admission policy's quantity(v).isInteger() and
+// asInteger() accept.
 func integer(q resource.Quantity) (int64, bool) {
 	if q.Sign() < 0 {
 		return 0, false
 	}
-	if v, ok := q.AsInt64(); ok {
-		return v, true
-	}
-	// AsInt64 refuses some exact integers written with a suffix ("1k").
-	// Value rounds up, so accept it only if it is exact.
-	if q.Cmp(*resource.NewQuantity(1<<50, resource.DecimalSI)) >= 0 {
-		return 0, false
-	}
-	v := q.Value()
-	if q.Cmp(*resource.NewQuantity(v, resource.DecimalSI)) != 0 {
-		return 0, false
-	}
-	return v, true
+	return q.AsInt64()
 }
 
 // parseList splits a comma-separated annotation into its trimmed entries,
@@ -178,22 +194,22 @@ func parseList(c *collector, annotations map[string]string, key string) []string
 	field := "annotation " + key
 	switch {
 	case utf8.RuneCountInString(value) > MaxListChars:
-		c.add("", field, value, fmt.Sprintf("a comma-separated list of at most %d characters", MaxListChars))
+		c.add("", field, value, WantListChars)
 		return nil
 	case !kubeinterface.PrintableASCII(value):
-		c.add("", field, value, "a comma-separated list of printable ASCII entries")
+		c.add("", field, value, WantListASCII)
 		return nil
 	}
 	parts := strings.Split(value, ",")
 	for i := range parts {
 		parts[i] = strings.TrimSpace(parts[i])
 		if parts[i] == "" {
-			c.add("", field, value, "a comma-separated list with no empty entries")
+			c.add("", field, value, WantListNoEmpty)
 			return nil
 		}
 	}
 	if len(parts) > MaxListEntries {
-		c.add("", field, value, fmt.Sprintf("a comma-separated list of at most %d entries", MaxListEntries))
+		c.add("", field, value, WantListEntries)
 		return nil
 	}
 	seen := make(map[string]bool, len(parts))
@@ -218,7 +234,7 @@ func checkDisjoint(c *collector, includeKey string, include, exclude []string) {
 	}
 	for _, in := range include {
 		if excluded[strings.ToLower(in)] {
-			c.add("", "annotation "+includeKey, in, "disjoint from the matching -exclude annotation")
+			c.add("", "annotation "+includeKey, in, WantDisjoint)
 		}
 	}
 }
@@ -242,4 +258,6 @@ func parseEnum[T ~string](c *collector, annotations map[string]string, key strin
 	return ""
 }
 
-func knownAnnotationList() []string { return slices.Sorted(maps.Keys(userAnnotations)) }
+// KnownAnnotations lists, sorted, every kubegpu.io/ annotation a pod may
+// carry: those a user sets and the scheduler's allocation.
+func KnownAnnotations() []string { return slices.Sorted(maps.Keys(userAnnotations)) }

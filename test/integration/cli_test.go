@@ -12,10 +12,11 @@ import (
 	"github.com/kubegpu/kubegpu/kubeinterface"
 )
 
-// kubegpu runs the CLI with the admin kubeconfig.
+// kubegpu runs the CLI as the user bound only to the shipped read-only role
+// kubegpu-viewer, with the nodes' public key.
 func kubegpu(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "kubegpu"), append([]string{"--kubeconfig", cluster.Kubeconfig}, args...)...)
+	cmd := exec.Command(filepath.Join(binDir, "kubegpu"), append([]string{"--kubeconfig", viewer.Kubeconfig, "--allocation-key", pubFile}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubegpu %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubegpu/kubegpu/internal/localcluster"
@@ -17,19 +18,19 @@ import (
 )
 
 // startAdvertiser runs kubegpu-crishim for node with a simgpu preset,
-// advertising through the admin kubeconfig; the CRI side points at a
+// publishing with the node's own credentials; the CRI side points at a
 // runtime that is not there (calls would fail with Unavailable).
 func startAdvertiser(ctx context.Context, t *testing.T, node, preset string) *localcluster.Process {
 	t.Helper()
-	dir := t.TempDir()
-	pub := filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(pub, mustRead(t, keyFile), 0o600); err != nil {
+	id, err := cluster.NodeIdentity(node)
+	if err != nil {
 		t.Fatal(err)
 	}
+	dir := t.TempDir()
 	p, err := localcluster.StartProcess(filepath.Join(workDir, "kubegpu-crishim-"+node+".log"), filepath.Join(binDir, "kubegpu-crishim"),
 		"--node-name="+node, "--plugin-dir="+pluginDir, "--plugin-option=simgpu.preset="+preset,
 		"--listen="+filepath.Join(dir, "crishim.sock"), "--runtime-endpoint=unix://"+filepath.Join(dir, "none.sock"),
-		"--allocation-key="+pub, "--kubeconfig="+cluster.Kubeconfig, "--interval=2s", "--v=2")
+		"--allocation-key="+pubFile, "--kubeconfig="+id.Kubeconfig, "--interval=1s", "--v=2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,58 +47,71 @@ func mustRead(t *testing.T, path string) []byte {
 	return b
 }
 
-// TestAdvertiserPublishesAndRecovers: the advertiser publishes the node's
-// inventory, extended-resource capacity (status subresource) and heartbeat;
-// with kube-apiserver down for 30 s it keeps running and renews the
-// heartbeat once the API server is back.
+// published reports whether node carries its dgx1 inventory and capacity.
+func published(ctx context.Context, node string) bool {
+	n, err := viewer.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	inv, err := objects.NodeInventory(n)
+	if err != nil || len(inv.Devices) != 8 {
+		return false
+	}
+	gpus := n.Status.Capacity[kubeinterface.ResourceGPU]
+	cores := n.Status.Allocatable[kubeinterface.ResourceGPUCores]
+	return gpus.Value() == 800 && cores.Value() == 800
+}
+
+// TestAdvertiserPublishesAndRecovers: with the node's own credentials, the
+// advertiser publishes the node's inventory and extended-resource capacity
+// (status subresource); with kube-apiserver down it keeps running; and
+// whatever resets or removes them is undone within an interval.
 func TestAdvertiserPublishesAndRecovers(t *testing.T) {
 	ctx := context.Background()
 	const node = "adv-0"
-	if _, err := cluster.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+	k, err := cluster.StartSimKubelet(ctx, localcluster.SimKubeletOptions{Node: node, Capacity: localcluster.NodeCapacity("8", "32Gi", 110)})
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		k.Pause()
+		_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
+	})
 	p := startAdvertiser(ctx, t, node, "dgx1")
-
-	var renewed time.Time
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		inv, err := objects.NodeInventory(n)
-		if err != nil || len(inv.Devices) != 8 {
-			return false, nil
-		}
-		gpus := n.Status.Capacity[kubeinterface.ResourceGPU]
-		cores := n.Status.Allocatable[kubeinterface.ResourceGPUCores]
-		if gpus.Value() != 800 || cores.Value() != 800 {
-			return false, nil
-		}
-		l, err := cluster.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Get(ctx, kubeinterface.LeaseName(node), metav1.GetOptions{})
-		if err != nil || l.Spec.RenewTime == nil {
-			return false, nil
-		}
-		renewed = l.Spec.RenewTime.Time
-		return true, nil
+		return published(ctx, node), nil
 	}); err != nil {
-		t.Fatalf("inventory, capacity and Lease of %s did not appear; see %s", node, p.Log)
+		t.Fatalf("inventory and capacity of %s did not appear; see %s", node, p.Log)
 	}
 
 	if err := cluster.KillAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(30 * time.Second)
+	time.Sleep(8 * time.Second)
 	if err := cluster.StartAPIServer(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if p.Exited() {
 		t.Fatalf("kubegpu-crishim exited during the API server's outage; see %s", p.Log)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := cluster.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Get(ctx, kubeinterface.LeaseName(node), metav1.GetOptions{})
-		return err == nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(renewed.Add(30*time.Second)), nil
+	// Something (kubelet on some restarts, a careless operator) resets the
+	// capacity and removes the inventory: the advertiser restores both.
+	patch := []byte(`{"metadata":{"annotations":{"kubegpu.io/inventory":null}}}`)
+	if _, err := cluster.Client.CoreV1().Nodes().Patch(ctx, node, ktypes.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Capacity[kubeinterface.ResourceGPU] = resource.MustParse("0")
+	n.Status.Allocatable[kubeinterface.ResourceGPU] = resource.MustParse("0")
+	if _, err := cluster.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return published(ctx, node), nil
 	}); err != nil {
-		t.Fatalf("heartbeat not renewed after the API server came back; see %s", p.Log)
+		t.Fatalf("inventory and capacity of %s not restored; see %s", node, p.Log)
 	}
 }

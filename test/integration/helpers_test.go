@@ -9,8 +9,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
@@ -22,24 +26,30 @@ import (
 	"github.com/kubegpu/kubegpu/types"
 )
 
-// heartbeatStaleness outlasts the API server outage test's ten seconds
-// and the restart after it.
-const heartbeatStaleness = 60 * time.Second
+// heartbeatStaleness outlasts the API server outage test's ten seconds;
+// simulated kubelets renew their Leases every simLeaseDuration/4.
+const (
+	heartbeatStaleness = 20 * time.Second
+	simLeaseDuration   = 4 * time.Second
+)
 
 // startScheduler runs _output/bin/kubegpu-scheduler with the shipped
 // configuration (kube-scheduler/config/kubegpu-scheduler.yaml) as the
-// cluster's only scheduler, and waits until it is healthy.
-func startScheduler(ctx context.Context, t *testing.T) *localcluster.Scheduler {
+// cluster's only scheduler, as system:kube-scheduler, and waits until it is
+// healthy.
+func startScheduler(ctx context.Context, t *testing.T, extraArgs ...string) *localcluster.Scheduler {
 	t.Helper()
-	return startSchedulerWriting(ctx, t, "Bind")
+	return startSchedulerWriting(ctx, t, "Bind", extraArgs...)
 }
 
 // startSchedulerWriting starts the scheduler with the plugin's
-// writeAllocation set to mode (Bind or PreBind).
-func startSchedulerWriting(ctx context.Context, t *testing.T, mode string) *localcluster.Scheduler {
+// writeAllocation set to mode (Bind or PreBind) and extra plugin args
+// ("heartbeatStaleness: 5s").
+func startSchedulerWriting(ctx context.Context, t *testing.T, mode string, extraArgs ...string) *localcluster.Scheduler {
 	t.Helper()
-	config, err := cluster.ShippedSchedulerConfig(filepath.Join(repoRoot, "kube-scheduler/config/kubegpu-scheduler.yaml"), pluginDir, keyFile, 500,
-		"heartbeatStaleness: "+heartbeatStaleness.String(), "writeAllocation: "+mode)
+	args := append([]string{"heartbeatStaleness: " + heartbeatStaleness.String(), "writeAllocation: " + mode}, extraArgs...)
+	config, err := cluster.ShippedSchedulerConfig(filepath.Join(repoRoot, "kube-scheduler/config/kubegpu-scheduler.yaml"),
+		schedulerID.Kubeconfig, pluginDir, keyFile, 500, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,105 +61,105 @@ func startSchedulerWriting(ctx context.Context, t *testing.T, mode string) *loca
 	return s
 }
 
-// simNodes are Node objects without kubelets whose devices are published
-// exactly as kubegpu-crishim's advertiser publishes them, with heartbeats
-// renewed until the test ends.
+// simNodes are nodes without kubelets: a simulated kubelet registers each
+// with the node's own credentials and renews its Lease, and its devices are
+// published with those credentials exactly as kubegpu-crishim's advertiser
+// publishes them.
 type simNodes struct {
-	mu      sync.Mutex
-	names   []string
-	paused  map[string]bool
-	invs    map[string]types.Inventory
-	stopped chan struct{}
+	mu       sync.Mutex
+	names    []string
+	kubelets map[string]*localcluster.SimKubelet
+	invs     map[string]types.Inventory
 }
 
 // addNodes creates nodes name-0..name-(count-1) with a simgpu preset.
 func addNodes(ctx context.Context, t *testing.T, prefix, preset string, count int) *simNodes {
 	t.Helper()
-	sn := &simNodes{paused: map[string]bool{}, invs: map[string]types.Inventory{}, stopped: make(chan struct{})}
-	sn.add(ctx, t, prefix, preset, count)
+	sn := &simNodes{kubelets: map[string]*localcluster.SimKubelet{}, invs: map[string]types.Inventory{}}
 	t.Cleanup(func() {
-		close(sn.stopped)
+		sn.mu.Lock()
+		defer sn.mu.Unlock()
 		for _, n := range sn.names {
+			sn.kubelets[n].Pause()
 			_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{})
-			_ = cluster.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Delete(context.Background(), kubeinterface.LeaseName(n), metav1.DeleteOptions{})
+			_ = cluster.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Delete(context.Background(), n, metav1.DeleteOptions{})
 		}
 	})
-	go func() {
-		tick := time.NewTicker(3 * time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-sn.stopped:
-				return
-			case <-tick.C:
-			}
-			sn.mu.Lock()
-			names := append([]string(nil), sn.names...)
-			sn.mu.Unlock()
-			for _, n := range names {
-				sn.mu.Lock()
-				paused := sn.paused[n]
-				sn.mu.Unlock()
-				if !paused {
-					_ = advertiser.RenewLease(context.Background(), nodeClient, n, heartbeatStaleness, time.Now())
-				}
-			}
-		}
-	}()
+	sn.add(ctx, t, prefix, preset, count)
 	return sn
 }
 
 func (sn *simNodes) add(ctx context.Context, t *testing.T, prefix, preset string, count int) {
 	t.Helper()
-	topo, err := simgpu.Preset(preset)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.EnsureNamespace(ctx, kubeinterface.LeaseNamespace); err != nil {
-		t.Fatal(err)
+	sn.addWith(ctx, t, prefix, preset, count, localcluster.NodeCapacity("96", "768Gi", 250))
+}
+
+// addWith adds nodes of the given CPU, memory and pods capacity; with no
+// preset, one node named prefix without GPUs.
+func (sn *simNodes) addWith(ctx context.Context, t *testing.T, prefix, preset string, count int, capacity corev1.ResourceList) {
+	t.Helper()
+	var topo simgpu.Topology
+	if preset != "" {
+		var err error
+		if topo, err = simgpu.Preset(preset); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i := 0; i < count; i++ {
 		name := fmt.Sprintf("%s-%d", prefix, i)
-		if err := cluster.RegisterNode(ctx, name, localcluster.NodeCapacity("96", "768Gi", 250)); err != nil {
-			t.Fatal(err)
+		if count == 1 && preset == "" {
+			name = prefix
 		}
-		inv := simgpu.Inventory(topo, name)
-		if err := advertiser.PublishInventory(ctx, nodeClient, name, inv, advertiser.Capacity(inv, advertiser.DefaultSlicesPerDevice)); err != nil {
-			t.Fatal(err)
-		}
-		if err := advertiser.RenewLease(ctx, nodeClient, name, heartbeatStaleness, time.Now()); err != nil {
+		k, err := cluster.StartSimKubelet(ctx, localcluster.SimKubeletOptions{Node: name, Capacity: capacity, LeaseDuration: simLeaseDuration})
+		if err != nil {
 			t.Fatal(err)
 		}
 		sn.mu.Lock()
 		sn.names = append(sn.names, name)
+		sn.kubelets[name] = k
+		sn.mu.Unlock()
+		if preset == "" {
+			continue // a node without GPUs
+		}
+		client, err := advertiser.NewClient(k.Identity.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv := simgpu.Inventory(topo, name)
+		if err := advertiser.PublishInventory(ctx, client, name, inv, advertiser.Capacity(inv, advertiser.DefaultSlicesPerDevice)); err != nil {
+			t.Fatal(err)
+		}
+		sn.mu.Lock()
 		sn.invs[name] = inv
 		sn.mu.Unlock()
 	}
 }
 
-// pause stops renewing a node's heartbeat and backdates it by d.
-func (sn *simNodes) pause(ctx context.Context, t *testing.T, name string, d time.Duration) {
-	t.Helper()
+// pause stops renewing a node's Lease, as a node that died would.
+func (sn *simNodes) pause(name string) {
 	sn.mu.Lock()
-	sn.paused[name] = true
+	k := sn.kubelets[name]
 	sn.mu.Unlock()
-	if err := advertiser.RenewLease(ctx, nodeClient, name, heartbeatStaleness, time.Now().Add(-d)); err != nil {
-		t.Fatal(err)
-	}
+	k.Pause()
 }
 
-func (sn *simNodes) resume(ctx context.Context, t *testing.T, name string) {
-	t.Helper()
+// resume renews a node's Lease again.
+func (sn *simNodes) resume(name string) {
 	sn.mu.Lock()
-	sn.paused[name] = false
+	k := sn.kubelets[name]
 	sn.mu.Unlock()
-	if err := advertiser.RenewLease(ctx, nodeClient, name, heartbeatStaleness, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	k.Resume()
 }
 
-// namespace makes a fresh namespace that is deleted (pods first, at once)
-// when the test ends.
+// tenants are the identities of the tests' namespaces.
+var (
+	tenantsMu sync.Mutex
+	tenants   = map[string]*localcluster.Identity{}
+)
+
+// namespace makes a fresh namespace with a tenant of its own (user
+// tenant-NAME, bound to the built-in edit role there), deleted (pods first,
+// at once) when the test ends.
 func namespace(ctx context.Context, t *testing.T, name string) string {
 	t.Helper()
 	if err := cluster.EnsureNamespace(ctx, name); err != nil {
@@ -160,7 +170,42 @@ func namespace(ctx context.Context, t *testing.T, name string) string {
 		_ = cluster.Client.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
 		_ = cluster.Client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 	})
+	user := "tenant-" + name
+	_, err := cluster.Client.RbacV1().RoleBindings(name).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	id, err := cluster.Identity(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// RBAC's cache takes a moment to see the new binding.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := id.Client.CoreV1().Pods(name).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("tenant %s cannot list pods in %s: %v", user, name, err)
+	}
+	tenantsMu.Lock()
+	tenants[name] = id
+	tenantsMu.Unlock()
 	return name
+}
+
+// tenant is the identity of namespace ns's tenant.
+func tenant(t *testing.T, ns string) kubernetes.Interface {
+	t.Helper()
+	tenantsMu.Lock()
+	defer tenantsMu.Unlock()
+	id, ok := tenants[ns]
+	if !ok {
+		t.Fatalf("namespace %s has no tenant (make it with namespace())", ns)
+	}
+	return id.Client
 }
 
 // gpuPod asks for count devices per its container: whole devices, or slices
@@ -185,10 +230,11 @@ func gpuPod(name string, count, cores int, memMiB int64, annotations map[string]
 	}
 }
 
+// createPods creates pods as the namespace's tenant.
 func createPods(ctx context.Context, t *testing.T, ns string, pods ...*corev1.Pod) {
 	t.Helper()
 	for _, p := range pods {
-		if _, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		if _, err := tenant(t, ns).CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -201,7 +247,7 @@ func settle(ctx context.Context, t *testing.T, ns string, quiet, timeout time.Du
 	deadline := time.Now().Add(timeout)
 	lastBound, since := -1, time.Now()
 	for {
-		list, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		list, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err == nil {
 			bound, decided := 0, 0
 			for i := range list.Items {
@@ -344,9 +390,10 @@ func assertNothingFits(t *testing.T, pods []corev1.Pod, allocs map[string]kubein
 	}
 }
 
-// events returns the FailedScheduling messages of a pod.
-func failedScheduling(ctx context.Context, ns, pod string) []string {
-	list, err := cluster.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+// failedScheduling returns the FailedScheduling messages of a pod, as its
+// tenant reads them.
+func failedScheduling(ctx context.Context, t *testing.T, ns, pod string) []string {
+	list, err := tenant(t, ns).CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
 	if err != nil {
 		return nil
 	}

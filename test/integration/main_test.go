@@ -1,7 +1,15 @@
-// Package integration runs kubegpu's binaries against a real etcd and
-// kube-apiserver started on loopback. `make integration` builds everything
-// and sets KUBEGPU_BIN_DIR and KUBEGPU_PLUGIN_DIR; without them the tests
-// skip.
+// Package integration runs kubegpu's binaries against a real etcd,
+// kube-apiserver and kube-controller-manager started on loopback and
+// configured as a production control plane (Node and RBAC authorization,
+// NodeRestriction and the default admission plugins, Pod Security
+// admission), with kubegpu's shipped RBAC and admission policies installed.
+// Every component runs with the identity it has in production: the
+// scheduler as system:kube-scheduler, nodes (kubelet, kubegpu-crishim and
+// the simulated kubelets of nodes without one) with node credentials, the
+// CLI as a user bound only to the shipped read-only role, and tenants as
+// namespaced users with the built-in edit role. cluster-admin only installs
+// and cleans up. `make integration` builds everything and sets
+// KUBEGPU_BIN_DIR and KUBEGPU_PLUGIN_DIR; without them the tests skip.
 package integration
 
 import (
@@ -16,7 +24,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 )
@@ -27,13 +37,27 @@ var (
 	repoRoot  = "../.."
 	pluginDir = os.Getenv("KUBEGPU_PLUGIN_DIR")
 	cluster   *localcluster.Cluster
-	// nodeClient writes what a node's kubegpu-crishim writes.
-	nodeClient advertiser.Client
-	workDir    string
-	// signingKey is the scheduler's key; keyFile holds it as PEM.
-	signingKey *kubeinterface.Key
-	keyFile    string
+	// viewer is the kubegpu CLI's identity, bound to the shipped role
+	// kubegpu-viewer only; the tests read the cluster through it too.
+	viewer *localcluster.Identity
+	// scheduler is kubegpu-scheduler's identity (system:kube-scheduler).
+	schedulerID *localcluster.Identity
+	workDir     string
+	// signingKey is the scheduler's key; keyFile holds it as PEM and
+	// pubFile its public half, which nodes hold.
+	signingKey       *kubeinterface.Key
+	keyFile, pubFile string
 )
+
+// shipped are the manifests the tests install, as an operator would.
+var shipped = []string{
+	"kube-scheduler/deploy/rbac.yaml",
+	"cli/deploy/rbac.yaml",
+	"deploy/admission/kubegpu-policies.yaml",
+}
+
+// viewerUser is bound to kubegpu-viewer when the cluster is installed.
+const viewerUser = "gpu-viewer"
 
 func TestMain(m *testing.M) {
 	if binDir == "" || pluginDir == "" {
@@ -50,19 +74,20 @@ func run(m *testing.M) int {
 		fmt.Println(err)
 		return 1
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cluster, err = localcluster.Start(ctx, localcluster.Options{Dir: workDir, APIServer: filepath.Join(binDir, "kube-apiserver")})
+	cluster, err = localcluster.Start(ctx, localcluster.Options{Dir: workDir,
+		APIServer: filepath.Join(binDir, "kube-apiserver"), ControllerManager: filepath.Join(binDir, "kube-controller-manager")})
 	if err != nil {
 		fmt.Println("start cluster:", err)
 		return 1
 	}
 	defer cluster.Stop()
-	if nodeClient, err = advertiser.NewClient(cluster.Config); err != nil {
-		fmt.Println(err)
+	if err := install(ctx); err != nil {
+		fmt.Println("install kubegpu:", err)
 		return 1
 	}
-	if signingKey, keyFile, err = writeSigningKey(workDir); err != nil {
+	if signingKey, keyFile, pubFile, err = writeKeys(workDir); err != nil {
 		fmt.Println(err)
 		return 1
 	}
@@ -76,21 +101,53 @@ func run(m *testing.M) int {
 	return code
 }
 
-// writeSigningKey makes an Ed25519 key as `openssl genpkey -algorithm
-// ed25519` would and writes it as PKCS #8 PEM.
-func writeSigningKey(dir string) (*kubeinterface.Key, string, error) {
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
+// install applies the shipped manifests and binds the CLI's role, as
+// cluster-admin, and makes the identities the tests use.
+func install(ctx context.Context) error {
+	var paths []string
+	for _, p := range shipped {
+		paths = append(paths, filepath.Join(repoRoot, p))
+	}
+	if err := cluster.Apply(ctx, paths...); err != nil {
+		return err
+	}
+	_, err := cluster.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubegpu-viewer-" + viewerUser},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubegpu-viewer"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: viewerUser}},
+	}, metav1.CreateOptions{})
 	if err != nil {
-		return nil, "", err
+		return err
+	}
+	if viewer, err = cluster.Identity(viewerUser); err != nil {
+		return err
+	}
+	schedulerID, err = cluster.Identity(localcluster.SchedulerUser)
+	return err
+}
+
+// writeKeys makes an Ed25519 key as `openssl genpkey -algorithm ed25519`
+// would and writes it as PKCS #8 PEM, and its public key as PKIX PEM.
+func writeKeys(dir string) (*kubeinterface.Key, string, string, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, "", "", err
 	}
 	der, err := x509.MarshalPKCS8PrivateKey(priv)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	path := filepath.Join(dir, "allocation-key.pem")
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		return nil, "", err
+	pubDER, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, "", "", err
 	}
-	k, err := kubeinterface.LoadKey(path)
-	return k, path, err
+	private, public := filepath.Join(dir, "allocation-key.pem"), filepath.Join(dir, "allocation-key.pub.pem")
+	if err := os.WriteFile(private, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return nil, "", "", err
+	}
+	if err := os.WriteFile(public, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
+		return nil, "", "", err
+	}
+	k, err := kubeinterface.LoadKey(private)
+	return k, private, public, err
 }

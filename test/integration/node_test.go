@@ -71,7 +71,7 @@ func startShim(ctx context.Context, t *testing.T, n *localnode.Node, nodeName st
 	t.Helper()
 	sock := filepath.Join(n.Dir, "crishim.sock")
 	all := append([]string{"--node-name=" + nodeName, "--plugin-dir=" + pluginDir, "--listen=" + sock,
-		"--runtime-endpoint=" + n.Endpoint(), "--allocation-key=" + keyFile, "--v=2"}, args...)
+		"--runtime-endpoint=" + n.Endpoint(), "--allocation-key=" + pubFile, "--v=2"}, args...)
 	p, err := localcluster.StartProcess(filepath.Join(n.Dir, "kubegpu-crishim.log"), filepath.Join(binDir, "kubegpu-crishim"), all...)
 	if err != nil {
 		t.Fatal(err)
@@ -312,9 +312,14 @@ func TestKubeletThroughShim(t *testing.T) {
 	ctx := context.Background()
 	n := startNode(ctx, t)
 	const nodeName = "kubelet-node"
-	_, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--kubeconfig="+cluster.Kubeconfig, "--interval=3s")
+	// The shim publishes with the node's credentials, kubelet's own.
+	nodeID, err := cluster.NodeIdentity(nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--kubeconfig="+nodeID.Kubeconfig, "--interval=1s")
 	k, err := cluster.StartKubelet(ctx, localcluster.KubeletOptions{Kubelet: filepath.Join(binDir, "kubelet"), Node: nodeName,
-		RuntimeEndpoint: "unix://" + sock, Dir: n.Dir})
+		RuntimeEndpoint: "unix://" + sock, Dir: n.Dir, LeaseDuration: 8 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +338,7 @@ func TestKubeletThroughShim(t *testing.T) {
 	createPods(ctx, t, ns, pod)
 	var got *corev1.Pod
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err = cluster.Client.CoreV1().Pods(ns).Get(ctx, "env", metav1.GetOptions{})
+		got, err = viewer.Client.CoreV1().Pods(ns).Get(ctx, "env", metav1.GetOptions{})
 		return err == nil && got.Status.Phase == corev1.PodSucceeded, nil
 	}); err != nil {
 		t.Fatalf("pod did not succeed: %v; phase %s, status %+v; kubelet log %s", err, got.Status.Phase, got.Status.ContainerStatuses, k.Log)
@@ -370,7 +375,7 @@ func TestKubeletThroughShim(t *testing.T) {
 	again.Spec.Containers[0].Resources.Limits[kubeinterface.ResourceGPU] = resource.MustParse("1")
 	createPods(ctx, t, ns, again)
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err = cluster.Client.CoreV1().Pods(ns).Get(ctx, "after-restart", metav1.GetOptions{})
+		got, err = viewer.Client.CoreV1().Pods(ns).Get(ctx, "after-restart", metav1.GetOptions{})
 		return err == nil && got.Status.Phase == corev1.PodSucceeded, nil
 	}); err != nil {
 		t.Fatalf("pod after containerd restarted did not succeed: %v; phase %s, status %+v; kubelet log %s", err, got.Status.Phase, got.Status.ContainerStatuses, k.Log)

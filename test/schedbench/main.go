@@ -26,9 +26,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -95,9 +97,16 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "schedbench: creating %d %s nodes\n", o.nodes, o.preset)
-	if err := createNodes(ctx, c, o); err != nil {
+	names, err := createNodes(ctx, c, o)
+	if err != nil {
 		return err
 	}
+	// The nodes' Leases are renewed every 10 s throughout, as kubelets
+	// renew them: kubegpu-scheduler counts a node live only while it sees
+	// renewals, and both schedulers run under the same API load.
+	renewCtx, stopRenewing := context.WithCancel(ctx)
+	defer stopRenewing()
+	go renewLeases(renewCtx, c, names)
 	var results []result
 	for round := 1; round <= o.rounds; round++ {
 		for _, sched := range []string{"kube-scheduler", "kubegpu-scheduler"} {
@@ -129,35 +138,40 @@ func writeKey(dir string) (string, error) {
 
 // createNodes makes the nodes: cpu, memory and pods for the stock plugins,
 // nvidia.com/gpu = 8 so that the stock scheduler counts whole GPUs, and the
-// inventory annotation and heartbeat Lease that kubegpu-scheduler reads.
-func createNodes(ctx context.Context, c *localcluster.Cluster, o options) error {
+// inventory annotation and Lease that kubegpu-scheduler reads. There is no
+// controller-manager: nothing marks these nodes without kubelets
+// unreachable.
+func createNodes(ctx context.Context, c *localcluster.Cluster, o options) ([]string, error) {
 	topo, err := simgpu.Preset(o.preset)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := c.EnsureNamespace(ctx, kubeinterface.LeaseNamespace); err != nil {
-		return err
+		return nil, err
 	}
+	var names []string
 	var wg sync.WaitGroup
 	errs := make(chan error, o.nodes)
 	sem := make(chan struct{}, 32)
 	for i := 0; i < o.nodes; i++ {
+		name := fmt.Sprintf("node-%04d", i)
+		names = append(names, name)
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(name string) {
+		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
 			errs <- createNode(ctx, c, name, topo)
-		}(fmt.Sprintf("node-%04d", i))
+		}()
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return names, nil
 }
 
 func createNode(ctx context.Context, c *localcluster.Cluster, name string, topo simgpu.Topology) error {
@@ -172,7 +186,38 @@ func createNode(ctx context.Context, c *localcluster.Cluster, name string, topo 
 	if err := advertiser.PublishInventory(ctx, client, name, inv, advertiser.Capacity(inv, 1)); err != nil {
 		return err
 	}
-	return advertiser.RenewLease(ctx, client, name, time.Hour, time.Now())
+	now := metav1.NewMicroTime(time.Now())
+	_, err = c.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: kubeinterface.LeaseNamespace},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+	}, metav1.CreateOptions{})
+	return err
+}
+
+// renewLeases renews every node's Lease every 10 s until ctx ends.
+func renewLeases(ctx context.Context, c *localcluster.Cluster, names []string) {
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for _, name := range names {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				patch := fmt.Appendf(nil, `{"spec":{"renewTime":%q}}`, metav1.NewMicroTime(time.Now()).Format(metav1.RFC3339Micro))
+				_, _ = c.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Patch(ctx, name, ktypes.MergePatchType, patch, metav1.PatchOptions{})
+			}()
+		}
+		wg.Wait()
+	}
 }
 
 func pod(i int) *corev1.Pod {
@@ -302,7 +347,7 @@ leaderElection:
 `, c.Kubeconfig)
 	if sched == "kubegpu-scheduler" {
 		var err error
-		config, err = c.ShippedSchedulerConfig("kube-scheduler/config/kubegpu-scheduler.yaml", mustAbs(o.pluginDir), keyFile, 5000, "heartbeatStaleness: 1h")
+		config, err = c.ShippedSchedulerConfig("kube-scheduler/config/kubegpu-scheduler.yaml", c.Kubeconfig, mustAbs(o.pluginDir), keyFile, 5000, "heartbeatStaleness: 1h")
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,170 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+)
+
+// A node gets new GPU pods only while it is live: its kubelet renews the
+// node's Lease in kube-node-lease and reports the node Ready. kubegpu-crishim
+// is the kubelet's container runtime, so a node whose shim is down is one
+// whose kubelet reports "container runtime is down" (NotReady); nodes write
+// nothing else periodically, and NodeRestriction lets a node write no Lease
+// but its own.
+//
+// Staleness is judged on the scheduler's own clock: by when the scheduler
+// saw the Lease's renewTime change, never by the renewTime itself, which is
+// the node's clock. A node whose clock is off is neither stale while it
+// renews nor live once it stops. A scheduler that starts (not one that takes
+// over from a leader: standbys keep watching) waits for each node's next
+// renewal, one renew interval (10 s with kubelet's defaults), before it
+// counts the node live.
+
+var (
+	// errStale is wrapped by every reason a node is not live; they end
+	// when the node's kubelet is back, and the pods refused for them are
+	// activated then.
+	errStale      = errors.New("node is not live")
+	errNoLease    = fmt.Errorf("%w: node has no Lease in %s (is its kubelet running?)", errStale, kubeinterface.LeaseNamespace)
+	errUnobserved = fmt.Errorf("%w: waiting to see the node's Lease renewed since the scheduler started", errStale)
+)
+
+// liveness is what the scheduler has seen of a node's kubelet.
+type liveness struct {
+	// leased is true while the node's Lease exists; renew is its last
+	// renewTime (the node's clock).
+	leased bool
+	renew  time.Time
+	// observed is when (the scheduler's clock) renew was last seen to
+	// change; zero until the first change since the scheduler started.
+	observed time.Time
+	// ready reports the node's Ready condition; notReady says why not.
+	ready    bool
+	notReady string
+}
+
+// updateLease takes in a Lease of kube-node-lease: the Lease of the node of
+// the same name. initial is true for the informer's initial list, whose
+// renewTimes say nothing about when they were written.
+func (c *deviceCache) updateLease(lease *coordinationv1.Lease, initial bool) {
+	if lease.Namespace != kubeinterface.LeaseNamespace {
+		return
+	}
+	var renew time.Time
+	switch {
+	case lease.Spec.RenewTime != nil:
+		renew = lease.Spec.RenewTime.Time
+	case lease.Spec.AcquireTime != nil:
+		renew = lease.Spec.AcquireTime.Time
+	}
+	c.mu.Lock()
+	ns := c.node(lease.Name)
+	now := c.now()
+	wasLive := c.liveAt(ns, now) == nil
+	if !initial && (!ns.live.leased || !renew.Equal(ns.live.renew)) {
+		ns.live.observed = now
+	}
+	ns.live.leased, ns.live.renew = true, renew
+	resumed := !wasLive && c.liveAt(ns, now) == nil
+	c.mu.Unlock()
+	if resumed {
+		c.activateWaiting()
+	}
+}
+
+// deleteLease forgets a node's Lease.
+func (c *deviceCache) deleteLease(lease *coordinationv1.Lease) {
+	if lease.Namespace != kubeinterface.LeaseNamespace {
+		return
+	}
+	c.mu.Lock()
+	if ns, ok := c.nodes[lease.Name]; ok {
+		ns.live.leased, ns.live.renew, ns.live.observed = false, time.Time{}, time.Time{}
+	}
+	c.mu.Unlock()
+}
+
+// setReady records node's Ready condition; must hold c.mu. It reports
+// whether the node became Ready.
+func setReady(ns *nodeState, node *corev1.Node) bool {
+	was := ns.live.ready
+	ns.live.ready, ns.live.notReady = false, "the node reports no Ready condition"
+	for _, cond := range node.Status.Conditions {
+		if cond.Type != corev1.NodeReady {
+			continue
+		}
+		ns.live.ready = cond.Status == corev1.ConditionTrue
+		ns.live.notReady = fmt.Sprintf("the node is not Ready (%s: %s)", cond.Reason, kubeinterface.Quote(cond.Message))
+	}
+	return ns.live.ready && !was
+}
+
+// usable says why a node gets no new GPU pods, or nil; must hold c.mu.
+func (c *deviceCache) usable(ns *nodeState) error { return c.usableAt(ns, c.now()) }
+
+func (c *deviceCache) usableAt(ns *nodeState, now time.Time) error {
+	if ns.devices == nil {
+		return ns.err
+	}
+	return c.liveAt(ns, now)
+}
+
+// liveAt says why the node is not live at now, or nil; must hold c.mu.
+func (c *deviceCache) liveAt(ns *nodeState, now time.Time) error {
+	switch {
+	case !ns.live.ready:
+		return fmt.Errorf("%w: %s", errStale, ns.live.notReady)
+	case !ns.live.leased:
+		return errNoLease
+	case ns.live.observed.IsZero():
+		return errUnobserved
+	}
+	if age := now.Sub(ns.live.observed); age > c.staleness {
+		return fmt.Errorf("%w: node's Lease was last seen renewed %s ago (limit %s)", errStale, age.Round(time.Second), c.staleness)
+	}
+	return nil
+}
+
+// waitForHeartbeat remembers a pod that a node refused for not being live.
+func (c *deviceCache) waitForHeartbeat(pod *corev1.Pod) {
+	c.waitMu.Lock()
+	if len(c.waiting) < maxWaiting {
+		c.waiting[pod.UID] = pod
+	}
+	c.waitMu.Unlock()
+}
+
+// maxWaiting bounds the pods remembered for a heartbeat; beyond it they wait
+// for the scheduler's periodic retry of unschedulable pods.
+const maxWaiting = 10000
+
+// notWaiting forgets a pod that was placed or deleted.
+func (c *deviceCache) notWaiting(uid ktypes.UID) {
+	c.waitMu.Lock()
+	delete(c.waiting, uid)
+	c.waitMu.Unlock()
+}
+
+// activateWaiting sends the pods refused for a node that was not live back
+// to the scheduling queue.
+func (c *deviceCache) activateWaiting() {
+	c.waitMu.Lock()
+	if len(c.waiting) == 0 {
+		c.waitMu.Unlock()
+		return
+	}
+	pods := make(map[string]*corev1.Pod, len(c.waiting))
+	for _, p := range c.waiting {
+		pods[p.Namespace+"/"+p.Name] = p
+	}
+	clear(c.waiting)
+	c.waitMu.Unlock()
+	c.activate(pods)
+}

@@ -1,0 +1,174 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+)
+
+// recorder writes, for each GPU pod bound with its allocation, the
+// scheduler's record of it: the same signed payload, in the pod's status
+// (condition kubegpu.io/Allocated). A tenant may change or remove the
+// pod's annotation; it cannot write the pod's status. After a restart or a
+// leader change the device cache counts a pod's devices by its record, so
+// the rebuilt state equals the one before, whatever the tenant did, even on
+// a cluster without kubegpu's admission policies.
+//
+// Records are written off the scheduling path, after binding, by a few
+// workers; a scheduler that dies between a binding and its record leaves
+// the pod counted by its annotation, and the next leader writes the record
+// (backfill). Only the leader writes: workers start with the first
+// scheduling cycle, which standby replicas never run.
+type recorder struct {
+	client  kubernetes.Interface
+	metrics *cacheMetrics
+	now     func() time.Time
+
+	queue   workqueue.TypedRateLimitingInterface[ktypes.UID]
+	mu      sync.Mutex
+	pending map[ktypes.UID]pendingRecord
+	started atomic.Bool
+	once    sync.Once
+}
+
+// pendingRecord is a record to write.
+type pendingRecord struct {
+	pod   ktypes.NamespacedName
+	value string
+}
+
+// recordWorkers write records in parallel: one API call each.
+const recordWorkers = 4
+
+// maxRecordRetries bounds the retries of one record; a pod that still has
+// none is recorded by the next leader.
+const maxRecordRetries = 12
+
+func newRecorder(client kubernetes.Interface, m *cacheMetrics) *recorder {
+	return &recorder{
+		client: client, metrics: m, now: time.Now, pending: map[ktypes.UID]pendingRecord{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[ktypes.UID](),
+			workqueue.TypedRateLimitingQueueConfig[ktypes.UID]{Name: "kubegpu_allocation_records"}),
+	}
+}
+
+// add asks for pod uid's record of value; a later add replaces it.
+func (r *recorder) add(uid ktypes.UID, pod ktypes.NamespacedName, value string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.pending[uid] = pendingRecord{pod: pod, value: value}
+	r.mu.Unlock()
+	r.queue.Add(uid)
+}
+
+// forget drops a pod's pending record (the pod is gone).
+func (r *recorder) forget(uid ktypes.UID) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	delete(r.pending, uid)
+	r.mu.Unlock()
+}
+
+// start starts the workers once, when this scheduler leads.
+func (r *recorder) start(ctx context.Context) {
+	if r == nil || r.started.Load() {
+		return
+	}
+	r.once.Do(func() {
+		r.started.Store(true)
+		logger := klog.FromContext(ctx).WithName("records")
+		for range recordWorkers {
+			go func() {
+				for r.next(klog.NewContext(ctx, logger)) {
+				}
+			}()
+		}
+		context.AfterFunc(ctx, r.queue.ShutDown)
+	})
+}
+
+// next writes one record; false when the queue is shut down.
+func (r *recorder) next(ctx context.Context) bool {
+	uid, quit := r.queue.Get()
+	if quit {
+		return false
+	}
+	defer r.queue.Done(uid)
+	r.mu.Lock()
+	rec, ok := r.pending[uid]
+	r.mu.Unlock()
+	if !ok {
+		r.queue.Forget(uid)
+		return true
+	}
+	err := r.write(ctx, uid, rec)
+	switch {
+	case err == nil:
+		r.metrics.recorded("written")
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsInvalid(err):
+		// The pod is gone or was re-created under its name.
+		r.metrics.recorded("gone")
+	case r.queue.NumRequeues(uid) < maxRecordRetries:
+		r.metrics.recorded("retry")
+		r.queue.AddRateLimited(uid)
+		return true
+	default:
+		r.metrics.recorded("error")
+		klog.FromContext(ctx).Error(err, "Recording the allocation in the pod's status failed; the next leader records it", "pod", rec.pod)
+	}
+	r.queue.Forget(uid)
+	r.mu.Lock()
+	if cur, ok := r.pending[uid]; ok && cur == rec {
+		delete(r.pending, uid)
+	}
+	r.mu.Unlock()
+	return true
+}
+
+// write patches the record into the pod's status. The patch carries the
+// pod's UID, so it cannot land on a newer pod of the same name, and merges
+// the condition by type, leaving kubelet's conditions alone.
+func (r *recorder) write(ctx context.Context, uid ktypes.UID, rec pendingRecord) error {
+	cond := objects.RecordCondition(rec.value, metav1.NewTime(r.now()))
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": uid},
+		"status":   map[string]any{"conditions": []corev1.PodCondition{cond}},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = r.client.CoreV1().Pods(rec.pod.Namespace).Patch(ctx, rec.pod.Name, ktypes.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("record allocation of pod %s: %w", rec.pod, err)
+	}
+	klog.FromContext(ctx).V(4).Info("Recorded allocation", "pod", rec.pod)
+	return nil
+}
+
+// pendingLen returns the pods whose records are not written yet.
+func (r *recorder) pendingLen() []ktypes.UID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]ktypes.UID, 0, len(r.pending))
+	for uid := range r.pending {
+		out = append(out, uid)
+	}
+	return out
+}

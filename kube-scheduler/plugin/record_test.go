@@ -1,0 +1,156 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+)
+
+// recorded returns pod with the scheduler's record of its annotation's
+// allocation in its status.
+func recorded(pod *corev1.Pod) *corev1.Pod {
+	p := pod.DeepCopy()
+	p.Status.Conditions = append(p.Status.Conditions, objects.RecordCondition(p.Annotations[kubeinterface.AnnotationAllocation], metav1.NewTime(testNow)))
+	return p
+}
+
+// TestCacheCountsByRecord: a restarted scheduler counts a pod's devices by
+// the record in its status, whatever its tenant did to the annotation; a
+// pod without a record is counted by its annotation and recorded.
+func TestCacheCountsByRecord(t *testing.T) {
+	c, key := testCache(t)
+	logger := klog.Background()
+	c.updateNode(logger, testNode(t, "n1", "dgx1"))
+	c.updateLease(testLease("n1", testNow), false)
+	holder := testPod("holder")
+	alloc, err := c.reserve(holder, "n1", wholeRequest(t, c, 4), noHost, noHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := recorded(boundWith(t, key, holder, alloc))
+	c.updatePod(logger, bound)
+	want := c.snapshot()
+
+	stripped := bound.DeepCopy()
+	delete(stripped.Annotations, kubeinterface.AnnotationAllocation)
+	junk := bound.DeepCopy()
+	junk.Annotations[kubeinterface.AnnotationAllocation] = "{junk"
+	for name, pod := range map[string]*corev1.Pod{"annotation removed": stripped, "annotation junk": junk} {
+		// The running scheduler keeps what it counted.
+		c.updatePod(logger, pod)
+		if got := c.snapshot(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s, same scheduler: %+v, want %+v", name, got, want)
+		}
+		// A restarted one counts the record.
+		fresh, _ := testCache(t)
+		fresh.updateNode(logger, testNode(t, "n1", "dgx1"))
+		fresh.updateLease(testLease("n1", testNow), false)
+		fresh.updatePod(logger, pod)
+		if got := fresh.snapshot(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s, restarted: %+v, want %+v", name, got, want)
+		}
+		next, err := fresh.reserve(testPod("next"), "n1", wholeRequest(t, fresh, 4), noHost, noHost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range next.Containers[0].Devices {
+			for _, h := range alloc.Containers[0].Devices {
+				if d.ID == h.ID {
+					t.Fatalf("%s: the next pod got %s, which %s holds", name, d.ID, holder.Name)
+				}
+			}
+		}
+	}
+
+	// A record that does not verify (a node rewrote its pod's status)
+	// counts nothing, whatever the annotation says.
+	forgedKey, _ := kubeinterface.ParseKey([]byte(strings.Repeat("f", 32)))
+	forged := recorded(boundWith(t, forgedKey, holder, alloc))
+	forged.Annotations = bound.Annotations
+	fresh, _ := testCache(t)
+	fresh.updateNode(logger, testNode(t, "n1", "dgx1"))
+	fresh.updatePod(logger, forged)
+	if s := fresh.snapshot()["n1"]; len(s.Pods) != 0 {
+		t.Fatalf("a forged record was counted: %+v", s)
+	}
+
+	// Without a record (bound by a scheduler that died before writing
+	// it): counted by the annotation, and recorded.
+	client := fake.NewClientset(bound)
+	fresh, _ = testCache(t)
+	fresh.recorder = newRecorder(client, nil)
+	fresh.updateNode(logger, testNode(t, "n1", "dgx1"))
+	fresh.updateLease(testLease("n1", testNow), false)
+	fresh.updatePod(logger, boundWith(t, key, holder, alloc))
+	if got := fresh.snapshot(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("no record: %+v, want %+v", got, want)
+	}
+	if fresh.recorder.queue.Len() != 1 {
+		t.Fatalf("%d records queued, want 1", fresh.recorder.queue.Len())
+	}
+}
+
+// TestRecorderPatchesStatus: the record is a strategic-merge patch of the
+// pod's status subresource carrying the pod's UID, and only a leading
+// scheduler (one that started its recorder) writes it.
+func TestRecorderPatchesStatus(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid-p"}}
+	client := fake.NewClientset(pod)
+	var patches []k8stesting.PatchAction
+	client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		patches = append(patches, a.(k8stesting.PatchAction))
+		return false, nil, nil
+	})
+	r := newRecorder(client, nil)
+	r.now = func() time.Time { return testNow }
+	r.add("uid-p", ktypesName("ns", "p"), "VALUE")
+	time.Sleep(50 * time.Millisecond)
+	if len(patches) != 0 {
+		t.Fatalf("a recorder that was not started wrote %d records", len(patches))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.start(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(r.pendingLen()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(patches) != 1 {
+		t.Fatalf("%d patches, want 1", len(patches))
+	}
+	p := patches[0]
+	if p.GetSubresource() != "status" || p.GetPatchType() != "application/strategic-merge-patch+json" {
+		t.Errorf("patch of %q with %s, want a strategic merge of status", p.GetSubresource(), p.GetPatchType())
+	}
+	var body struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+		Status   corev1.PodStatus  `json:"status"`
+	}
+	if err := json.Unmarshal(p.GetPatch(), &body); err != nil {
+		t.Fatal(err)
+	}
+	if body.Metadata.UID != "uid-p" || len(body.Status.Conditions) != 1 || body.Status.Conditions[0].Message != "VALUE" ||
+		body.Status.Conditions[0].Type != kubeinterface.ConditionAllocated {
+		t.Errorf("patch = %s", p.GetPatch())
+	}
+	got, _ := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	if v, ok := objects.RecordValue(got); !ok || v != "VALUE" {
+		t.Errorf("pod's record = %q, %v", v, ok)
+	}
+}
+
+func ktypesName(ns, name string) ktypes.NamespacedName { return ktypes.NamespacedName{Namespace: ns, Name: name} }

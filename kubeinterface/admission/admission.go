@@ -1,0 +1,169 @@
+package admission
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"text/template"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// The virtual permissions the policies ask the authorizer for. Nothing
+// serves these resources; RBAC rules name them so that (Cluster)Role
+// bindings decide who may do what the policies guard.
+const (
+	// Group is the API group of the virtual permissions.
+	Group = "kubegpu.io"
+	// WriteAllocations: "write" on "allocations" lets an identity set
+	// kubegpu.io/allocation on an unbound pod and the record in a pod's
+	// status: kubegpu-scheduler's identity (kube-scheduler/deploy/rbac.yaml).
+	WriteAllocations = "allocations"
+	// SetNodeName: "set" on "pods/nodename" lets an identity create GPU
+	// pods with spec.nodeName (the ClusterRole kubegpu-node-name-setter).
+	SetNodeName = "pods/nodename"
+)
+
+// Policies returns deploy/admission/kubegpu-policies.yaml: the policies
+// every kubegpu cluster installs, their bindings, and the ClusterRole that
+// exempts operators from kubegpu-node-name.
+func Policies() ([]byte, error) { return render(policiesTemplate, newData("")) }
+
+// SecondSchedulerPolicy returns deploy/admission/second-scheduler.yaml:
+// the policy, for clusters where kubegpu-scheduler runs beside the stock
+// scheduler under schedulerName, that refuses GPU pods addressed to any
+// other scheduler.
+func SecondSchedulerPolicy(schedulerName string) ([]byte, error) {
+	return render(secondSchedulerTemplate, newData(schedulerName))
+}
+
+// data is what the templates are rendered with.
+type data struct {
+	Group, WriteAllocations, SetNodeName, SchedulerName string
+}
+
+func newData(schedulerName string) data {
+	return data{Group: Group, WriteAllocations: WriteAllocations, SetNodeName: SetNodeName, SchedulerName: schedulerName}
+}
+
+func render(text string, data any) ([]byte, error) {
+	t, err := template.New("policy").Funcs(funcs).Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("parse policy template: %w", err)
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
+		return nil, fmt.Errorf("render policy: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+var funcs = template.FuncMap{
+	"str":   celString,
+	"quote": celQuote,
+	"val":   celValue,
+	"intok": celIntOK,
+	"list":  celList,
+	"rules": func() rules { return theRules },
+	"lst":   func(s ...string) []string { return s },
+	"join":  func(s []string) string { return strings.Join(s, ", ") },
+}
+
+// celString is s as a CEL string literal.
+func celString(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+}
+
+// celList is a CEL list literal of strings.
+func celList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = celString(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// celQuote is the CEL expression of kubeinterface.Quote(v), for v a CEL
+// string expression.
+func celQuote(v string) string {
+	n := kubeinterface.MaxQuotedChars
+	printable := func(s string) string { return s + ".matches('^[ -~]*$')" }
+	described := fmt.Sprintf("'(' + string(size(%s)) + ' characters, not all printable ASCII)'", v)
+	prefix := fmt.Sprintf("%s.substring(0, %d)", v, n)
+	return fmt.Sprintf(`(size(%[1]s) > %[2]d ? (%[3]s ? '"' + %[4]s + '"... (' + string(size(%[1]s)) + ' characters)' : %[5]s) : (%[6]s ? '"' + %[1]s + '"' : %[5]s))`,
+		v, n, printable(prefix), prefix, described, printable(v))
+}
+
+// celValue is the CEL expression of container c's quantity of resource r,
+// from its limits or else its requests, as a string ('' if unset).
+func celValue(c, r string) string {
+	return fmt.Sprintf("string(%[1]s.?resources.?limits[?%[2]s].orValue(%[1]s.?resources.?requests[?%[2]s].orValue('')))", c, celString(r))
+}
+
+// celIntOK is the CEL test that quantity string v is an integer in lo..hi.
+func celIntOK(v string, lo, hi int64) string {
+	return fmt.Sprintf("(%[1]s != '' && sign(quantity(%[1]s)) >= 0 && quantity(%[1]s).isInteger() && quantity(%[1]s).asInteger() >= %[2]d && quantity(%[1]s).asInteger() <= %[3]d)", v, lo, hi)
+}
+
+// rules are the request rules' bounds and words, from kubeinterface/objects.
+type rules struct {
+	GPU, Memory, Cores                   string
+	MaxDevices, MaxMemory, MaxCores      int64
+	WantCount, WantMemory, WantCores     string
+	MaxListChars, MaxListEntries         int
+	WantChars, WantASCII, WantNoEmpty    string
+	WantEntries, WantDisjoint, WantKnown string
+	Lists                                []listRule
+	Topology, Placement                  string
+	Topologies, Placements               []string
+	Known                                []string
+	Allocation, Record                   string
+	MaxContainers                        int
+	FieldContainers, WantContainers      string
+	SliceMemory, SliceCores              string
+	Domain                               string
+}
+
+// listRule is one model or UUID list annotation and the variables named
+// after it.
+type listRule struct {
+	Key, Var string
+	// Exclude is the variable of the matching -exclude list, for an
+	// -include list.
+	Exclude string
+}
+
+var theRules = func() rules {
+	r := rules{
+		GPU: kubeinterface.ResourceGPU, Memory: kubeinterface.ResourceGPUMemory, Cores: kubeinterface.ResourceGPUCores,
+		MaxDevices: objects.MaxDevicesPerContainer, MaxMemory: objects.MaxSliceMemoryMiB, MaxCores: types.MaxComputePercent,
+		WantCount: objects.WantDeviceCount, WantMemory: objects.WantSliceMemory, WantCores: objects.WantSliceCores,
+		MaxListChars: objects.MaxListChars, MaxListEntries: objects.MaxListEntries,
+		WantChars: objects.WantListChars, WantASCII: objects.WantListASCII, WantNoEmpty: objects.WantListNoEmpty,
+		WantEntries: objects.WantListEntries, WantDisjoint: objects.WantDisjoint, WantKnown: objects.WantKnownAnnotation,
+		Topology: kubeinterface.AnnotationTopology, Placement: kubeinterface.AnnotationPlacement,
+		Known:      objects.KnownAnnotations(),
+		Allocation: kubeinterface.AnnotationAllocation, Record: kubeinterface.ConditionAllocated,
+		MaxContainers:   types.MaxDeviceContainers,
+		FieldContainers: objects.FieldDeviceContainers, WantContainers: objects.WantDeviceContainers,
+		SliceMemory: objects.WantSliceCount(kubeinterface.ResourceGPUMemory), SliceCores: objects.WantSliceCount(kubeinterface.ResourceGPUCores),
+		Domain: kubeinterface.Domain,
+	}
+	for _, t := range types.TopologyPolicies {
+		r.Topologies = append(r.Topologies, string(t))
+	}
+	for _, p := range types.PlacementPolicies {
+		r.Placements = append(r.Placements, string(p))
+	}
+	vars := map[string]string{
+		kubeinterface.AnnotationModelInclude: "modelInclude", kubeinterface.AnnotationModelExclude: "modelExclude",
+		kubeinterface.AnnotationUUIDInclude: "uuidInclude", kubeinterface.AnnotationUUIDExclude: "uuidExclude",
+	}
+	for _, key := range objects.ListAnnotations {
+		r.Lists = append(r.Lists, listRule{Key: key, Var: vars[key]})
+	}
+	r.Lists[0].Exclude, r.Lists[2].Exclude = r.Lists[1].Var, r.Lists[3].Var
+	return r
+}()

@@ -1,0 +1,259 @@
+package integration
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubegpu/kubegpu/internal/localcluster"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// policies are kubegpu's admission policies, as shipped.
+var policies = filepath.Join(repoRoot, "deploy/admission/kubegpu-policies.yaml")
+
+// policyProbe is refused by kubegpu-allocation while the policies are in
+// force: a pod created with an allocation.
+func policyProbe() *corev1.Pod {
+	p := gpuPod("policy-probe", 1, 0, 0, map[string]string{kubeinterface.AnnotationAllocation: "probe"})
+	p.Namespace = metav1.NamespaceDefault
+	return p
+}
+
+// policiesInForce reports whether the API server applies kubegpu's
+// policies now.
+func policiesInForce(ctx context.Context) bool {
+	_, err := cluster.Client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, policyProbe(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	return err != nil && strings.Contains(err.Error(), "kubegpu-allocation")
+}
+
+// withoutPolicies removes kubegpu's admission policies for the rest of the
+// test, as on a cluster whose operator did not install them, and puts them
+// back when the test ends: what the scheduler and the shim guarantee must
+// hold without them.
+func withoutPolicies(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if err := cluster.Delete(ctx, policies); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if err := cluster.Apply(ctx, policies); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			return policiesInForce(ctx), nil
+		}); err != nil {
+			t.Errorf("kubegpu's admission policies not back in force: %v", err)
+		}
+	})
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return !policiesInForce(ctx), nil
+	}); err != nil {
+		t.Fatalf("kubegpu's admission policies still in force after their removal: %v", err)
+	}
+}
+
+// refused checks that err is a refusal whose message contains every part.
+func refused(t *testing.T, what string, err error, parts ...string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: allowed, want refused with %q", what, parts)
+		return
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("%s: refused with %q, want a message with %q", what, err, p)
+			return
+		}
+	}
+}
+
+// ledger remembers, for the whole test, the devices every bound GPU pod
+// was first seen holding: a tenant who later changes what its pod says
+// does not change what its containers hold.
+type ledger struct {
+	mu    sync.Mutex
+	first map[ktypes.UID]kubeinterface.Allocation
+}
+
+func newLedger() *ledger { return &ledger{first: map[ktypes.UID]kubeinterface.Allocation{}} }
+
+// check reads every pod in the cluster and fails the test if any device
+// is held twice: exclusively by two pods, or shared beyond its compute or
+// memory. A pod holds what it holds now (its verified allocation: the
+// scheduler's record, else its annotation) and what it was first seen
+// holding, if it still runs.
+func (l *ledger) check(ctx context.Context, t *testing.T, after string) {
+	t.Helper()
+	pods, err := viewer.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := viewer.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	memory := map[string]int64{} // node/device ID -> MiB
+	for i := range nodes.Items {
+		if inv, err := objects.NodeInventory(&nodes.Items[i]); err == nil {
+			for _, d := range inv.Devices {
+				memory[nodes.Items[i].Name+"/"+d.ID] = d.MemoryMiB
+			}
+		}
+	}
+	type use struct {
+		exclusive []string
+		shared    []string
+		cores     int
+		memMiB    int64
+	}
+	uses := map[string]*use{}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		holds := map[string]kubeinterface.Allocation{}
+		if h, err := objects.HeldAllocation(p, signingKey.Verify); err == nil {
+			holds["now"] = h.Allocation
+			if _, seen := l.first[p.UID]; !seen {
+				l.first[p.UID] = h.Allocation
+			}
+		}
+		if a, ok := l.first[p.UID]; ok {
+			holds["first"] = a
+		}
+		seen := map[string]bool{}
+		for _, a := range holds {
+			for _, c := range append(append([]types.ContainerAllocation{}, a.InitContainers...), a.Containers...) {
+				for _, d := range c.Devices {
+					key := a.Node + "/" + d.ID
+					if seen[key+"/"+c.Name] {
+						continue // the same share, seen now and first
+					}
+					seen[key+"/"+c.Name] = true
+					u := uses[key]
+					if u == nil {
+						u = &use{}
+						uses[key] = u
+					}
+					who := p.Namespace + "/" + p.Name
+					if d.Exclusive {
+						u.exclusive = append(u.exclusive, who)
+					} else {
+						u.shared = append(u.shared, who)
+						u.cores += d.ComputePercent
+						u.memMiB += d.MemoryMiB
+					}
+				}
+			}
+		}
+	}
+	for key, u := range uses {
+		if len(u.exclusive) > 1 || (len(u.exclusive) == 1 && len(u.shared) > 0) || u.cores > 100 || (memory[key] > 0 && u.memMiB > memory[key]) {
+			t.Errorf("after %s: device %s given twice: exclusively to %v, shared by %v (%d%%, %d of %d MiB)",
+				after, key, u.exclusive, u.shared, u.cores, u.memMiB, memory[key])
+		}
+	}
+}
+
+// operator returns an identity bound to the shipped ClusterRole
+// kubegpu-node-name-setter, and to edit in ns: it may create GPU pods with
+// spec.nodeName there.
+func operator(ctx context.Context, t *testing.T, ns string) *localcluster.Identity {
+	t.Helper()
+	const user = "gpu-operator"
+	_, err := cluster.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cluster.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubegpu-node-name-setter-" + user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubegpu-node-name-setter"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), "kubegpu-node-name-setter-"+user, metav1.DeleteOptions{})
+	})
+	id, err := cluster.Identity(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// RBAC's cache takes a moment to see the new bindings.
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := id.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil, nil
+	})
+	return id
+}
+
+// boundPod waits until pod ns/name is bound and returns it.
+func boundPod(ctx context.Context, t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	var p *corev1.Pod
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		p, err = viewer.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName != "", nil
+	}); err != nil {
+		t.Fatalf("pod %s/%s not bound: %v", ns, name, err)
+	}
+	return p
+}
+
+// recordedPod waits until pod ns/name carries the scheduler's record of its
+// allocation and returns it.
+func recordedPod(ctx context.Context, t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	var p *corev1.Pod
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		p, err = viewer.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		_, ok := objects.RecordValue(p)
+		return ok, nil
+	}); err != nil {
+		t.Fatalf("pod %s/%s has no record of its allocation: %v", ns, name, err)
+	}
+	return p
+}
+
+// devicesOf lists the device IDs of a pod's verified allocation.
+func devicesOf(t *testing.T, p *corev1.Pod) []string {
+	t.Helper()
+	h, err := objects.HeldAllocation(p, signingKey.Verify)
+	if err != nil {
+		t.Fatalf("pod %s: %v", p.Name, err)
+	}
+	var ids []string
+	for _, c := range h.Containers {
+		for _, d := range c.Devices {
+			ids = append(ids, d.ID)
+		}
+	}
+	return ids
+}

@@ -1,0 +1,547 @@
+package integration
+
+// The attack suite: what a tenant (namespaced, bound to the built-in edit
+// role) and a node (its kubelet credentials, system:node:NAME) can try
+// against kubegpu, on a cluster configured as in production. One test per
+// attack and per admission policy; each checks that the attempt is refused
+// with the message a user would need, and that no device is ever given
+// twice (ledger.check) after it, restarts included. Where a guarantee must
+// hold without kubegpu's admission policies (the scheduler's and the
+// node's own defences), the test removes them first (withoutPolicies).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
+
+	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	"github.com/kubegpu/kubegpu/internal/localcluster"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// TestAttackNodeIsConfinedToItself (point 1): a node's credentials change
+// its own Node and nothing of any other node's, and cannot rewrite the
+// allocation of the pods bound to it. With those credentials alone a node
+// advertises and stays live (TestKubeletThroughShim runs a GPU pod there).
+func TestAttackNodeIsConfinedToItself(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	nodes := addNodes(ctx, t, "confined", "t4x4", 2)
+	ns := namespace(ctx, t, "confined")
+	l := newLedger()
+	pod := gpuPod("victim", 1, 0, 0, nil)
+	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "confined-1"}
+	createPods(ctx, t, ns, pod)
+	victim := recordedPod(ctx, t, ns, "victim")
+	l.check(ctx, t, "scheduling")
+
+	// A compromised confined-0 ...
+	self, err := cluster.NodeIdentity("confined-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := self.Client
+	inv := nodes.invs["confined-0"]
+	value, err := kubeinterface.EncodeInventory(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	annotation := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, kubeinterface.AnnotationInventory, value)
+	// ... publishes its own devices: allowed.
+	if _, err := c.CoreV1().Nodes().Patch(ctx, "confined-0", ktypes.MergePatchType, annotation, metav1.PatchOptions{}); err != nil {
+		t.Errorf("a node publishing its own inventory: %v", err)
+	}
+	// ... rewrites another node's inventory, capacity or Lease: refused.
+	_, err = c.CoreV1().Nodes().Patch(ctx, "confined-1", ktypes.MergePatchType, annotation, metav1.PatchOptions{})
+	refused(t, "node confined-0 patching confined-1's inventory", err, "forbidden")
+	_, err = c.CoreV1().Nodes().Patch(ctx, "confined-1", ktypes.MergePatchType, []byte(`{"status":{"capacity":{"nvidia.com/gpu":"0"}}}`), metav1.PatchOptions{}, "status")
+	refused(t, "node confined-0 patching confined-1's capacity", err, "forbidden")
+	_, err = c.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Patch(ctx, "confined-1", ktypes.MergePatchType, []byte(`{"spec":{"renewTime":null}}`), metav1.PatchOptions{})
+	refused(t, "node confined-0 patching confined-1's Lease", err, "forbidden")
+	// A Lease of another name is refused too: why the liveness kubegpu
+	// relies on is the kubelet's own Lease.
+	_, err = c.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubegpu-confined-0", Namespace: kubeinterface.LeaseNamespace}}, metav1.CreateOptions{})
+	refused(t, "node confined-0 creating a Lease of another name", err, "forbidden")
+	// ... rewrites the status of a pod on another node: refused.
+	_, err = c.CoreV1().Pods(ns).Patch(ctx, "victim", ktypes.MergePatchType, []byte(`{"status":{"conditions":[]}}`), metav1.PatchOptions{}, "status")
+	refused(t, "node confined-0 patching the status of a pod on confined-1", err, "forbidden")
+
+	// confined-1 itself may write its pods' status, but not their
+	// allocation nor the scheduler's record of it.
+	owner, err := cluster.NodeIdentity("confined-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = owner.Client.CoreV1().Pods(ns).Patch(ctx, "victim", ktypes.MergePatchType,
+		fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null}}}`, kubeinterface.AnnotationAllocation), metav1.PatchOptions{}, "status")
+	refused(t, "node confined-1 removing its pod's allocation through pods/status", err, "kubegpu-allocation", "nobody may set, change or remove it")
+	stripped := victim.DeepCopy()
+	stripped.Status.Conditions = slices.DeleteFunc(stripped.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == kubeinterface.ConditionAllocated
+	})
+	_, err = owner.Client.CoreV1().Pods(ns).UpdateStatus(ctx, stripped, metav1.UpdateOptions{})
+	refused(t, "node confined-1 removing the scheduler's record from its pod's status", err, "kubegpu-allocation", "only kubegpu-scheduler writes it")
+	l.check(ctx, t, "a node's attempts")
+}
+
+// TestAttackClockSkew (point 1): the scheduler judges a node's liveness by
+// when it saw the node's Lease renewed, on its own clock. A node whose clock
+// is an hour behind gets pods while it renews; one whose clock is an hour
+// ahead gets none once it stops, although its last renewal is "in the
+// future".
+func TestAttackClockSkew(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t, "heartbeatStaleness: 5s")
+	nodes := &simNodes{kubelets: map[string]*localcluster.SimKubelet{}, invs: map[string]types.Inventory{}}
+	for name, skew := range map[string]time.Duration{"skew-behind": -time.Hour, "skew-ahead": time.Hour} {
+		addSkewedNode(ctx, t, nodes, name, skew)
+	}
+	ns := namespace(ctx, t, "skew")
+	behind := gpuPod("behind", 1, 0, 0, nil)
+	behind.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "skew-behind"}
+	createPods(ctx, t, ns, behind)
+	if p := boundPod(ctx, t, ns, "behind"); p.Spec.NodeName != "skew-behind" {
+		t.Fatalf("pod behind bound to %s", p.Spec.NodeName)
+	}
+	nodes.pause("skew-ahead")
+	time.Sleep(7 * time.Second)
+	ahead := gpuPod("ahead", 1, 0, 0, nil)
+	ahead.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "skew-ahead"}
+	createPods(ctx, t, ns, ahead)
+	var msgs []string
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		msgs = failedScheduling(ctx, t, ns, "ahead")
+		return slices.ContainsFunc(msgs, func(m string) bool { return strings.Contains(m, "node's Lease was last seen renewed") }), nil
+	}); err != nil {
+		t.Errorf("pod ahead: no FailedScheduling for the node that stopped renewing (its Lease stamped an hour ahead); got %q", msgs)
+	}
+	if p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "ahead", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Errorf("pod ahead bound to %q (%v), want pending: the node is dead", p.Spec.NodeName, err)
+	}
+}
+
+// addSkewedNode adds a t4x4 node whose simulated kubelet's clock is off by
+// skew.
+func addSkewedNode(ctx context.Context, t *testing.T, sn *simNodes, name string, skew time.Duration) {
+	t.Helper()
+	k, err := cluster.StartSimKubelet(ctx, localcluster.SimKubeletOptions{Node: name, Capacity: localcluster.NodeCapacity("96", "768Gi", 250),
+		LeaseDuration: simLeaseDuration, Clock: skewedClock{skew: skew}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		k.Pause()
+		_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	sn.mu.Lock()
+	sn.names = append(sn.names, name)
+	sn.kubelets[name] = k
+	sn.mu.Unlock()
+	topo, err := simgpu.Preset("t4x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := advertiser.NewClient(k.Identity.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := simgpu.Inventory(topo, name)
+	if err := advertiser.PublishInventory(ctx, client, name, inv, advertiser.Capacity(inv, advertiser.DefaultSlicesPerDevice)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// skewedClock is the real clock off by skew.
+type skewedClock struct {
+	clock.RealClock
+	skew time.Duration
+}
+
+func (c skewedClock) Now() time.Time { return time.Now().Add(c.skew) }
+
+// TestAttackTenantStripsAllocation (point 2, policy kubegpu-allocation): a
+// tenant cannot change or remove its running pod's allocation; and where
+// the policies are not installed and it does, a restarted scheduler still
+// counts the pod's GPUs (its record in the pod's status, which tenants
+// cannot write) and gives none of them to the next pod.
+func TestAttackTenantStripsAllocation(t *testing.T) {
+	ctx := context.Background()
+	s := startScheduler(ctx, t)
+	addNodes(ctx, t, "strip", "dgx1", 1)
+	ns := namespace(ctx, t, "strip")
+	l := newLedger()
+	tc := tenant(t, ns)
+	createPods(ctx, t, ns, gpuPod("holder", 4, 0, 0, nil))
+	holder := recordedPod(ctx, t, ns, "holder")
+	held := devicesOf(t, holder)
+	l.check(ctx, t, "scheduling the holder")
+
+	remove := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null}}}`, kubeinterface.AnnotationAllocation)
+	junk := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"{junk"}}}`, kubeinterface.AnnotationAllocation)
+	for what, patch := range map[string][]byte{"removing": remove, "replacing with junk": junk} {
+		_, err := tc.CoreV1().Pods(ns).Patch(ctx, "holder", ktypes.MergePatchType, patch, metav1.PatchOptions{})
+		refused(t, "tenant "+what+" its pod's allocation", err, "kubegpu-allocation", "delete the pod and create it again")
+	}
+	_, err := tc.CoreV1().Pods(ns).Patch(ctx, "holder", ktypes.MergePatchType, []byte(`{"status":{"conditions":[]}}`), metav1.PatchOptions{}, "status")
+	refused(t, "tenant patching its pod's status", err, "forbidden")
+
+	// Without the policies the tenant succeeds; the scheduler restarts.
+	withoutPolicies(ctx, t)
+	if _, err := tc.CoreV1().Pods(ns).Patch(ctx, "holder", ktypes.MergePatchType, remove, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(ctx, t)
+	createPods(ctx, t, ns, gpuPod("next-0", 4, 0, 0, nil), gpuPod("next-1", 4, 0, 0, nil))
+	pods := settle(ctx, t, ns, 2*time.Second, time.Minute)
+	l.check(ctx, t, "the tenant stripped its allocation and the scheduler restarted")
+	for _, p := range pods {
+		if p.Name == "holder" || p.Spec.NodeName == "" {
+			continue
+		}
+		for _, d := range devicesOf(t, &p) {
+			if slices.Contains(held, d) {
+				t.Errorf("pod %s got %s, which the holder's containers hold", p.Name, d)
+			}
+		}
+	}
+	if bound(pods) != 2 {
+		t.Errorf("%d pods bound, want 2 (the holder and one of next-0, next-1 on the 8-GPU node)", bound(pods))
+	}
+	// The tenant put the annotation back: nothing changes.
+	if _, err := tc.CoreV1().Pods(ns).Patch(ctx, "holder", ktypes.MergePatchType,
+		fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, kubeinterface.AnnotationAllocation, holder.Annotations[kubeinterface.AnnotationAllocation]),
+		metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l.check(ctx, t, "the tenant put its allocation back")
+}
+
+// TestAttackNodeNamePod (point 3, policy kubegpu-node-name): a GPU pod
+// created with spec.nodeName would skip the scheduler and hold kubelet's
+// nvidia.com/gpu; it is refused unless an operator creates it. Without the
+// policies, the scheduler counts such a pod's nvidia.com/gpu as kubelet
+// does and sends GPU pods elsewhere instead of to a kubelet that would
+// refuse them.
+func TestAttackNodeNamePod(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	addNodes(ctx, t, "squat", "t4x4", 2)
+	ns := namespace(ctx, t, "squat")
+	l := newLedger()
+	pinned := gpuPod("pinned", 1, 0, 0, nil)
+	pinned.Spec.NodeName = "squat-0"
+	_, err := tenant(t, ns).CoreV1().Pods(ns).Create(ctx, pinned, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	refused(t, "tenant creating a GPU pod with spec.nodeName", err, "kubegpu-node-name",
+		"remove spec.nodeName and pin the pod with a nodeSelector on kubernetes.io/hostname instead")
+	if _, err := operator(ctx, t, ns).Client.CoreV1().Pods(ns).Create(ctx, pinned, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("an operator bound to kubegpu-node-name-setter creating a GPU pod with spec.nodeName: %v", err)
+	}
+
+	// Without the policies: a pod bound by hand holds 400 of squat-0's
+	// 400 nvidia.com/gpu as kubelet counts them.
+	squatter := gpuPod("squatter", 1, 0, 0, nil)
+	squatter.Spec.NodeName = "squat-0"
+	squatter.Spec.Containers[0].Resources.Limits[kubeinterface.ResourceGPU] = resource.MustParse("400")
+	withoutPolicies(ctx, t)
+	createPods(ctx, t, ns, squatter)
+	var pods []*corev1.Pod
+	for i := range 3 {
+		pods = append(pods, gpuPod(fmt.Sprintf("gpu-%d", i), 1, 0, 0, nil))
+	}
+	createPods(ctx, t, ns, pods...)
+	for _, p := range settle(ctx, t, ns, 2*time.Second, time.Minute) {
+		if p.Name != "squatter" && p.Spec.NodeName != "squat-1" {
+			t.Errorf("pod %s on %q, want squat-1: kubelet on squat-0 has only 0 of 400 nvidia.com/gpu left", p.Name, p.Spec.NodeName)
+		}
+	}
+	l.check(ctx, t, "a pod bound by hand")
+}
+
+// TestAttackMalformedRequestsAtCreation (point 4, policy
+// kubegpu-gpu-request): a GPU request PreFilter would refuse is refused at
+// creation with PreFilter's words: the same pods through the API server
+// and through the Go rules, a table and random ones.
+func TestAttackMalformedRequestsAtCreation(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(ctx, t, "requests")
+	tc := tenant(t, ns)
+	long := strings.Repeat("A100,", 900)
+	table := []*corev1.Pod{
+		gpuPod("whole", 2, 0, 0, nil),
+		gpuPod("cores-150", 1, 150, 0, nil),
+		gpuPod("memory-huge", 1, 0, 2<<20, nil),
+		gpuPod("gpus-65", 65, 0, 0, nil),
+		gpuPod("ok-annotations", 1, 0, 0, map[string]string{kubeinterface.AnnotationModelInclude: "Tesla T4, a100,A100", kubeinterface.AnnotationTopology: "none",
+			kubeinterface.AnnotationPlacement: "spread"}),
+		gpuPod("bad-annotations", 1, 0, 0, map[string]string{kubeinterface.AnnotationTopology: "strict", kubeinterface.AnnotationPlacement: "pack",
+			kubeinterface.AnnotationModelInclude: "T4,,V100", kubeinterface.AnnotationUUIDInclude: "GPU-1,gpu-2", kubeinterface.AnnotationUUIDExclude: "gpu-1, GPU-2",
+			kubeinterface.Domain + "topolgy": "required"}),
+		gpuPod("long-list", 1, 0, 0, map[string]string{kubeinterface.AnnotationModelExclude: long}),
+		gpuPod("escape", 1, 0, 0, map[string]string{kubeinterface.AnnotationModelInclude: "T4\x1b[2J", kubeinterface.AnnotationTopology: "\u202erequired"}),
+		gpuPod("not-gpu", 0, 0, 0, map[string]string{kubeinterface.AnnotationTopology: "strict"}),
+		func() *corev1.Pod {
+			p := gpuPod("slice-without-count", 1, 20, 0, nil)
+			delete(p.Spec.Containers[0].Resources.Limits, kubeinterface.ResourceGPU)
+			return p
+		}(),
+		func() *corev1.Pod {
+			p := gpuPod("seventeen", 1, 0, 0, nil)
+			for i := range 16 {
+				c := *p.Spec.Containers[0].DeepCopy()
+				c.Name = fmt.Sprintf("c%d", i)
+				p.Spec.Containers = append(p.Spec.Containers, c)
+			}
+			return p
+		}(),
+		func() *corev1.Pod {
+			p := gpuPod("init-bad", 1, 0, 0, nil)
+			c := *p.Spec.Containers[0].DeepCopy()
+			c.Name = "init"
+			c.Resources.Limits[kubeinterface.ResourceGPUCores] = resource.MustParse("0")
+			p.Spec.InitContainers = []corev1.Container{c}
+			return p
+		}(),
+	}
+	rng := rand.New(rand.NewPCG(42, 13))
+	for i := range 150 {
+		table = append(table, randomPod(rng, fmt.Sprintf("random-%03d", i)))
+	}
+	refusedCount := 0
+	for _, p := range table {
+		p.Namespace = ns
+		_, apiErr := tc.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, goErr := objects.PodRequest(p)
+		switch {
+		case goErr == nil && apiErr != nil:
+			t.Errorf("pod %s: PreFilter accepts it, admission refuses it: %v", p.Name, apiErr)
+		case goErr != nil && apiErr == nil:
+			t.Errorf("pod %s: admission accepts it, PreFilter refuses it: %v", p.Name, goErr)
+		case goErr != nil:
+			refusedCount++
+			if !strings.Contains(apiErr.Error(), "kubegpu-gpu-request") || !strings.Contains(apiErr.Error(), "denied request: "+goErr.Error()) {
+				t.Errorf("pod %s: admission says\n  %v\nPreFilter says\n  %v", p.Name, apiErr, goErr)
+			}
+		}
+	}
+	t.Logf("%d pods, %d refused by both with the same words", len(table), refusedCount)
+	if refusedCount < 20 {
+		t.Errorf("only %d of %d pods refused: the random pods do not exercise the rules", refusedCount, len(table))
+	}
+}
+
+// randomPod is a GPU pod with random, mostly plausible, values.
+func randomPod(rng *rand.Rand, name string) *corev1.Pod {
+	pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
+	ann := map[string]string{}
+	for _, key := range []string{kubeinterface.AnnotationModelInclude, kubeinterface.AnnotationModelExclude, kubeinterface.AnnotationUUIDInclude, kubeinterface.AnnotationUUIDExclude} {
+		if rng.IntN(3) == 0 {
+			ann[key] = pick("Tesla T4", "T4, V100", "a,A", "x,,y", " ", "", "GPU-1, gpu-1", strings.Repeat("m,", 70)+"m", "é", "T4\t", "A100-SXM4-40GB")
+		}
+	}
+	if rng.IntN(3) == 0 {
+		ann[kubeinterface.AnnotationTopology] = pick("required", "preferred", "none", "Required", "strict", "")
+	}
+	if rng.IntN(4) == 0 {
+		ann[kubeinterface.AnnotationPlacement] = pick("binpack", "spread", "pack", strings.Repeat("x", 100))
+	}
+	if rng.IntN(6) == 0 {
+		ann[kubeinterface.Domain+pick("gpu-model", "zzz", "Topology")] = "x"
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}}
+	for i := range 1 + rng.IntN(3) {
+		limits := corev1.ResourceList{}
+		if rng.IntN(5) != 0 {
+			limits[kubeinterface.ResourceGPU] = resource.MustParse(pick("1", "2", "0", "8", "64", "65", "100", "1k"))
+		}
+		if rng.IntN(3) == 0 {
+			limits[kubeinterface.ResourceGPUCores] = resource.MustParse(pick("30", "100", "101", "0", "1"))
+		}
+		if rng.IntN(3) == 0 {
+			limits[kubeinterface.ResourceGPUMemory] = resource.MustParse(pick("4096", "1", "1048576", "1048577", "1Ki", "1M"))
+		}
+		c := corev1.Container{Name: fmt.Sprintf("c%d", i), Image: "busybox", Resources: corev1.ResourceRequirements{Limits: limits}}
+		if i == 0 || rng.IntN(2) == 0 {
+			p.Spec.Containers = append(p.Spec.Containers, c)
+		} else {
+			p.Spec.InitContainers = append(p.Spec.InitContainers, c)
+		}
+	}
+	if len(p.Spec.Containers) == 0 {
+		p.Spec.Containers = []corev1.Container{{Name: "main", Image: "busybox"}}
+	}
+	return p
+}
+
+// TestAttackSecondSchedulerMode (policy kubegpu-scheduler-name): where
+// kubegpu-scheduler runs beside the stock scheduler, a GPU pod addressed to
+// another scheduler is refused, naming kubegpu-scheduler.
+func TestAttackSecondSchedulerMode(t *testing.T) {
+	ctx := context.Background()
+	second := filepath.Join(repoRoot, "deploy/admission/second-scheduler.yaml")
+	if err := cluster.Apply(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(ctx, t, "second")
+	tc := tenant(t, ns)
+	gpu := gpuPod("gpu", 1, 0, 0, nil)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if err := cluster.Delete(ctx, second); err != nil {
+			t.Error(err)
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := tc.CoreV1().Pods(ns).Create(ctx, gpuPod("gpu", 1, 0, 0, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err == nil, nil
+		}); err != nil {
+			t.Errorf("kubegpu-scheduler-name still in force after its removal: %v", err)
+		}
+	})
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := tc.CoreV1().Pods(ns).Create(ctx, gpu, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil, nil
+	}); err != nil {
+		t.Fatal("a GPU pod for the default scheduler is still admitted")
+	}
+	_, err := tc.CoreV1().Pods(ns).Create(ctx, gpu, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	refused(t, "a GPU pod naming no scheduler", err, "kubegpu-scheduler-name", `GPU pods must set spec.schedulerName: kubegpu-scheduler, got "default-scheduler"`)
+	gpu.Spec.SchedulerName = "kubegpu-scheduler"
+	if _, err := tc.CoreV1().Pods(ns).Create(ctx, gpu, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("a GPU pod for kubegpu-scheduler: %v", err)
+	}
+	cpu := gpuPod("cpu", 0, 0, 0, nil)
+	if _, err := tc.CoreV1().Pods(ns).Create(ctx, cpu, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("a pod without GPUs for the default scheduler: %v", err)
+	}
+}
+
+// TestAttackRecreatedFromYAML (point 5, policy kubegpu-allocation): a pod
+// re-created from a GPU pod's YAML, its old allocation included, is refused
+// at creation with what to do; the tenant cannot bind pods itself either.
+// Without the policies, the scheduler replaces the stale or forged
+// allocation with a fresh one and counts nothing for it.
+func TestAttackRecreatedFromYAML(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	nodes := addNodes(ctx, t, "recreate", "dgx1", 1)
+	ns := namespace(ctx, t, "recreate")
+	l := newLedger()
+	tc := tenant(t, ns)
+	createPods(ctx, t, ns, gpuPod("original", 2, 0, 0, nil))
+	original := recordedPod(ctx, t, ns, "original")
+	yaml := original.DeepCopy()
+	yaml.ObjectMeta = metav1.ObjectMeta{Name: "copy", Annotations: original.Annotations}
+	yaml.Spec.NodeName = ""
+	yaml.Status = corev1.PodStatus{}
+	_, err := tc.CoreV1().Pods(ns).Create(ctx, yaml, metav1.CreateOptions{})
+	refused(t, "a pod created with an allocation", err, "kubegpu-allocation", "kubegpu.io/allocation is written by kubegpu-scheduler; remove it from the manifest")
+	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "original", Annotations: original.Annotations},
+		Target: corev1.ObjectReference{Kind: "Node", Name: "recreate-0"}}
+	err = tc.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{})
+	refused(t, "tenant binding a pod", err, "forbidden")
+
+	withoutPolicies(ctx, t)
+	createPods(ctx, t, ns, yaml)
+	squatter := yaml.DeepCopy()
+	squatter.Name = "squatter"
+	squatter.Spec.NodeName = "recreate-0"
+	createPods(ctx, t, ns, squatter)
+	createPods(ctx, t, ns, gpuPod("honest", 4, 0, 0, nil))
+	pods := settle(ctx, t, ns, 2*time.Second, time.Minute)
+	var check []corev1.Pod
+	for _, p := range pods {
+		if p.Name != "squatter" {
+			check = append(check, p)
+		}
+	}
+	allocs := checkAllocations(t, check, nodes.invs)
+	if a, ok := allocs["copy"]; !ok || a.Pod.UID == original.UID {
+		t.Errorf("pod copy: allocation %+v, want a fresh one of its own", a.Pod)
+	}
+	if _, ok := allocs["honest"]; !ok {
+		t.Error("pod honest (4 GPUs) not bound: the copied allocation of a pod bound by hand was counted")
+	}
+	l.check(ctx, t, "pods created with copied allocations")
+}
+
+// TestAttackCLIShowsOnlyWhatVerifies: `kubegpu gpus`, run with the shipped
+// read-only role, counts only allocations that verify and lists the others;
+// what a node publishes cannot write control sequences to the terminal.
+func TestAttackCLIShowsOnlyWhatVerifies(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	addNodes(ctx, t, "cli-verify", "t4x4", 1)
+	ns := namespace(ctx, t, "cli-verify")
+	createPods(ctx, t, ns, gpuPod("real", 1, 0, 0, nil))
+	real := recordedPod(ctx, t, ns, "real")
+
+	// Without the policies, a tenant binds a pod with an allocation of
+	// its own making (and another's, copied).
+	withoutPolicies(ctx, t)
+	forged := gpuPod("forged", 1, 0, 0, map[string]string{kubeinterface.AnnotationAllocation: real.Annotations[kubeinterface.AnnotationAllocation]})
+	forged.Spec.NodeName = "cli-verify-0"
+	createPods(ctx, t, ns, forged)
+	// A node publishes a model with a terminal escape sequence.
+	evil, err := cluster.NodeIdentity("cli-verify-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := `{"apiVersion":"kubegpu.io/v1","kind":"NodeInventory","devices":[{"id":"gpu0","uuid":"GPU-0","model":"T4\u001b[2J\u001b]0;owned\u0007","health":"Healthy"}]}`
+	if _, err := evil.Client.CoreV1().Nodes().Patch(ctx, "cli-verify-0", ktypes.MergePatchType,
+		fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, kubeinterface.AnnotationInventory, raw), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	addNodes(ctx, t, "cli-verify-ok", "t4x4", 1)
+
+	out := kubegpu(t, "gpus")
+	if strings.ContainsAny(out, "\x1b\x07") {
+		t.Errorf("kubegpu gpus printed a control character:\n%q", out)
+	}
+	for _, want := range []string{"Not counted", ns + "/forged on cli-verify-0", "allocation belongs elsewhere"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubegpu gpus lacks %q:\n%s", want, out)
+		}
+	}
+	var rows []struct {
+		Node string   `json:"node"`
+		Pods []string `json:"pods"`
+	}
+	cmd := exec.Command(filepath.Join(binDir, "kubegpu"), "--kubeconfig", viewer.Kubeconfig, "--allocation-key", pubFile, "gpus", "-o", "json")
+	js, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(js, &rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if slices.Contains(r.Pods, ns+"/forged") {
+			t.Errorf("kubegpu gpus -o json counts pod forged on %s", r.Node)
+		}
+	}
+	explain := kubegpu(t, "explain", "-n", ns, "forged")
+	if strings.ContainsAny(explain, "\x1b\x07") || !strings.Contains(explain, "without a usable allocation") {
+		t.Errorf("kubegpu explain forged:\n%q", explain)
+	}
+}
