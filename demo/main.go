@@ -32,6 +32,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
@@ -223,6 +224,17 @@ const (
 func install(ctx context.Context, c *localcluster.Cluster) (identities, error) {
 	if err := c.Apply(ctx, "kube-scheduler/deploy/rbac.yaml", "cli/deploy/rbac.yaml", "deploy/admission/kubegpu-policies.yaml"); err != nil {
 		return identities{}, err
+	}
+	// The API server takes a moment to load new admission policies: wait
+	// until it refuses a GPU pod created with an allocation.
+	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "policy-probe", Annotations: map[string]string{"kubegpu.io/allocation": "x"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}}}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil, nil
+	}); err != nil {
+		return identities{}, fmt.Errorf("kubegpu's admission policies not in force: %w", err)
 	}
 	rb := rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: demoTenant},

@@ -142,9 +142,10 @@ func (k *SimKubelet) setOwner(l *coordinationv1.Lease) error {
 	return nil
 }
 
-// waitSchedulable waits until node is Ready and kube-controller-manager
-// removed the not-ready taint that admission puts on new nodes; without a
-// controller-manager it removes the taint as cluster-admin.
+// waitSchedulable waits until node is Ready, its kubelet has created its
+// Lease, and kube-controller-manager removed the not-ready taint that
+// admission puts on new nodes; without a controller-manager it removes the
+// taint as cluster-admin.
 func (c *Cluster) waitSchedulable(ctx context.Context, node string) error {
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -165,6 +166,10 @@ func (c *Cluster) waitSchedulable(ctx context.Context, node string) error {
 		}
 		if tainted {
 			last = errors.New("kube-controller-manager has not removed the not-ready taint yet")
+			return false, nil
+		}
+		if _, err := c.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{}); err != nil {
+			last = fmt.Errorf("node's Lease: %w", err)
 			return false, nil
 		}
 		for _, cond := range n.Status.Conditions {

@@ -405,3 +405,16 @@ func failedScheduling(ctx context.Context, t *testing.T, ns, pod string) []strin
 	}
 	return out
 }
+
+// failedSchedulingAll returns every FailedScheduling message in ns.
+func failedSchedulingAll(ctx context.Context, t *testing.T, ns string) []string {
+	list, err := tenant(t, ns).CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, e.Message)
+	}
+	return out
+}

@@ -26,6 +26,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface"
@@ -110,6 +111,12 @@ func install(ctx context.Context) error {
 	}
 	if err := cluster.Apply(ctx, paths...); err != nil {
 		return err
+	}
+	// The API server takes a moment to load new admission policies.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return policiesInForce(ctx), nil
+	}); err != nil {
+		return fmt.Errorf("kubegpu's admission policies not in force: %w", err)
 	}
 	_, err := cluster.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "kubegpu-viewer-" + viewerUser},

@@ -267,14 +267,25 @@ func TestAttackNodeNamePod(t *testing.T) {
 	withoutPolicies(ctx, t)
 	createPods(ctx, t, ns, squatter)
 	var pods []*corev1.Pod
-	for i := range 3 {
+	for i := range 5 {
 		pods = append(pods, gpuPod(fmt.Sprintf("gpu-%d", i), 1, 0, 0, nil))
 	}
 	createPods(ctx, t, ns, pods...)
+	placed := 0
 	for _, p := range settle(ctx, t, ns, 2*time.Second, time.Minute) {
-		if p.Name != "squatter" && p.Spec.NodeName != "squat-1" {
-			t.Errorf("pod %s on %q, want squat-1: kubelet on squat-0 has only 0 of 400 nvidia.com/gpu left", p.Name, p.Spec.NodeName)
+		switch {
+		case p.Name == "squatter":
+		case p.Spec.NodeName == "squat-0":
+			t.Errorf("pod %s bound to squat-0, whose kubelet has 0 of 400 nvidia.com/gpu left and would refuse it", p.Name)
+		case p.Spec.NodeName != "":
+			placed++
 		}
+	}
+	if placed != 4 {
+		t.Errorf("%d GPU pods bound, want 4 (squat-1's GPUs)", placed)
+	}
+	if msgs := failedSchedulingAll(ctx, t, ns); !slices.ContainsFunc(msgs, func(m string) bool { return strings.Contains(m, "Insufficient nvidia.com/gpu") }) {
+		t.Errorf("no FailedScheduling event names squat-0's exhausted nvidia.com/gpu; got %q", msgs)
 	}
 	l.check(ctx, t, "a pod bound by hand")
 }
