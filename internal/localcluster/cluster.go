@@ -304,7 +304,7 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name string, labels ...ma
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("localcluster: namespace %s: %w (last: %v)", name, err, last)
+		return fmt.Errorf("localcluster: namespace %s: %w (last: %w)", name, err, last)
 	}
 	return nil
 }

@@ -181,7 +181,7 @@ func (c *Cluster) waitSchedulable(ctx context.Context, node string) error {
 		return false, nil
 	})
 	if err != nil {
-		return fmt.Errorf("localcluster: node %s not schedulable: %w (last: %v)", node, err, last)
+		return fmt.Errorf("localcluster: node %s not schedulable: %w (last: %w)", node, err, last)
 	}
 	return nil
 }

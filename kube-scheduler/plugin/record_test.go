@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
 	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
@@ -153,4 +153,6 @@ func TestRecorderPatchesStatus(t *testing.T) {
 	}
 }
 
-func ktypesName(ns, name string) ktypes.NamespacedName { return ktypes.NamespacedName{Namespace: ns, Name: name} }
+func ktypesName(ns, name string) ktypes.NamespacedName {
+	return ktypes.NamespacedName{Namespace: ns, Name: name}
+}

@@ -97,7 +97,7 @@ func celQuote(v string) string {
 }
 
 // celValue is the CEL expression of container c's quantity of resource r,
-// from its limits or else its requests, as a string ('' if unset).
+// from its limits or else its requests, as a string (” if unset).
 func celValue(c, r string) string {
 	return fmt.Sprintf("string(%[1]s.?resources.?limits[?%[2]s].orValue(%[1]s.?resources.?requests[?%[2]s].orValue('')))", c, celString(r))
 }

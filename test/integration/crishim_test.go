@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -36,15 +35,6 @@ func startAdvertiser(ctx context.Context, t *testing.T, node, preset string) *lo
 	}
 	t.Cleanup(func() { _ = p.Stop() })
 	return p
-}
-
-func mustRead(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // published reports whether node carries its dgx1 inventory and capacity.
