@@ -22,6 +22,7 @@ import (
 const (
 	DefaultPluginDir          = "/usr/lib/kubegpu/plugins"
 	DefaultHeartbeatStaleness = 40 * time.Second
+	DefaultRecordQPS          = 10
 )
 
 // Args are the plugin's arguments in a KubeSchedulerConfiguration:
@@ -52,8 +53,9 @@ type Args struct {
 	// DefaultTopology applies to multi-GPU requests that set no
 	// kubegpu.io/topology annotation: required, preferred (default) or none.
 	DefaultTopology types.TopologyPolicy `json:"defaultTopology,omitempty"`
-	// HeartbeatStaleness is how old a node's kubegpu Lease may be before the
-	// node gets no new GPU pods (default 40s).
+	// HeartbeatStaleness is how long the scheduler may go without seeing a
+	// node's Lease renewed, on its own clock, before the node gets no new
+	// GPU pods (default 40s).
 	HeartbeatStaleness *metav1.Duration `json:"heartbeatStaleness,omitempty"`
 	// WriteAllocation is where the signed allocation is written onto the
 	// pod: Bind (default), in the same API call as the binding; or PreBind,
@@ -65,6 +67,12 @@ type Args struct {
 	// strand the least idle GPU share); or Ignore, leaving them to the other
 	// scorers.
 	PodsWithoutDevices string `json:"podsWithoutDevices,omitempty"`
+	// RecordQPS bounds the writes per second of the scheduler's records of
+	// allocations into pods' status (default 10), on a client of their own:
+	// they never take from the scheduler's own QPS, and during a burst they
+	// lag behind the bindings. A record whose pod's annotation is changed
+	// before it is written is written at once.
+	RecordQPS int32 `json:"recordQPS,omitempty"`
 	// SigningKeyFile is the key the allocations are signed with: an Ed25519
 	// private key (PEM, PKCS #8), or an HMAC-SHA256 secret shared with the
 	// nodes. Required.
@@ -151,6 +159,9 @@ func setDefaults(a *Args) {
 	if a.PodsWithoutDevices == "" {
 		a.PodsWithoutDevices = PodsWithoutDevicesScore
 	}
+	if a.RecordQPS == 0 {
+		a.RecordQPS = DefaultRecordQPS
+	}
 }
 
 func validateArgs(a *Args, path *field.Path) field.ErrorList {
@@ -172,6 +183,9 @@ func validateArgs(a *Args, path *field.Path) field.ErrorList {
 	}
 	if a.PodsWithoutDevices != PodsWithoutDevicesScore && a.PodsWithoutDevices != PodsWithoutDevicesIgnore {
 		errs = append(errs, field.NotSupported(path.Child("podsWithoutDevices"), a.PodsWithoutDevices, []string{PodsWithoutDevicesScore, PodsWithoutDevicesIgnore}))
+	}
+	if a.RecordQPS < 1 || a.RecordQPS > 1000 {
+		errs = append(errs, field.Invalid(path.Child("recordQPS"), a.RecordQPS, "must be 1..1000"))
 	}
 	if a.HeartbeatStaleness.Duration < time.Second {
 		errs = append(errs, field.Invalid(path.Child("heartbeatStaleness"), a.HeartbeatStaleness.Duration.String(), "must be at least 1s"))

@@ -40,6 +40,8 @@ type deviceCache struct {
 	key       *kubeinterface.Key
 	staleness time.Duration
 	now       func() time.Time
+	// started is when the cache was made, before its informers started.
+	started time.Time
 	metrics   *cacheMetrics
 
 	mu    sync.RWMutex
@@ -156,6 +158,8 @@ type podState struct {
 	// seen is the pod's annotation and record as last taken in, so that
 	// updates that change neither are not decoded and verified again.
 	seen podSeen
+	// value is the verified payload alloc was read from (or written with).
+	value string
 	// written is the annotation value this scheduler bound the pod with.
 	written string
 	// assumed is true from Reserve until the pod is seen bound.
@@ -181,7 +185,7 @@ func seenOf(pod *corev1.Pod) podSeen {
 
 func newDeviceCache(engine *devicescheduler.Engine, key *kubeinterface.Key, staleness time.Duration, m *cacheMetrics) *deviceCache {
 	return &deviceCache{
-		engine: engine, key: key, staleness: staleness, now: time.Now, metrics: m,
+		engine: engine, key: key, staleness: staleness, now: time.Now, started: time.Now(), metrics: m,
 		nodes: map[string]*nodeState{}, pods: map[ktypes.UID]*podState{},
 		activate: func(map[string]*corev1.Pod) {}, waiting: map[ktypes.UID]*corev1.Pod{},
 		shapes: map[string]uint32{},
@@ -282,14 +286,20 @@ func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 	c.mu.RLock()
 	ps, known := c.pods[pod.UID]
 	var sameNode, counted, unchanged, confirm bool
+	var prev podSeen
+	var value, written, source string
 	if known {
 		sameNode = ps.node == pod.Spec.NodeName
 		counted = sameNode && !ps.assumed
 		unchanged = counted && ps.seen == seen
+		prev, value, written, source = ps.seen, ps.value, ps.written, ps.source
 		// Bound by this scheduler with what it signed: no need to verify.
-		confirm = sameNode && ps.assumed && seen.annotated && seen.annotation == ps.written
+		confirm = sameNode && ps.assumed && seen.annotated && seen.annotation == written
 	}
 	c.mu.RUnlock()
+	nn := ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+	annotationChanged := seen.annotated != prev.annotated || seen.annotation != prev.annotation
+	annotationWrong := !seen.annotated || seen.annotation != value
 	switch {
 	case !known && !seen.annotated && !seen.recorded:
 		return // holds nothing, and nothing to forget
@@ -298,12 +308,28 @@ func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 	case confirm:
 		c.mu.Lock()
 		if c.pods[pod.UID] == ps {
-			ps.assumed, ps.source, ps.seen = false, objects.SourceAnnotation, seen
-			if seen.recorded {
+			ps.assumed, ps.source, ps.seen, ps.value = false, objects.SourceAnnotation, seen, written
+			if seen.recorded && seen.record == written {
 				ps.source = objects.SourceRecord
 			}
 		}
 		c.mu.Unlock()
+		return
+	case counted && seen.recorded && seen.record == value:
+		// Recorded with what it was counted with: nothing to verify, and
+		// nothing left to record.
+		c.takeSeen(pod.UID, ps, seen, objects.SourceRecord)
+		c.recorder.forget(pod.UID)
+		if annotationChanged && annotationWrong {
+			c.changed(logger, pod, "kept by the scheduler's record")
+		}
+		return
+	case counted && !seen.recorded && value != "" && annotationWrong:
+		// The annotation no longer says what the pod holds and nothing
+		// records it yet: record it now, whichever replica this is.
+		c.recorder.addUrgent(pod.UID, nn, value)
+		c.takeSeen(pod.UID, ps, seen, source)
+		c.changed(logger, pod, "recorded now from what the scheduler counted")
 		return
 	}
 	held, err := objects.HeldAllocation(pod, c.key.Verify)
@@ -337,17 +363,17 @@ func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 	if held.Source == objects.SourceAnnotation {
 		// Bound by a scheduler that died before recording it, or by an
 		// older version: record it now (only the leader writes).
-		c.recorder.add(pod.UID, ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, held.Value)
+		c.recorder.add(pod.UID, nn, held.Value)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ps, ok := c.pods[pod.UID]; ok && ps.node == held.Node && reflect.DeepEqual(ps.alloc, held.PodAllocation) {
-		ps.assumed, ps.source, ps.seen = false, held.Source, seen
+		ps.assumed, ps.source, ps.seen, ps.value = false, held.Source, seen, held.Value
 		return
 	}
 	c.forgetLocked(pod.UID)
 	ps = &podState{pod: ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, node: held.Node, alloc: held.PodAllocation,
-		source: held.Source, seen: seen}
+		source: held.Source, seen: seen, value: held.Value}
 	c.pods[pod.UID] = ps
 	c.node(held.Node).pods[pod.UID] = struct{}{}
 	c.apply(logger, pod.UID, ps)
@@ -355,6 +381,23 @@ func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 
 // errChanged counts allocations changed after the pod was counted.
 var errChanged = errors.New("allocation changed after binding")
+
+// takeSeen records what a counted pod says now.
+func (c *deviceCache) takeSeen(uid ktypes.UID, ps *podState, seen podSeen, source string) {
+	c.mu.Lock()
+	if c.pods[uid] == ps {
+		ps.seen, ps.source = seen, source
+	}
+	c.mu.Unlock()
+}
+
+// changed reports a counted pod whose annotation no longer says what it
+// holds.
+func (c *deviceCache) changed(logger klog.Logger, pod *corev1.Pod, what string) {
+	c.metrics.rejected(errChanged)
+	logger.Info("Pod's allocation annotation was changed or removed after binding; its devices are "+what,
+		"pod", klog.KObj(pod), "node", pod.Spec.NodeName)
+}
 
 // apply counts ps on its node, if the node is known; must hold c.mu.
 func (c *deviceCache) apply(logger klog.Logger, uid ktypes.UID, ps *podState) {

@@ -50,6 +50,24 @@ type liveness struct {
 	notReady string
 }
 
+// warm reports whether the scheduler has seen every node that has a Lease
+// renew it since it started, or has waited long enough for that: a quarter
+// of heartbeatStaleness (kubelet renews its Lease every quarter of its
+// duration) and two seconds more. Nodes seen neither way stay not live.
+func (c *deviceCache) warm() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.now().Sub(c.started) >= c.staleness/4+2*time.Second {
+		return true
+	}
+	for _, ns := range c.nodes {
+		if ns.devices != nil && ns.live.leased && ns.live.observed.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
 // updateLease takes in a Lease of kube-node-lease: the Lease of the node of
 // the same name. initial is true for the informer's initial list, whose
 // renewTimes say nothing about when they were written.

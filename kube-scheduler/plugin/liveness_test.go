@@ -88,3 +88,36 @@ func TestLivenessIsObserved(t *testing.T) {
 		t.Fatalf("Lease created again: %v", err)
 	}
 }
+
+// TestWarmUp: a starting scheduler holds GPU pods until it has seen every
+// node's Lease renewed, or for a quarter of heartbeatStaleness and two
+// seconds, whichever comes first.
+func TestWarmUp(t *testing.T) {
+	c, _ := testCache(t)
+	logger := klog.Background()
+	now := testNow
+	c.now, c.started = func() time.Time { return now }, testNow
+	if !c.warm() {
+		t.Fatal("a cache without nodes is not warm")
+	}
+	c.updateNode(logger, testNode(t, "n1", "t4x4"))
+	c.updateNode(logger, testNode(t, "n2", "t4x4"))
+	c.updateLease(testLease("n1", now), true)
+	c.updateLease(testLease("n2", now), true)
+	if c.warm() {
+		t.Fatal("warm before any renewal was seen")
+	}
+	c.updateLease(testLease("n1", now.Add(time.Second)), false)
+	if c.warm() {
+		t.Fatal("warm with n2's renewal not seen")
+	}
+	now = now.Add(12 * time.Second) // 40s/4 + 2s: n2 is dead, then
+	if !c.warm() {
+		t.Fatal("not warm after a quarter of the staleness and two seconds")
+	}
+	now = testNow
+	c.updateLease(testLease("n2", now.Add(time.Second)), false)
+	if !c.warm() {
+		t.Fatal("not warm with every renewal seen")
+	}
+}

@@ -11,8 +11,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -67,7 +69,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, err
 	}
-	shared, err := sharedState(ctx, args, h.SharedInformerFactory(), h.ClientSet(), h)
+	shared, err := sharedState(ctx, args, h)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +96,8 @@ var (
 	sharedByFactory = map[informers.SharedInformerFactory]*shared{}
 )
 
-func sharedState(ctx context.Context, args *Args, factory informers.SharedInformerFactory, client kubernetes.Interface, activator fwk.PodActivator) (*shared, error) {
+func sharedState(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
+	factory := h.SharedInformerFactory()
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	if s, ok := sharedByFactory[factory]; ok {
@@ -103,7 +106,7 @@ func sharedState(ctx context.Context, args *Args, factory informers.SharedInform
 		}
 		return s, nil
 	}
-	s, err := newShared(ctx, args, factory, client, activator)
+	s, err := newShared(ctx, args, h)
 	if err != nil {
 		return nil, err
 	}
@@ -115,8 +118,9 @@ func argsEqual(a, b *Args) bool {
 	return fmt.Sprintf("%+v", *a) == fmt.Sprintf("%+v", *b)
 }
 
-func newShared(ctx context.Context, args *Args, factory informers.SharedInformerFactory, client kubernetes.Interface, activator fwk.PodActivator) (*shared, error) {
+func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 	logger := klog.FromContext(ctx).WithName(Name)
+	factory, client := h.SharedInformerFactory(), h.ClientSet()
 	key, err := kubeinterface.LoadKey(args.SigningKeyFile)
 	if err != nil {
 		return nil, err
@@ -139,8 +143,17 @@ func newShared(ctx context.Context, args *Args, factory informers.SharedInformer
 	}
 	m := registerMetrics()
 	c := newDeviceCache(engine, key, args.HeartbeatStaleness.Duration, m)
-	c.recorder = newRecorder(client, m)
-	c.activate = func(pods map[string]*corev1.Pod) { activator.Activate(logger, pods) }
+	// Background records have a client of their own, so that they never
+	// take from the scheduler's QPS.
+	recordConfig := rest.CopyConfig(h.KubeConfig())
+	recordConfig.QPS, recordConfig.Burst = float32(args.RecordQPS), int(2*args.RecordQPS)
+	recordClient, err := kubernetes.NewForConfig(recordConfig)
+	if err != nil {
+		return nil, fmt.Errorf("%s: client for allocation records: %w", Name, err)
+	}
+	c.recorder = newRecorder(recordClient, client, m)
+	c.recorder.startUrgent(ctx)
+	c.activate = func(pods map[string]*corev1.Pod) { h.Activate(logger, pods) }
 	// Heartbeat Leases come from an informer of their own, limited to
 	// kube-node-lease: the scheduler's role may read Leases there and not
 	// cluster-wide (see kube-scheduler/deploy/rbac.yaml).
@@ -259,15 +272,24 @@ func withObject[T any](obj any, f func(T)) {
 	}
 }
 
-// waitForSync blocks the first scheduling cycles until the cache has seen
-// every node, pod and Lease, so that a restarted scheduler never hands out
-// devices that running pods hold.
+// waitForSync blocks the first scheduling cycles of GPU pods until the
+// cache has seen every node, pod and Lease, so that a restarted scheduler
+// never hands out devices that running pods hold; and then until it has
+// seen the nodes' Leases renewed (see deviceCache.warm), so that it does
+// not refuse every GPU pod, and run preemption for each, for nodes it
+// merely has not yet seen alive.
 func (p *Plugin) waitForSync(ctx context.Context) error {
 	if p.ready.Load() {
 		return nil
 	}
 	if !toolscache.WaitForCacheSync(ctx.Done(), p.synced) {
 		return fmt.Errorf("device cache not synced: %w", context.Cause(ctx))
+	}
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return p.cache.warm(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("device cache not warm: %w", err)
 	}
 	p.ready.Store(true)
 	return nil

@@ -27,21 +27,36 @@ import (
 // the rebuilt state equals the one before, whatever the tenant did, even on
 // a cluster without kubegpu's admission policies.
 //
-// Records are written off the scheduling path, after binding, by a few
-// workers; a scheduler that dies between a binding and its record leaves
-// the pod counted by its annotation, and the next leader writes the record
-// (backfill). Only the leader writes: workers start with the first
-// scheduling cycle, which standby replicas never run.
+// Records cost one API write per GPU pod, which must not slow scheduling:
+// they are written off the scheduling path, on a client of their own
+// limited to recordQPS writes per second, by the leader only (workers start
+// with the first scheduling cycle, which standby replicas never run), and
+// during a burst they lag behind the bindings. Two paths close the gap:
+//
+//   - urgent: every replica, leader or standby, that sees a counted pod's
+//     annotation changed before its record exists writes the record at once,
+//     from the value it verified, with the scheduler's own client;
+//   - backfill: a pod counted by its annotation (bound by a scheduler that
+//     died before recording it, or by an older version) is recorded by the
+//     leader.
+//
+// What stays open: an annotation changed while no replica runs, before the
+// pod's record was written. The admission policy kubegpu-allocation refuses
+// such changes; kubegpu-crishim refuses the containers of a pod whose
+// allocation does not verify.
 type recorder struct {
-	client  kubernetes.Interface
 	metrics *cacheMetrics
 	now     func() time.Time
 
-	queue   workqueue.TypedRateLimitingInterface[ktypes.UID]
-	mu      sync.Mutex
-	pending map[ktypes.UID]pendingRecord
-	started atomic.Bool
-	once    sync.Once
+	// background writes records at most recordQPS a second; urgent
+	// writes them at once.
+	background, urgent kubernetes.Interface
+
+	queue, urgentQueue workqueue.TypedRateLimitingInterface[ktypes.UID]
+	mu                 sync.Mutex
+	pending            map[ktypes.UID]pendingRecord
+	started            atomic.Bool
+	once, urgentOnce   sync.Once
 }
 
 // pendingRecord is a record to write.
@@ -50,22 +65,28 @@ type pendingRecord struct {
 	value string
 }
 
-// recordWorkers write records in parallel: one API call each.
-const recordWorkers = 4
+// recordWorkers write background records in parallel: one API call each.
+const recordWorkers = 2
 
 // maxRecordRetries bounds the retries of one record; a pod that still has
 // none is recorded by the next leader.
 const maxRecordRetries = 12
 
-func newRecorder(client kubernetes.Interface, m *cacheMetrics) *recorder {
+// newRecorder writes urgent records with urgent, background ones with
+// background (a client limited to recordQPS).
+func newRecorder(background, urgent kubernetes.Interface, m *cacheMetrics) *recorder {
+	newQueue := func(name string) workqueue.TypedRateLimitingInterface[ktypes.UID] {
+		return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[ktypes.UID](),
+			workqueue.TypedRateLimitingQueueConfig[ktypes.UID]{Name: name})
+	}
 	return &recorder{
-		client: client, metrics: m, now: time.Now, pending: map[ktypes.UID]pendingRecord{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[ktypes.UID](),
-			workqueue.TypedRateLimitingQueueConfig[ktypes.UID]{Name: "kubegpu_allocation_records"}),
+		background: background, urgent: urgent, metrics: m, now: time.Now, pending: map[ktypes.UID]pendingRecord{},
+		queue: newQueue("kubegpu_allocation_records"), urgentQueue: newQueue("kubegpu_urgent_allocation_records"),
 	}
 }
 
-// add asks for pod uid's record of value; a later add replaces it.
+// add asks the leader for pod uid's record of value; a later add replaces
+// it.
 func (r *recorder) add(uid ktypes.UID, pod ktypes.NamespacedName, value string) {
 	if r == nil {
 		return
@@ -76,7 +97,19 @@ func (r *recorder) add(uid ktypes.UID, pod ktypes.NamespacedName, value string) 
 	r.queue.Add(uid)
 }
 
-// forget drops a pod's pending record (the pod is gone).
+// addUrgent writes pod uid's record of value at once: its annotation no
+// longer says what the pod holds.
+func (r *recorder) addUrgent(uid ktypes.UID, pod ktypes.NamespacedName, value string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.pending[uid] = pendingRecord{pod: pod, value: value}
+	r.mu.Unlock()
+	r.urgentQueue.Add(uid)
+}
+
+// forget drops a pod's pending record (the pod is gone, or recorded).
 func (r *recorder) forget(uid ktypes.UID) {
 	if r == nil {
 		return
@@ -86,17 +119,32 @@ func (r *recorder) forget(uid ktypes.UID) {
 	r.mu.Unlock()
 }
 
-// start starts the workers once, when this scheduler leads.
+// startUrgent starts the urgent worker; every replica runs it.
+func (r *recorder) startUrgent(ctx context.Context) {
+	if r == nil {
+		return
+	}
+	r.urgentOnce.Do(func() {
+		ctx := klog.NewContext(ctx, klog.FromContext(ctx).WithName("records"))
+		go func() {
+			for r.next(ctx, r.urgentQueue, r.urgent) {
+			}
+		}()
+		context.AfterFunc(ctx, r.urgentQueue.ShutDown)
+	})
+}
+
+// start starts the background workers once, when this scheduler leads.
 func (r *recorder) start(ctx context.Context) {
 	if r == nil || r.started.Load() {
 		return
 	}
 	r.once.Do(func() {
 		r.started.Store(true)
-		logger := klog.FromContext(ctx).WithName("records")
+		ctx := klog.NewContext(ctx, klog.FromContext(ctx).WithName("records"))
 		for range recordWorkers {
 			go func() {
-				for r.next(klog.NewContext(ctx, logger)) {
+				for r.next(ctx, r.queue, r.background) {
 				}
 			}()
 		}
@@ -104,36 +152,37 @@ func (r *recorder) start(ctx context.Context) {
 	})
 }
 
-// next writes one record; false when the queue is shut down.
-func (r *recorder) next(ctx context.Context) bool {
-	uid, quit := r.queue.Get()
+// next writes one record of queue q with client c; false when q is shut
+// down.
+func (r *recorder) next(ctx context.Context, q workqueue.TypedRateLimitingInterface[ktypes.UID], c kubernetes.Interface) bool {
+	uid, quit := q.Get()
 	if quit {
 		return false
 	}
-	defer r.queue.Done(uid)
+	defer q.Done(uid)
 	r.mu.Lock()
 	rec, ok := r.pending[uid]
 	r.mu.Unlock()
 	if !ok {
-		r.queue.Forget(uid)
+		q.Forget(uid)
 		return true
 	}
-	err := r.write(ctx, uid, rec)
+	err := r.write(ctx, c, uid, rec)
 	switch {
 	case err == nil:
 		r.metrics.recorded("written")
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsInvalid(err):
 		// The pod is gone or was re-created under its name.
 		r.metrics.recorded("gone")
-	case r.queue.NumRequeues(uid) < maxRecordRetries:
+	case q.NumRequeues(uid) < maxRecordRetries:
 		r.metrics.recorded("retry")
-		r.queue.AddRateLimited(uid)
+		q.AddRateLimited(uid)
 		return true
 	default:
 		r.metrics.recorded("error")
 		klog.FromContext(ctx).Error(err, "Recording the allocation in the pod's status failed; the next leader records it", "pod", rec.pod)
 	}
-	r.queue.Forget(uid)
+	q.Forget(uid)
 	r.mu.Lock()
 	if cur, ok := r.pending[uid]; ok && cur == rec {
 		delete(r.pending, uid)
@@ -145,7 +194,7 @@ func (r *recorder) next(ctx context.Context) bool {
 // write patches the record into the pod's status. The patch carries the
 // pod's UID, so it cannot land on a newer pod of the same name, and merges
 // the condition by type, leaving kubelet's conditions alone.
-func (r *recorder) write(ctx context.Context, uid ktypes.UID, rec pendingRecord) error {
+func (r *recorder) write(ctx context.Context, c kubernetes.Interface, uid ktypes.UID, rec pendingRecord) error {
 	cond := objects.RecordCondition(rec.value, metav1.NewTime(r.now()))
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"uid": uid},
@@ -154,7 +203,7 @@ func (r *recorder) write(ctx context.Context, uid ktypes.UID, rec pendingRecord)
 	if err != nil {
 		return err
 	}
-	_, err = r.client.CoreV1().Pods(rec.pod.Namespace).Patch(ctx, rec.pod.Name, ktypes.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err = c.CoreV1().Pods(rec.pod.Namespace).Patch(ctx, rec.pod.Name, ktypes.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return fmt.Errorf("record allocation of pod %s: %w", rec.pod, err)
 	}

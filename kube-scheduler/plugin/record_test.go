@@ -92,7 +92,7 @@ func TestCacheCountsByRecord(t *testing.T) {
 	// it): counted by the annotation, and recorded.
 	client := fake.NewClientset(bound)
 	fresh, _ = testCache(t)
-	fresh.recorder = newRecorder(client, nil)
+	fresh.recorder = newRecorder(client, client, nil)
 	fresh.updateNode(logger, testNode(t, "n1", "dgx1"))
 	fresh.updateLease(testLease("n1", testNow), false)
 	fresh.updatePod(logger, boundWith(t, key, holder, alloc))
@@ -101,6 +101,53 @@ func TestCacheCountsByRecord(t *testing.T) {
 	}
 	if fresh.recorder.queue.Len() != 1 {
 		t.Fatalf("%d records queued, want 1", fresh.recorder.queue.Len())
+	}
+}
+
+// TestCacheRecordsAtOnceWhenTheAnnotationChanges: a pod counted but not
+// yet recorded whose annotation is removed is recorded at once (urgent
+// queue, every replica) from what the scheduler counted; a record written
+// with that value is taken without verifying it again.
+func TestCacheRecordsAtOnceWhenTheAnnotationChanges(t *testing.T) {
+	c, key := testCache(t)
+	logger := klog.Background()
+	client := fake.NewClientset()
+	c.recorder = newRecorder(client, client, nil)
+	c.updateNode(logger, testNode(t, "n1", "dgx1"))
+	c.updateLease(testLease("n1", testNow), false)
+	holder := testPod("holder")
+	alloc, err := c.reserve(holder, "n1", wholeRequest(t, c, 2), noHost, noHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := boundWith(t, key, holder, alloc)
+	value := bound.Annotations[kubeinterface.AnnotationAllocation]
+	c.written(holder.UID, value)
+	c.updatePod(logger, bound)
+	want := c.snapshot()
+	if c.recorder.urgentQueue.Len() != 0 {
+		t.Fatal("an urgent record for an untouched pod")
+	}
+	stripped := bound.DeepCopy()
+	delete(stripped.Annotations, kubeinterface.AnnotationAllocation)
+	c.updatePod(logger, stripped)
+	if c.recorder.urgentQueue.Len() != 1 {
+		t.Fatalf("%d urgent records after the annotation was removed, want 1", c.recorder.urgentQueue.Len())
+	}
+	if got := c.recorder.pending[holder.UID].value; got != value {
+		t.Errorf("urgent record of %q, want the value counted", got)
+	}
+	// The record arrives (written by this or another replica): taken as
+	// it is, the pod still holds its devices, nothing left pending.
+	withRecord := recorded(bound)
+	delete(withRecord.Annotations, kubeinterface.AnnotationAllocation)
+	c.key = nil // a verification now would panic
+	c.updatePod(logger, withRecord)
+	if got := c.snapshot(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the record arrived: %+v, want %+v", got, want)
+	}
+	if len(c.recorder.pendingLen()) != 0 {
+		t.Errorf("records still pending: %v", c.recorder.pendingLen())
 	}
 }
 
@@ -115,7 +162,7 @@ func TestRecorderPatchesStatus(t *testing.T) {
 		patches = append(patches, a.(k8stesting.PatchAction))
 		return false, nil, nil
 	})
-	r := newRecorder(client, nil)
+	r := newRecorder(client, client, nil)
 	r.now = func() time.Time { return testNow }
 	r.add("uid-p", ktypesName("ns", "p"), "VALUE")
 	time.Sleep(50 * time.Millisecond)
