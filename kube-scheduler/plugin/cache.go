@@ -42,7 +42,7 @@ type deviceCache struct {
 	now       func() time.Time
 	// started is when the cache was made, before its informers started.
 	started time.Time
-	metrics   *cacheMetrics
+	metrics *cacheMetrics
 
 	mu    sync.RWMutex
 	nodes map[string]*nodeState
