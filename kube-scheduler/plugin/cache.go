@@ -23,7 +23,8 @@ var errNoInventory = errors.New("node publishes no kubegpu device inventory (is 
 
 // deviceCache is the scheduler's view of every node's devices and of the
 // devices that pods hold, built from informer events only: node inventories
-// (annotation), heartbeats (Leases) and pods' verified allocations. A
+// (annotation), liveness (the nodes' Leases and Ready conditions) and pods'
+// verified allocations (the scheduler's record first). A
 // restart rebuilds the same state from the API.
 //
 // Pods are counted from the moment Reserve assumes them; once the pod is
@@ -54,8 +55,8 @@ type deviceCache struct {
 
 	// activate moves pods back to the scheduling queue.
 	activate func(pods map[string]*corev1.Pod)
-	// waiting are the pods refused by some node for its stale heartbeat;
-	// they are activated when a heartbeat resumes. The scheduler learns of
+	// waiting are the pods refused by some node for not being live; they
+	// are activated when a node is live again. The scheduler learns of
 	// the Lease only through this cache, so no queueing event could race
 	// with it.
 	waitMu  sync.Mutex
@@ -68,7 +69,7 @@ type deviceCache struct {
 	shapeEpoch uint64
 }
 
-// nodeState is one node's devices and heartbeat.
+// nodeState is one node's devices and liveness.
 type nodeState struct {
 	name string
 	// inventory is the raw annotation value the devices were built from;
@@ -453,7 +454,7 @@ func (c *deviceCache) evaluate(name string, in *evalInput, capacity, free device
 }
 
 // evaluateHostOnly scores node name for a pod without devices, r holding
-// only the pod's CPU and memory. The node's heartbeat does not matter: the
+// only the pod's CPU and memory. The node's liveness does not matter: the
 // pod takes no devices, and its score only weighs the idle devices beside
 // it. errNoInventory means the node publishes no devices.
 func (c *deviceCache) evaluateHostOnly(name string, in *evalInput, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {

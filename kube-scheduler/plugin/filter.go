@@ -46,7 +46,7 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 // much to allocate and clear for every node of every cycle.
 var placements = sync.Pool{New: func() any { return new(devicescheduler.Placement) }}
 
-// reason strips the sentinel from a stale-heartbeat error.
+// reason strips the sentinel from a node-not-live error.
 func reason(err error) string {
 	msg := err.Error()
 	if rest, ok := strings.CutPrefix(msg, errStale.Error()+": "); ok {

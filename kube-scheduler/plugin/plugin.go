@@ -154,7 +154,7 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 	c.recorder = newRecorder(recordClient, client, m)
 	c.recorder.startUrgent(ctx)
 	c.activate = func(pods map[string]*corev1.Pod) { h.Activate(logger, pods) }
-	// Heartbeat Leases come from an informer of their own, limited to
+	// The nodes' Leases come from an informer of their own, limited to
 	// kube-node-lease: the scheduler's role may read Leases there and not
 	// cluster-wide (see kube-scheduler/deploy/rbac.yaml).
 	leases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(kubeinterface.LeaseNamespace))
@@ -297,8 +297,8 @@ func (p *Plugin) waitForSync(ctx context.Context) error {
 
 // EventsToRegister lists the events that may make a pod this plugin
 // rejected schedulable: a node's inventory appearing or changing, and a pod
-// that held devices going away. Pods refused for a stale heartbeat are
-// activated by the device cache when the heartbeat resumes.
+// that held devices going away. Pods refused for a node that was not live
+// are activated by the device cache when it is live again.
 func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation}, QueueingHintFn: inventoryChanged},
