@@ -167,3 +167,25 @@ func TestAdvertiserConverges(t *testing.T) {
 		t.Errorf("API down: %v, %d failed syncs", err, a.opts.Metrics.Syncs.With("error").Value())
 	}
 }
+
+// FuzzDecodeNode: what the advertiser reads of its Node (which anyone with
+// the node's credentials can write) never panics, and a decoded Node keeps
+// only kubegpu's resources.
+func FuzzDecodeNode(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"uid":"u","annotations":{"kubegpu.io/inventory":"x"}},"status":{"capacity":{"nvidia.com/gpu":"800","cpu":"8"}}}`))
+	f.Add([]byte(`{"status":{"allocatable":{"kubegpu.io/gpu-memory":"1e40"}}}`))
+	f.Add([]byte(`{"status":{"capacity":{"nvidia.com/gpu":"-1"}}}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		n, err := decodeNode(body)
+		if err != nil {
+			return
+		}
+		for name := range n.Capacity {
+			if name != kubeinterface.ResourceGPU && name != kubeinterface.ResourceGPUCores && name != kubeinterface.ResourceGPUMemory {
+				t.Fatalf("kept capacity %q", name)
+			}
+		}
+		_ = n.Capacity.Equal(n.Allocatable)
+	})
+}

@@ -4,6 +4,9 @@
 #
 #   crishim/deploy/install.sh --kubeconfig FILE --allocation-key PUBLIC_KEY [--module NAME ...] [--plugin-option nvidia.edits=cdi ...]
 #
+# --kubeconfig is the node's own credentials: kubelet's kubeconfig
+# (/etc/kubernetes/kubelet.conf on a kubeadm node). It is linked, not
+# copied, so that the shim follows kubelet's certificate rotation.
 # --module names a device module to install (repeatable; default: nvidia).
 # The simulated-GPU module (simgpu) is for demos and tests only.
 #
@@ -23,7 +26,7 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ "$(id -u)" = 0 ] || { echo "install.sh: run as root" >&2; exit 1; }
-[ -n "$kubeconfig" ] && [ -f "$kubeconfig" ] || { echo "install.sh: --kubeconfig FILE is required (the node's credentials to publish its devices)" >&2; exit 2; }
+[ -n "$kubeconfig" ] && [ -f "$kubeconfig" ] || { echo "install.sh: --kubeconfig FILE is required (the node's own credentials, kubelet's kubeconfig, e.g. /etc/kubernetes/kubelet.conf)" >&2; exit 2; }
 [ -n "$key" ] && [ -f "$key" ] || { echo "install.sh: --allocation-key FILE is required (the scheduler's Ed25519 public key, or the shared HMAC secret)" >&2; exit 2; }
 bin=$root/_output/bin/kubegpu-crishim
 [ -x "$bin" ] || { echo "install.sh: $bin missing; run make build plugins" >&2; exit 1; }
@@ -39,7 +42,8 @@ rm -f /usr/lib/kubegpu/plugins/*.so
 for m in "${modules[@]}"; do
 	install -m 0644 "$root/_output/plugins/$m.so" /usr/lib/kubegpu/plugins/
 done
-install -D -m 0600 "$kubeconfig" /etc/kubegpu/kubeconfig
+install -d -m 0755 /etc/kubegpu
+ln -sfn "$(readlink -f "$kubeconfig")" /etc/kubegpu/kubeconfig
 install -D -m 0600 "$key" /etc/kubegpu/allocation-key.pub.pem
 printf 'KUBEGPU_CRISHIM_ARGS="%s"\n' "${args[*]:-}" > /etc/default/kubegpu-crishim
 install -D -m 0644 "$root/crishim/deploy/kubegpu-crishim.service" /etc/systemd/system/kubegpu-crishim.service
