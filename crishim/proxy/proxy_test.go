@@ -196,6 +196,10 @@ func TestListen(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Listen on a stale socket: %v", err)
 	}
+	// Only root (the owner) may talk CRI to the shim.
+	if fi, err := os.Stat(stale); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
 	l2.Close()
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {

@@ -22,7 +22,7 @@ import (
 const (
 	DefaultPluginDir          = "/usr/lib/kubegpu/plugins"
 	DefaultHeartbeatStaleness = 40 * time.Second
-	DefaultRecordQPS          = 10
+	DefaultRecordQPS          = 20
 )
 
 // Args are the plugin's arguments in a KubeSchedulerConfiguration:
@@ -68,7 +68,7 @@ type Args struct {
 	// scorers.
 	PodsWithoutDevices string `json:"podsWithoutDevices,omitempty"`
 	// RecordQPS bounds the writes per second of the scheduler's records of
-	// allocations into pods' status (default 10), on a client of their own:
+	// allocations into pods' status (default 20), on a client of their own:
 	// they never take from the scheduler's own QPS, and during a burst they
 	// lag behind the bindings. A record whose pod's annotation is changed
 	// before it is written is written at once.

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,13 +42,18 @@ type deviceCache struct {
 	key       *kubeinterface.Key
 	staleness time.Duration
 	now       func() time.Time
-	// started is when the cache was made, before its informers started.
+	// started is when the cache was made, before its informers started;
+	// warmed is set once it has seen the nodes' Leases renewed since.
 	started time.Time
+	warmed  atomic.Bool
 	metrics *cacheMetrics
 
 	mu    sync.RWMutex
 	nodes map[string]*nodeState
 	pods  map[ktypes.UID]*podState
+	// gone are the UIDs of the pods last deleted, oldest first.
+	gone      map[ktypes.UID]struct{}
+	goneOrder []ktypes.UID
 
 	// recorder writes the scheduler's records of allocations; nil in
 	// tests that do not need it.
@@ -187,7 +193,7 @@ func seenOf(pod *corev1.Pod) podSeen {
 func newDeviceCache(engine *devicescheduler.Engine, key *kubeinterface.Key, staleness time.Duration, m *cacheMetrics) *deviceCache {
 	return &deviceCache{
 		engine: engine, key: key, staleness: staleness, now: time.Now, started: time.Now(), metrics: m,
-		nodes: map[string]*nodeState{}, pods: map[ktypes.UID]*podState{},
+		nodes: map[string]*nodeState{}, pods: map[ktypes.UID]*podState{}, gone: map[ktypes.UID]struct{}{},
 		activate: func(map[string]*corev1.Pod) {}, waiting: map[ktypes.UID]*corev1.Pod{},
 		shapes: map[string]uint32{},
 	}
@@ -285,6 +291,10 @@ func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 	}
 	seen := seenOf(pod)
 	c.mu.RLock()
+	if _, gone := c.gone[pod.UID]; gone {
+		c.mu.RUnlock()
+		return // deleted: an update handed over late
+	}
 	ps, known := c.pods[pod.UID]
 	var sameNode, counted, unchanged, confirm bool
 	var prev podSeen
@@ -413,6 +423,26 @@ func (c *deviceCache) apply(logger klog.Logger, uid ktypes.UID, ps *podState) {
 	}
 	ps.applied = true
 }
+
+// deleted releases the devices of a pod deleted from the API, and
+// remembers its UID, so that an update of the pod that the informer hands
+// over late cannot count it again.
+func (c *deviceCache) deleted(logger klog.Logger, uid ktypes.UID) {
+	c.mu.Lock()
+	if _, ok := c.gone[uid]; !ok {
+		if len(c.goneOrder) == maxGone {
+			delete(c.gone, c.goneOrder[0])
+			c.goneOrder = c.goneOrder[1:]
+		}
+		c.gone[uid] = struct{}{}
+		c.goneOrder = append(c.goneOrder, uid)
+	}
+	c.mu.Unlock()
+	c.forget(logger, uid)
+}
+
+// maxGone bounds the UIDs of deleted pods remembered.
+const maxGone = 1 << 14
 
 // forget releases a pod's devices.
 func (c *deviceCache) forget(_ klog.Logger, uid ktypes.UID) {

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -8,6 +9,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
 )
@@ -50,22 +53,44 @@ type liveness struct {
 	notReady string
 }
 
-// warm reports whether the scheduler has seen every node that has a Lease
-// renew it since it started, or has waited long enough for that: a quarter
-// of heartbeatStaleness (kubelet renews its Lease every quarter of its
-// duration) and two seconds more. Nodes seen neither way stay not live.
+// errWarmingUp is why GPU pods wait while the cache warms up.
+var errWarmingUp = errors.New("waiting to see the nodes' Leases renewed since the scheduler started")
+
+// warm reports whether the scheduler has seen renewed, since it started,
+// the Lease of every node it may place GPU pods on, or has waited long
+// enough for that: a quarter of heartbeatStaleness (kubelet renews its Lease
+// every quarter of its duration) and two seconds more. Nodes that are not
+// Ready, and nodes whose last renewal is older than heartbeatStaleness by
+// the scheduler's clock (dead, or with a clock far behind: either way they
+// count live only once seen renewing), are not waited for.
 func (c *deviceCache) warm() bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if c.now().Sub(c.started) >= c.staleness/4+2*time.Second {
+	now := c.now()
+	if now.Sub(c.started) >= c.staleness/4+2*time.Second {
 		return true
 	}
 	for _, ns := range c.nodes {
-		if ns.devices != nil && ns.live.leased && ns.live.observed.IsZero() {
+		if ns.devices != nil && ns.live.ready && ns.live.leased && ns.live.observed.IsZero() && now.Sub(ns.live.renew) <= c.staleness {
 			return false
 		}
 	}
 	return true
+}
+
+// warmUp marks the cache warm once it has synced and warm says so, and
+// sends the GPU pods that waited meanwhile back to the scheduling queue.
+func (c *deviceCache) warmUp(ctx context.Context, synced func() bool) {
+	if !toolscache.WaitForCacheSync(ctx.Done(), synced) {
+		return
+	}
+	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return c.warm(), nil
+	}); err != nil {
+		return
+	}
+	c.warmed.Store(true)
+	c.activateWaiting()
 }
 
 // updateLease takes in a Lease of kube-node-lease: the Lease of the node of

@@ -120,4 +120,15 @@ func TestWarmUp(t *testing.T) {
 	if !c.warm() {
 		t.Fatal("not warm with every renewal seen")
 	}
+	// Not waited for: a node that is not Ready, and one whose last
+	// renewal is older than the staleness by the scheduler's clock.
+	down := testNode(t, "n3", "t4x4")
+	down.Status.Conditions[0].Status = corev1.ConditionFalse
+	c.updateNode(logger, down)
+	c.updateLease(testLease("n3", now), true)
+	c.updateNode(logger, testNode(t, "n4", "t4x4"))
+	c.updateLease(testLease("n4", now.Add(-time.Hour)), true)
+	if !c.warm() {
+		t.Fatal("waiting for a node that is not Ready or has not renewed its Lease for an hour")
+	}
 }

@@ -63,6 +63,9 @@ func (m *cacheMetrics) setNodes(nodes map[string]*nodeState) {
 	}
 	counts := map[string]float64{"ok": 0, "missing": 0, "invalid": 0}
 	for _, ns := range nodes {
+		if !ns.built {
+			continue // only a Lease seen: no Node (yet)
+		}
 		switch {
 		case ns.devices != nil:
 			counts["ok"]++

@@ -11,7 +11,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -163,6 +162,7 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 		return nil, err
 	}
 	leases.Start(ctx.Done())
+	go c.warmUp(ctx, synced)
 	go func() {
 		// A cache that never syncs stalls every GPU pod: say why, loudly.
 		timer := time.NewTimer(time.Minute)
@@ -238,7 +238,7 @@ func addHandlers(logger klog.Logger, c *deviceCache, factory, leases informers.S
 		add(factory.Core().V1().Pods().Informer(), toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { withObject(obj, func(p *corev1.Pod) { c.updatePod(logger, p) }) },
 			UpdateFunc: func(_, obj any) { withObject(obj, func(p *corev1.Pod) { c.updatePod(logger, p) }) },
-			DeleteFunc: func(obj any) { withObject(obj, func(p *corev1.Pod) { c.forget(logger, p.UID) }) },
+			DeleteFunc: func(obj any) { withObject(obj, func(p *corev1.Pod) { c.deleted(logger, p.UID) }) },
 		}),
 		add(leases.Coordination().V1().Leases().Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
 			AddFunc: func(obj any, initial bool) {
@@ -274,39 +274,42 @@ func withObject[T any](obj any, f func(T)) {
 
 // waitForSync blocks the first scheduling cycles of GPU pods until the
 // cache has seen every node, pod and Lease, so that a restarted scheduler
-// never hands out devices that running pods hold; and then until it has
-// seen the nodes' Leases renewed (see deviceCache.warm), so that it does
-// not refuse every GPU pod, and run preemption for each, for nodes it
-// merely has not yet seen alive.
-func (p *Plugin) waitForSync(ctx context.Context) error {
+// never hands out devices that running pods hold. It reports whether the
+// cache is also warm (see deviceCache.warmUp): until then GPU pods wait,
+// rather than be refused (with a preemption dry run each) for nodes the
+// scheduler merely has not yet seen alive.
+func (p *Plugin) waitForSync(ctx context.Context) (bool, error) {
 	if p.ready.Load() {
-		return nil
+		return true, nil
 	}
 	if !toolscache.WaitForCacheSync(ctx.Done(), p.synced) {
-		return fmt.Errorf("device cache not synced: %w", context.Cause(ctx))
+		return false, fmt.Errorf("device cache not synced: %w", context.Cause(ctx))
 	}
-	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-		return p.cache.warm(), nil
-	})
-	if err != nil {
-		return fmt.Errorf("device cache not warm: %w", err)
+	if !p.cache.warmed.Load() {
+		return false, nil
 	}
 	p.ready.Store(true)
-	return nil
+	return true, nil
 }
 
 // EventsToRegister lists the events that may make a pod this plugin
 // rejected schedulable: a node's inventory appearing or changing, and a pod
 // that held devices going away. Pods refused for a node that was not live
 // are activated by the device cache when it is live again.
+//
+// The hints also apply the event to the device cache. The scheduler's
+// queue and the cache hear of an event through handlers of their own, in
+// no set order: a pod retried before the cache had seen the devices freed
+// would be refused again and wait in the unschedulable queue for minutes,
+// with nothing left to wake it. Applying an event twice changes nothing.
 func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation}, QueueingHintFn: inventoryChanged},
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: heldDevices},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation}, QueueingHintFn: p.inventoryChanged},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: p.heldDevices},
 	}, nil
 }
 
-func inventoryChanged(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+func (p *Plugin) inventoryChanged(logger klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	n, ok := newObj.(*corev1.Node)
 	if !ok {
 		return fwk.Queue, nil
@@ -317,17 +320,25 @@ func inventoryChanged(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.Que
 	if _, has := n.Annotations[kubeinterface.AnnotationInventory]; !has {
 		return fwk.QueueSkip, nil
 	}
+	if p.cache != nil {
+		p.cache.updateNode(logger, n)
+	}
 	return fwk.Queue, nil
 }
 
-func heldDevices(_ klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+func (p *Plugin) heldDevices(logger klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
 	if d, ok := oldObj.(toolscache.DeletedFinalStateUnknown); ok {
 		oldObj = d.Obj
 	}
 	// An assumed pod whose binding failed comes without the allocation
 	// (it travels in the Binding): a bound or assumed GPU pod is enough.
-	if pod, ok := oldObj.(*corev1.Pod); ok && (pod.Spec.NodeName == "" || !objects.WantsDevices(pod)) {
+	pod, ok := oldObj.(*corev1.Pod)
+	if ok && (pod.Spec.NodeName == "" || !objects.WantsDevices(pod)) {
 		return fwk.QueueSkip, nil
+	}
+	if ok && p.cache != nil && pod.Spec.NodeName != "" {
+		// A pod whose binding failed is not deleted: only forget it.
+		p.cache.forget(logger, pod.UID)
 	}
 	return fwk.Queue, nil
 }

@@ -34,8 +34,13 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
-	if err := p.waitForSync(ctx); err != nil {
+	warm, err := p.waitForSync(ctx)
+	if err != nil {
 		return nil, fwk.AsStatus(err)
+	}
+	if !warm {
+		p.cache.waitForHeartbeat(pod)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+errWarmingUp.Error())
 	}
 	key, err := json.Marshal(struct {
 		Devices any

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
@@ -202,4 +204,36 @@ func TestRecorderPatchesStatus(t *testing.T) {
 
 func ktypesName(ns, name string) ktypes.NamespacedName {
 	return ktypes.NamespacedName{Namespace: ns, Name: name}
+}
+
+// TestDeletionsApplyBeforeTheRetry: the queueing hint of a deleted GPU pod
+// frees its devices in the cache before the scheduler retries the pods it
+// wakes (the cache's own handler may run later); an update of the pod
+// handed over after its deletion does not count it again.
+func TestDeletionsApplyBeforeTheRetry(t *testing.T) {
+	c, key := testCache(t)
+	logger := klog.Background()
+	c.updateNode(logger, testNode(t, "n1", "t4x4"))
+	c.updateLease(testLease("n1", testNow), false)
+	holder := testPod("holder")
+	alloc, err := c.reserve(holder, "n1", wholeRequest(t, c, 4), noHost, noHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := boundWith(t, key, holder, alloc)
+	bound.Spec.Containers = []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("4")}}}}
+	c.updatePod(logger, bound)
+	p := &Plugin{cache: c}
+	if hint, err := p.heldDevices(logger, nil, bound, nil); err != nil || hint != fwk.Queue {
+		t.Fatalf("hint = %v, %v", hint, err)
+	}
+	if s := c.snapshot()["n1"]; len(s.Pods) != 0 {
+		t.Fatalf("after the hint the holder still holds devices: %+v", s)
+	}
+	c.deleted(logger, holder.UID)
+	c.updatePod(logger, bound) // handed over late
+	if s := c.snapshot()["n1"]; len(s.Pods) != 0 {
+		t.Fatalf("a late update counted a deleted pod again: %+v", s)
+	}
 }

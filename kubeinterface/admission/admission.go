@@ -68,6 +68,7 @@ var funcs = template.FuncMap{
 	"list":  celList,
 	"rules": func() rules { return theRules },
 	"lst":   func(s ...string) []string { return s },
+	"obj":   func(o string, r rules) objectRules { return objectRules{O: o, R: r} },
 	"join":  func(s []string) string { return strings.Join(s, ", ") },
 }
 
@@ -105,6 +106,12 @@ func celValue(c, r string) string {
 // celIntOK is the CEL test that quantity string v is an integer in lo..hi.
 func celIntOK(v string, lo, hi int64) string {
 	return fmt.Sprintf("(%[1]s != '' && sign(quantity(%[1]s)) >= 0 && quantity(%[1]s).isInteger() && quantity(%[1]s).asInteger() >= %[2]d && quantity(%[1]s).asInteger() <= %[3]d)", v, lo, hi)
+}
+
+// objectRules are the rules applied to the CEL variable O.
+type objectRules struct {
+	O string
+	R rules
 }
 
 // rules are the request rules' bounds and words, from kubeinterface/objects.

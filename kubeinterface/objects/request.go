@@ -178,7 +178,14 @@ func integer(q resource.Quantity) (int64, bool) {
 	if q.Sign() < 0 {
 		return 0, false
 	}
-	return q.AsInt64()
+	// As the API server stores it: a Quantity built in memory ("1000m")
+	// may be held in a form AsInt64 refuses where the stored one ("1")
+	// is accepted.
+	canonical, err := resource.ParseQuantity(q.String())
+	if err != nil {
+		return 0, false
+	}
+	return canonical.AsInt64()
 }
 
 // parseList splits a comma-separated annotation into its trimmed entries,

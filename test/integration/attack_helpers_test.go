@@ -177,7 +177,14 @@ func (l *ledger) check(ctx context.Context, t *testing.T, after string) {
 // spec.nodeName there.
 func operator(ctx context.Context, t *testing.T, ns string) *localcluster.Identity {
 	t.Helper()
-	const user = "gpu-operator"
+	return operatorWith(ctx, t, ns, "kubegpu-node-name-setter")
+}
+
+// operatorWith returns an identity bound to the shipped ClusterRole role,
+// and to edit in ns.
+func operatorWith(ctx context.Context, t *testing.T, ns, role string) *localcluster.Identity {
+	t.Helper()
+	user := "gpu-operator-" + role
 	_, err := cluster.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: user},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
@@ -187,15 +194,15 @@ func operator(ctx context.Context, t *testing.T, ns string) *localcluster.Identi
 		t.Fatal(err)
 	}
 	_, err = cluster.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubegpu-node-name-setter-" + user},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubegpu-node-name-setter"},
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cluster.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), "kubegpu-node-name-setter-"+user, metav1.DeleteOptions{})
+		_ = cluster.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), user, metav1.DeleteOptions{})
 	})
 	id, err := cluster.Identity(user)
 	if err != nil {

@@ -79,6 +79,11 @@ func TestSchedulerPlacesManyPods(t *testing.T) {
 // patched onto the pod before DefaultBinder binds it.
 func TestSchedulerPreBindMode(t *testing.T) {
 	ctx := context.Background()
+	prebind := filepath.Join(repoRoot, "kube-scheduler/deploy/rbac-prebind.yaml")
+	if err := cluster.Apply(ctx, prebind); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Delete(context.Background(), prebind) })
 	startSchedulerWriting(ctx, t, "PreBind")
 	nodes := addNodes(ctx, t, "prebind", "t4x4", 2)
 	ns := namespace(ctx, t, "prebind")

@@ -23,11 +23,14 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
 	"github.com/kubegpu/kubegpu/internal/localcluster"
@@ -384,7 +387,7 @@ func randomPod(rng *rand.Rand, name string) *corev1.Pod {
 	for i := range 1 + rng.IntN(3) {
 		limits := corev1.ResourceList{}
 		if rng.IntN(5) != 0 {
-			limits[kubeinterface.ResourceGPU] = resource.MustParse(pick("1", "2", "0", "8", "64", "65", "100", "1k"))
+			limits[kubeinterface.ResourceGPU] = resource.MustParse(pick("1", "2", "0", "8", "64", "65", "100", "1k", "1000m", "2e0"))
 		}
 		if rng.IntN(3) == 0 {
 			limits[kubeinterface.ResourceGPUCores] = resource.MustParse(pick("30", "100", "101", "0", "1"))
@@ -555,4 +558,114 @@ func TestAttackCLIShowsOnlyWhatVerifies(t *testing.T) {
 	if strings.ContainsAny(explain, "\x1b\x07") || !strings.Contains(explain, "without a usable allocation") {
 		t.Errorf("kubegpu explain forged:\n%q", explain)
 	}
+}
+
+// TestAttackForceDelete (policy kubegpu-graceful-delete): a tenant cannot
+// force-delete (or evict with no grace period) a bound GPU pod, which would
+// free its GPUs while its containers still run; deleted with a grace
+// period, the pod holds its GPUs until its node confirms its containers are
+// gone. Nodes (kubelet's final deletion) and operators bound to
+// kubegpu-gpu-pod-force-deleter may force-delete.
+func TestAttackForceDelete(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	addNodes(ctx, t, "force", "t4x4", 1)
+	ns := namespace(ctx, t, "force")
+	tc := tenant(t, ns)
+	l := newLedger()
+	createPods(ctx, t, ns, gpuPod("holder", 2, 0, 0, nil))
+	boundPod(ctx, t, ns, "holder")
+	err := tc.CoreV1().Pods(ns).Delete(ctx, "holder", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	refused(t, "tenant force-deleting a bound GPU pod", err, "kubegpu-graceful-delete", "delete it with a grace period")
+	err = tc.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: ns},
+		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}})
+	refused(t, "tenant evicting a GPU pod with no grace period", err, "kubegpu-graceful-delete", "evict with a grace period")
+
+	// A graceful delete: the pod is terminating, and holds its GPUs until
+	// its node (which here has no kubelet) confirms its containers are gone.
+	if err := tc.CoreV1().Pods(ns).Delete(ctx, "holder", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createPods(ctx, t, ns, gpuPod("waits", 4, 0, 0, nil))
+	time.Sleep(3 * time.Second)
+	if p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "waits", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Errorf("pod waits bound to %q (%v) while the terminating holder still holds 2 of the node's 4 GPUs", p.Spec.NodeName, err)
+	}
+	l.check(ctx, t, "a graceful delete")
+	// kubelet's final deletion, once the containers are gone: allowed.
+	node, err := cluster.NodeIdentity("force-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Client.CoreV1().Pods(ns).Delete(ctx, "holder", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Errorf("the node's final deletion of its pod: %v", err)
+	}
+	if p := boundPod(ctx, t, ns, "waits"); p.Spec.NodeName != "force-0" {
+		t.Errorf("pod waits bound to %s", p.Spec.NodeName)
+	}
+	l.check(ctx, t, "the node's final deletion")
+	// An operator may force-delete.
+	op := operatorWith(ctx, t, ns, "kubegpu-gpu-pod-force-deleter")
+	if err := op.Client.CoreV1().Pods(ns).Delete(ctx, "waits", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Errorf("an operator bound to kubegpu-gpu-pod-force-deleter force-deleting a GPU pod: %v", err)
+	}
+}
+
+// TestAttackBindingsAndMirrorPods (policies kubegpu-allocation and
+// kubegpu-node-name): a binder other than kubegpu-scheduler cannot bind a
+// pod with an allocation through the legacy bindings resource either; a
+// node's mirror pod of a static GPU pod is admitted (it gets no GPUs, and
+// the scheduler counts its nvidia.com/gpu), and no tenant can pass its pod
+// off as one.
+func TestAttackBindingsAndMirrorPods(t *testing.T) {
+	ctx := context.Background()
+	addNodes(ctx, t, "mirror", "t4x4", 1)
+	ns := namespace(ctx, t, "binders")
+	tc := tenant(t, ns)
+	// A custom binder: the tenant may create bindings in its namespace.
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "binder"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"bindings", "pods/binding"}, Verbs: []string{"create"}}}}
+	if _, err := cluster.Client.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "binder"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "binder"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "tenant-" + ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := gpuPod("unbound", 1, 0, 0, nil)
+	p.Spec.SchedulerName = "nobody"
+	createPods(ctx, t, ns, p)
+	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "unbound", Annotations: map[string]string{kubeinterface.AnnotationAllocation: "set-by-another-binder"}},
+		Target: corev1.ObjectReference{Kind: "Node", Name: "mirror-0"}}
+	var err error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err = tc.CoreV1().RESTClient().Post().Namespace(ns).Resource("bindings").Body(binding).Do(ctx).Error()
+		return err == nil || !strings.Contains(err.Error(), "cannot create resource"), nil // RBAC's cache
+	}); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, "binding with an allocation through the legacy bindings resource", err, "kubegpu-allocation", "only kubegpu-scheduler binds pods with a kubegpu.io/allocation")
+	err = tc.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{})
+	refused(t, "binding with an allocation through pods/binding", err, "kubegpu-allocation", "only kubegpu-scheduler binds pods with a kubegpu.io/allocation")
+
+	// A node's mirror pod of a static GPU pod.
+	node, err := cluster.NodeIdentity("mirror-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Client.CoreV1().Nodes().Get(ctx, "mirror-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror := gpuPod("static-gpu-mirror-0", 1, 0, 0, map[string]string{"kubernetes.io/config.mirror": "hash", "kubernetes.io/config.source": "file"})
+	mirror.Spec.NodeName = "mirror-0"
+	mirror.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID, Controller: ptr.To(true)}}
+	if _, err := node.Client.CoreV1().Pods(ns).Create(ctx, mirror, metav1.CreateOptions{}); err != nil {
+		t.Errorf("the node creating the mirror pod of a static GPU pod: %v", err)
+	}
+	fake := mirror.DeepCopy()
+	fake.Name, fake.OwnerReferences = "fake-mirror", nil
+	_, err = tc.CoreV1().Pods(ns).Create(ctx, fake, metav1.CreateOptions{})
+	refused(t, "tenant creating a GPU pod dressed as a mirror pod", err, "kubegpu-node-name")
 }
