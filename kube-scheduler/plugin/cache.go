@@ -51,9 +51,6 @@ type deviceCache struct {
 	mu    sync.RWMutex
 	nodes map[string]*nodeState
 	pods  map[ktypes.UID]*podState
-	// gone are the UIDs of the pods last deleted, oldest first.
-	gone      map[ktypes.UID]struct{}
-	goneOrder []ktypes.UID
 
 	// recorder writes the scheduler's records of allocations; nil in
 	// tests that do not need it.
@@ -61,12 +58,12 @@ type deviceCache struct {
 
 	// activate moves pods back to the scheduling queue.
 	activate func(pods map[string]*corev1.Pod)
-	// waiting are the pods refused by some node for not being live; they
-	// are activated when a node is live again. The scheduler learns of
-	// the Lease only through this cache, so no queueing event could race
-	// with it.
-	waitMu  sync.Mutex
-	waiting map[ktypes.UID]*corev1.Pod
+	// liveWaiters are the pods refused by some node for not being live;
+	// they are activated when a node is live again (the scheduler learns
+	// of the Leases only through this cache). deviceWaiters are the pods
+	// refused for want of devices; they are activated once the cache has
+	// freed devices or rebuilt an inventory (see waitSet).
+	liveWaiters, deviceWaiters *waitSet
 
 	shapeMu sync.Mutex
 	shapes  map[string]uint32
@@ -193,8 +190,8 @@ func seenOf(pod *corev1.Pod) podSeen {
 func newDeviceCache(engine *devicescheduler.Engine, key *kubeinterface.Key, staleness time.Duration, m *cacheMetrics) *deviceCache {
 	return &deviceCache{
 		engine: engine, key: key, staleness: staleness, now: time.Now, started: time.Now(), metrics: m,
-		nodes: map[string]*nodeState{}, pods: map[ktypes.UID]*podState{}, gone: map[ktypes.UID]struct{}{},
-		activate: func(map[string]*corev1.Pod) {}, waiting: map[ktypes.UID]*corev1.Pod{},
+		nodes: map[string]*nodeState{}, pods: map[ktypes.UID]*podState{},
+		activate: func(map[string]*corev1.Pod) {}, liveWaiters: newWaitSet(), deviceWaiters: newWaitSet(),
 		shapes: map[string]uint32{},
 	}
 }
@@ -216,12 +213,16 @@ func (c *deviceCache) updateNode(logger klog.Logger, node *corev1.Node) {
 	c.mu.Lock()
 	ns := c.node(node.Name)
 	becameReady := setReady(ns, node)
-	if !ns.built || has != ns.hasInventory || value != ns.inventory {
+	rebuilt := !ns.built || has != ns.hasInventory || value != ns.inventory
+	if rebuilt {
 		c.rebuildNode(logger, ns, node, value, has)
 	}
 	c.mu.Unlock()
 	if becameReady {
 		c.activateWaiting()
+	}
+	if rebuilt && has {
+		c.wake(c.deviceWaiters)
 	}
 }
 
@@ -291,10 +292,6 @@ func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 	}
 	seen := seenOf(pod)
 	c.mu.RLock()
-	if _, gone := c.gone[pod.UID]; gone {
-		c.mu.RUnlock()
-		return // deleted: an update handed over late
-	}
 	ps, known := c.pods[pod.UID]
 	var sameNode, counted, unchanged, confirm bool
 	var prev podSeen
@@ -424,47 +421,36 @@ func (c *deviceCache) apply(logger klog.Logger, uid ktypes.UID, ps *podState) {
 	ps.applied = true
 }
 
-// deleted releases the devices of a pod deleted from the API, and
-// remembers its UID, so that an update of the pod that the informer hands
-// over late cannot count it again.
-func (c *deviceCache) deleted(logger klog.Logger, uid ktypes.UID) {
-	c.mu.Lock()
-	if _, ok := c.gone[uid]; !ok {
-		if len(c.goneOrder) == maxGone {
-			delete(c.gone, c.goneOrder[0])
-			c.goneOrder = c.goneOrder[1:]
-		}
-		c.gone[uid] = struct{}{}
-		c.goneOrder = append(c.goneOrder, uid)
-	}
-	c.mu.Unlock()
-	c.forget(logger, uid)
-}
-
-// maxGone bounds the UIDs of deleted pods remembered.
-const maxGone = 1 << 14
-
-// forget releases a pod's devices.
+// forget releases a pod's devices, and wakes the pods waiting for devices
+// if it held any.
 func (c *deviceCache) forget(_ klog.Logger, uid ktypes.UID) {
 	c.mu.Lock()
-	c.forgetLocked(uid)
+	freed := c.forgetLocked(uid)
 	c.mu.Unlock()
 	c.notWaiting(uid)
 	c.recorder.forget(uid)
+	if freed {
+		c.wake(c.deviceWaiters)
+	}
 }
 
-func (c *deviceCache) forgetLocked(uid ktypes.UID) {
+// forgetLocked releases a pod's devices and reports whether it held any;
+// must hold c.mu.
+func (c *deviceCache) forgetLocked(uid ktypes.UID) bool {
 	ps, ok := c.pods[uid]
 	if !ok {
-		return
+		return false
 	}
+	freed := false
 	if ns, ok := c.nodes[ps.node]; ok {
 		if ps.applied && ns.devices != nil {
 			ns.devices.Release(string(uid))
+			freed = true
 		}
 		delete(ns.pods, uid)
 	}
 	delete(c.pods, uid)
+	return freed
 }
 
 // evaluate checks in's request against node name under the read lock and
@@ -588,9 +574,13 @@ func (c *deviceCache) written(uid ktypes.UID, value string) {
 // unreserve forgets an assumed pod; a pod already seen bound is kept.
 func (c *deviceCache) unreserve(uid ktypes.UID) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	freed := false
 	if ps, ok := c.pods[uid]; ok && ps.assumed {
-		c.forgetLocked(uid)
+		freed = c.forgetLocked(uid)
+	}
+	c.mu.Unlock()
+	if freed {
+		c.wake(c.deviceWaiters)
 	}
 }
 

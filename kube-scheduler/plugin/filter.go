@@ -29,6 +29,9 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	case err == nil:
 		return nil
 	case errors.As(err, &nf):
+		if s.waitsForDevices.CompareAndSwap(false, true) {
+			p.cache.waitForDevices(pod)
+		}
 		// The constant reason, so that the scheduler's FailedScheduling
 		// message counts nodes by reason; `kubegpu explain` gives details.
 		return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+nf.Reason)

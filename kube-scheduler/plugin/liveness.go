@@ -8,7 +8,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -173,41 +172,4 @@ func (c *deviceCache) liveAt(ns *nodeState, now time.Time) error {
 		return fmt.Errorf("%w: node's Lease was last seen renewed %s ago (limit %s)", errStale, age.Round(time.Second), c.staleness)
 	}
 	return nil
-}
-
-// waitForHeartbeat remembers a pod that a node refused for not being live.
-func (c *deviceCache) waitForHeartbeat(pod *corev1.Pod) {
-	c.waitMu.Lock()
-	if len(c.waiting) < maxWaiting {
-		c.waiting[pod.UID] = pod
-	}
-	c.waitMu.Unlock()
-}
-
-// maxWaiting bounds the pods remembered for a heartbeat; beyond it they wait
-// for the scheduler's periodic retry of unschedulable pods.
-const maxWaiting = 10000
-
-// notWaiting forgets a pod that was placed or deleted.
-func (c *deviceCache) notWaiting(uid ktypes.UID) {
-	c.waitMu.Lock()
-	delete(c.waiting, uid)
-	c.waitMu.Unlock()
-}
-
-// activateWaiting sends the pods refused for a node that was not live back
-// to the scheduling queue.
-func (c *deviceCache) activateWaiting() {
-	c.waitMu.Lock()
-	if len(c.waiting) == 0 {
-		c.waitMu.Unlock()
-		return
-	}
-	pods := make(map[string]*corev1.Pod, len(c.waiting))
-	for _, p := range c.waiting {
-		pods[p.Namespace+"/"+p.Name] = p
-	}
-	clear(c.waiting)
-	c.waitMu.Unlock()
-	c.activate(pods)
 }

@@ -238,7 +238,7 @@ func addHandlers(logger klog.Logger, c *deviceCache, factory, leases informers.S
 		add(factory.Core().V1().Pods().Informer(), toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { withObject(obj, func(p *corev1.Pod) { c.updatePod(logger, p) }) },
 			UpdateFunc: func(_, obj any) { withObject(obj, func(p *corev1.Pod) { c.updatePod(logger, p) }) },
-			DeleteFunc: func(obj any) { withObject(obj, func(p *corev1.Pod) { c.deleted(logger, p.UID) }) },
+			DeleteFunc: func(obj any) { withObject(obj, func(p *corev1.Pod) { c.forget(logger, p.UID) }) },
 		}),
 		add(leases.Coordination().V1().Leases().Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
 			AddFunc: func(obj any, initial bool) {
@@ -294,22 +294,19 @@ func (p *Plugin) waitForSync(ctx context.Context) (bool, error) {
 
 // EventsToRegister lists the events that may make a pod this plugin
 // rejected schedulable: a node's inventory appearing or changing, and a pod
-// that held devices going away. Pods refused for a node that was not live
-// are activated by the device cache when it is live again.
-//
-// The hints also apply the event to the device cache. The scheduler's
-// queue and the cache hear of an event through handlers of their own, in
-// no set order: a pod retried before the cache had seen the devices freed
-// would be refused again and wait in the unschedulable queue for minutes,
-// with nothing left to wake it. Applying an event twice changes nothing.
+// that held devices going away. The hints only decide: the queue calls them
+// holding its own lock, so they must not change the device cache or call
+// into the queue. The cache, once it has applied such an event, also wakes
+// the pods it refused for it (see waitSet): its handler and the queue's run
+// in no set order.
 func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation}, QueueingHintFn: p.inventoryChanged},
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: p.heldDevices},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation}, QueueingHintFn: inventoryChanged},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: heldDevices},
 	}, nil
 }
 
-func (p *Plugin) inventoryChanged(logger klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+func inventoryChanged(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	n, ok := newObj.(*corev1.Node)
 	if !ok {
 		return fwk.Queue, nil
@@ -320,25 +317,17 @@ func (p *Plugin) inventoryChanged(logger klog.Logger, _ *corev1.Pod, oldObj, new
 	if _, has := n.Annotations[kubeinterface.AnnotationInventory]; !has {
 		return fwk.QueueSkip, nil
 	}
-	if p.cache != nil {
-		p.cache.updateNode(logger, n)
-	}
 	return fwk.Queue, nil
 }
 
-func (p *Plugin) heldDevices(logger klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+func heldDevices(_ klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
 	if d, ok := oldObj.(toolscache.DeletedFinalStateUnknown); ok {
 		oldObj = d.Obj
 	}
 	// An assumed pod whose binding failed comes without the allocation
 	// (it travels in the Binding): a bound or assumed GPU pod is enough.
-	pod, ok := oldObj.(*corev1.Pod)
-	if ok && (pod.Spec.NodeName == "" || !objects.WantsDevices(pod)) {
+	if pod, ok := oldObj.(*corev1.Pod); ok && (pod.Spec.NodeName == "" || !objects.WantsDevices(pod)) {
 		return fwk.QueueSkip, nil
-	}
-	if ok && p.cache != nil && pod.Spec.NodeName != "" {
-		// A pod whose binding failed is not deleted: only forget it.
-		p.cache.forget(logger, pod.UID)
 	}
 	return fwk.Queue, nil
 }

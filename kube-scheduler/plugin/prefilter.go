@@ -39,8 +39,13 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		return nil, fwk.AsStatus(err)
 	}
 	if !warm {
+		// Remembered first, checked again after: warmUp may have woken
+		// the waiting pods in between.
 		p.cache.waitForHeartbeat(pod)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+errWarmingUp.Error())
+		if !p.cache.warmed.Load() {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+errWarmingUp.Error())
+		}
+		p.cache.notWaiting(pod.UID)
 	}
 	key, err := json.Marshal(struct {
 		Devices any

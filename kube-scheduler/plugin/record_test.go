@@ -206,13 +206,21 @@ func ktypesName(ns, name string) ktypes.NamespacedName {
 	return ktypes.NamespacedName{Namespace: ns, Name: name}
 }
 
-// TestDeletionsApplyBeforeTheRetry: the queueing hint of a deleted GPU pod
-// frees its devices in the cache before the scheduler retries the pods it
-// wakes (the cache's own handler may run later); an update of the pod
-// handed over after its deletion does not count it again.
-func TestDeletionsApplyBeforeTheRetry(t *testing.T) {
+// TestDevicesFreedWakeWaiters: the pods refused for want of devices are
+// sent back to the queue once the cache has freed devices (a pod deleted
+// or unreserved) or rebuilt an inventory, and not before; the queueing
+// hints never touch the cache (the queue calls them holding its lock).
+func TestDevicesFreedWakeWaiters(t *testing.T) {
 	c, key := testCache(t)
 	logger := klog.Background()
+	woken := make(chan []string, 10)
+	c.activate = func(pods map[string]*corev1.Pod) {
+		var names []string
+		for n := range pods {
+			names = append(names, n)
+		}
+		woken <- names
+	}
 	c.updateNode(logger, testNode(t, "n1", "t4x4"))
 	c.updateLease(testLease("n1", testNow), false)
 	holder := testPod("holder")
@@ -224,16 +232,48 @@ func TestDeletionsApplyBeforeTheRetry(t *testing.T) {
 	bound.Spec.Containers = []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
 		Limits: corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("4")}}}}
 	c.updatePod(logger, bound)
-	p := &Plugin{cache: c}
-	if hint, err := p.heldDevices(logger, nil, bound, nil); err != nil || hint != fwk.Queue {
+	c.waitForDevices(testPod("waits"))
+	if hint, err := heldDevices(logger, nil, bound, nil); err != nil || hint != fwk.Queue {
 		t.Fatalf("hint = %v, %v", hint, err)
 	}
-	if s := c.snapshot()["n1"]; len(s.Pods) != 0 {
-		t.Fatalf("after the hint the holder still holds devices: %+v", s)
+	if s := c.snapshot()["n1"]; len(s.Pods) != 1 {
+		t.Fatalf("the hint changed the cache: %+v", s)
 	}
-	c.deleted(logger, holder.UID)
-	c.updatePod(logger, bound) // handed over late
-	if s := c.snapshot()["n1"]; len(s.Pods) != 0 {
-		t.Fatalf("a late update counted a deleted pod again: %+v", s)
+	select {
+	case names := <-woken:
+		t.Fatalf("woke %v before any device was freed", names)
+	case <-time.After(50 * time.Millisecond):
+	}
+	c.forget(logger, holder.UID)
+	select {
+	case names := <-woken:
+		if len(names) != 1 || names[0] != "ns/waits" {
+			t.Errorf("woke %v, want [ns/waits]", names)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the pod waiting for devices was not woken when they were freed")
+	}
+	// An inventory rebuilt wakes them too; a pod placed meanwhile no longer
+	// waits.
+	c.waitForDevices(testPod("again"))
+	c.waitForDevices(testPod("placed"))
+	c.notWaiting("uid-placed")
+	sick := testNode(t, "n1", "t4x4")
+	sick.Annotations["x"] = "y" // not the inventory: no rebuild
+	c.updateNode(logger, sick)
+	select {
+	case names := <-woken:
+		t.Fatalf("woke %v for a node update that left the inventory alone", names)
+	case <-time.After(50 * time.Millisecond):
+	}
+	c.deleteNode("n1")
+	c.updateNode(logger, testNode(t, "n1", "t4x4"))
+	select {
+	case names := <-woken:
+		if len(names) != 1 || names[0] != "ns/again" {
+			t.Errorf("woke %v, want [ns/again]", names)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the pod waiting for devices was not woken when the inventory was rebuilt")
 	}
 }

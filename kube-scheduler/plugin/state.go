@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"sync/atomic"
+
 	fwk "k8s.io/kube-scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
@@ -17,6 +19,9 @@ type cycleState struct {
 	request *devicescheduler.Request
 	// eval is what every Filter and Score call of the cycle evaluates.
 	eval evalInput
+	// waitsForDevices is set once a node refused the pod for want of
+	// devices, and the cache remembers the pod to wake it.
+	waitsForDevices atomic.Bool
 
 	// Set by Reserve.
 	alloc types.PodAllocation

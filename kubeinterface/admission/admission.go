@@ -129,6 +129,7 @@ type rules struct {
 	Allocation, Record                   string
 	MaxContainers                        int
 	FieldContainers, WantContainers      string
+	FieldGrace, WantGrace                string
 	SliceMemory, SliceCores              string
 	Domain                               string
 }
@@ -155,6 +156,7 @@ var theRules = func() rules {
 		Allocation: kubeinterface.AnnotationAllocation, Record: kubeinterface.ConditionAllocated,
 		MaxContainers:   types.MaxDeviceContainers,
 		FieldContainers: objects.FieldDeviceContainers, WantContainers: objects.WantDeviceContainers,
+		FieldGrace: objects.FieldGracePeriod, WantGrace: objects.WantGracePeriod,
 		SliceMemory: objects.WantSliceCount(kubeinterface.ResourceGPUMemory), SliceCores: objects.WantSliceCount(kubeinterface.ResourceGPUCores),
 		Domain: kubeinterface.Domain,
 	}

@@ -111,10 +111,14 @@ spec:
     expression: >-
       variables.deviceContainers > {{$r.MaxContainers}} ?
         [{{str (printf "%s must be %s, got " $r.FieldContainers $r.WantContainers)}} + '"' + string(variables.deviceContainers) + '"'] : []
+  - name: graceErrors
+    expression: >-
+      object.spec.?terminationGracePeriodSeconds.orValue(30) < 1 ?
+        [{{str (printf "%s must be %s, got " $r.FieldGrace $r.WantGrace)}} + '"' + string(object.spec.terminationGracePeriodSeconds) + '"'] : []
   - name: errors
     expression: >-
       variables.listErrors + variables.overlapErrors + variables.enumErrors + variables.unknownErrors +
-      variables.containerErrors + variables.countErrors
+      variables.containerErrors + variables.countErrors + variables.graceErrors
   validations:
   - expression: "size(variables.errors) == 0"
     messageExpression: "'pod ' + request.namespace + '/' + object.metadata.name + ': ' + variables.errors.join('; ')"
@@ -244,10 +248,13 @@ spec:
 # delete --force --grace-period=0, or such an eviction) is gone from the API
 # at once, its GPUs with it, while its containers may run on for a while:
 # the scheduler would give the GPUs to the next pod meanwhile. Bound GPU pods
-# are deleted with a grace period; the API server then keeps the pod until
-# kubelet has stopped its containers. Nodes (kubelet's final deletion) and
-# kube-system's controllers (pod garbage collection) are exempt, and so are
-# identities that may "delete pods/force" in the kubegpu.io API group.
+# that have not finished are deleted with a grace period; the API server then
+# keeps the pod until kubelet has stopped its containers. (A delete that
+# names no grace period takes the pod's terminationGracePeriodSeconds, which
+# kubegpu-gpu-request requires to be at least 1.) Nodes (kubelet's final
+# deletion) and the pod garbage collector (pods of nodes that are gone) are
+# exempt, and so are identities that may "delete pods/force" in the
+# kubegpu.io API group.
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
 metadata:
@@ -273,21 +280,24 @@ spec:
         int(request.?options.?gracePeriodSeconds.orValue(-1)) == 0 :
         int(object.?deleteOptions.?gracePeriodSeconds.orValue(-1)) == 0
   # An eviction names its pod only: any eviction with gracePeriodSeconds 0.
+  # A running (or starting) GPU pod: finished pods hold nothing.
   - name: bound-gpu-pod-or-eviction
     expression: >-
       request.operation != 'DELETE' || (oldObject.spec.?nodeName.orValue('') != '' &&
+      !(oldObject.status.?phase.orValue('') in ['Succeeded', 'Failed']) &&
       {{template "wantsDevices" (obj "oldObject" $r)}})
-  - name: not-a-node-or-controller
+  # kubelet's final deletion, once the containers are gone, and the pod
+  # garbage collector's, for pods of nodes that are gone.
+  - name: not-a-node-or-the-pod-garbage-collector
     expression: >-
       !('system:nodes' in request.userInfo.?groups.orValue([])) &&
-      !('system:serviceaccounts:kube-system' in request.userInfo.?groups.orValue([])) &&
-      request.userInfo.username != 'system:kube-controller-manager'
+      !(request.userInfo.username in ['system:serviceaccount:kube-system:pod-garbage-collector', 'system:kube-controller-manager'])
   validations:
   - expression: >-
       authorizer.group({{str $.Group}}).resource('pods').subresource('force').check('delete').allowed()
     messageExpression: >-
       request.operation == 'DELETE' ?
-        'pod ' + request.namespace + '/' + request.name + ' holds GPUs on node ' + oldObject.spec.nodeName +
+        'pod ' + oldObject.metadata.namespace + '/' + oldObject.metadata.name + ' holds GPUs on node ' + oldObject.spec.nodeName +
         ': delete it with a grace period (not --grace-period=0), so that its GPUs are freed only once its containers have stopped' :
         'evictions with gracePeriodSeconds 0 are refused: evict with a grace period, so that a GPU pod frees its GPUs only once its containers have stopped'
     reason: Forbidden

@@ -40,10 +40,14 @@ var (
 	WantDisjoint         = "disjoint from the matching -exclude annotation"
 	WantKnownAnnotation  = "one of the annotations kubegpu knows (" + strings.Join(KnownAnnotations(), ", ") + ")"
 	WantDeviceContainers = fmt.Sprintf("at most %d", types.MaxDeviceContainers)
+	WantGracePeriod      = "at least 1 for a pod with GPUs (deleted with no grace period, a pod would free its GPUs while its containers may still run)"
 )
 
-// FieldDeviceContainers names the rule on how many containers ask for GPUs.
-const FieldDeviceContainers = "the number of containers asking for GPUs"
+// Fields of the rules that are not a container's resource or an annotation.
+const (
+	FieldDeviceContainers = "the number of containers asking for GPUs"
+	FieldGracePeriod      = "spec.terminationGracePeriodSeconds"
+)
 
 // WantSliceCount is what nvidia.com/gpu must be when the slice resource
 // name is set.
@@ -115,6 +119,9 @@ func PodRequest(pod *corev1.Pod) (types.PodRequest, error) {
 	req.Containers = containerRequests(c, pod.Spec.Containers, sel, topology)
 	if n := len(req.InitContainers) + len(req.Containers); n > types.MaxDeviceContainers {
 		c.add("", FieldDeviceContainers, fmt.Sprint(n), WantDeviceContainers)
+	}
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil && *g < 1 {
+		c.add("", FieldGracePeriod, fmt.Sprint(*g), WantGracePeriod)
 	}
 	if err := c.err(); err != nil {
 		return types.PodRequest{}, err

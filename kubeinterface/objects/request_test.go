@@ -197,6 +197,15 @@ func TestPodRequestErrors(t *testing.T) {
 			want: []string{`the number of containers asking for GPUs must be at most 16, got "17"`},
 		},
 		{
+			name: "no grace period",
+			pod: func() *corev1.Pod {
+				p := pod(nil, container("train", gpu, "1"))
+				p.Spec.TerminationGracePeriodSeconds = new(int64)
+				return p
+			}(),
+			want: []string{`spec.terminationGracePeriodSeconds must be at least 1 for a pod with GPUs (deleted with no grace period, a pod would free its GPUs while its containers may still run), got "0"`},
+		},
+		{
 			name: "bad annotations all reported",
 			pod: pod(map[string]string{
 				kubeinterface.AnnotationTopology:     "strict",

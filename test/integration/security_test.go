@@ -405,6 +405,9 @@ func randomPod(rng *rand.Rand, name string) *corev1.Pod {
 	if len(p.Spec.Containers) == 0 {
 		p.Spec.Containers = []corev1.Container{{Name: "main", Image: "busybox"}}
 	}
+	if rng.IntN(8) == 0 {
+		p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(rng.IntN(2)))
+	}
 	return p
 }
 
@@ -581,10 +584,23 @@ func TestAttackForceDelete(t *testing.T) {
 		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}})
 	refused(t, "tenant evicting a GPU pod with no grace period", err, "kubegpu-graceful-delete", "evict with a grace period")
 
-	// A graceful delete: the pod is terminating, and holds its GPUs until
-	// its node (which here has no kubelet) confirms its containers are gone.
-	if err := tc.CoreV1().Pods(ns).Delete(ctx, "holder", metav1.DeleteOptions{}); err != nil {
+	// A delete that names no grace period takes the pod's: a GPU pod must
+	// have one.
+	instant := gpuPod("instant", 1, 0, 0, nil)
+	instant.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
+	_, err = tc.CoreV1().Pods(ns).Create(ctx, instant, metav1.CreateOptions{})
+	refused(t, "a GPU pod with terminationGracePeriodSeconds 0", err, "kubegpu-gpu-request", "spec.terminationGracePeriodSeconds must be at least 1")
+	// Deleting every pod of the namespace, or evicting with no options,
+	// is graceful: the holder is terminating, and holds its GPUs until its
+	// node (which here has no kubelet) confirms its containers are gone.
+	if err := tc.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	if p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "holder", metav1.GetOptions{}); err != nil || p.DeletionTimestamp == nil {
+		t.Fatalf("after DeleteCollection the holder is %v (%v), want terminating", p, err)
+	}
+	if err := tc.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: ns}}); err != nil {
+		t.Fatalf("evicting with no options: %v", err)
 	}
 	createPods(ctx, t, ns, gpuPod("waits", 4, 0, 0, nil))
 	time.Sleep(3 * time.Second)
@@ -608,6 +624,16 @@ func TestAttackForceDelete(t *testing.T) {
 	op := operatorWith(ctx, t, ns, "kubegpu-gpu-pod-force-deleter")
 	if err := op.Client.CoreV1().Pods(ns).Delete(ctx, "waits", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Errorf("an operator bound to kubegpu-gpu-pod-force-deleter force-deleting a GPU pod: %v", err)
+	}
+	// A finished pod holds nothing: its tenant may delete it at once.
+	createPods(ctx, t, ns, gpuPod("done", 1, 0, 0, nil))
+	done := boundPod(ctx, t, ns, "done")
+	done.Status.Phase = corev1.PodSucceeded
+	if _, err := node.Client.CoreV1().Pods(ns).UpdateStatus(ctx, done, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.CoreV1().Pods(ns).Delete(ctx, "done", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Errorf("tenant deleting its finished GPU pod: %v", err)
 	}
 }
 
