@@ -77,8 +77,14 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("localcluster: start kube-controller-manager: %w", err)
 	}
+	return c.kcm.WaitFor(ctx, 90*time.Second, healthz(port))
+}
+
+// healthz checks the /healthz of a component serving HTTPS on a loopback
+// port with a self-signed certificate.
+func healthz(port int) func(context.Context) error {
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback health check of a self-signed server
-	return c.kcm.WaitFor(ctx, 90*time.Second, func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), nil)
 		if err != nil {
 			return err
@@ -92,7 +98,7 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 			return fmt.Errorf("healthz: %s", resp.Status)
 		}
 		return nil
-	})
+	}
 }
 
 // ControllerManagerLog is the path of kube-controller-manager's log.

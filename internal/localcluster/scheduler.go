@@ -2,9 +2,7 @@ package localcluster
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,23 +39,7 @@ func (c *Cluster) StartScheduler(ctx context.Context, binary, config, name strin
 	if err != nil {
 		return nil, fmt.Errorf("localcluster: start %s: %w", name, err)
 	}
-	// The scheduler's serving certificate is self-signed.
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback health check
-	err = p.WaitFor(ctx, time.Minute, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("healthz: %s", resp.Status)
-		}
-		return nil
-	})
+	err = p.WaitFor(ctx, time.Minute, healthz(port))
 	if err != nil {
 		_ = p.Stop()
 		return nil, err

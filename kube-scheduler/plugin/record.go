@@ -88,25 +88,24 @@ func newRecorder(background, urgent kubernetes.Interface, m *cacheMetrics) *reco
 // add asks the leader for pod uid's record of value; a later add replaces
 // it.
 func (r *recorder) add(uid ktypes.UID, pod ktypes.NamespacedName, value string) {
-	if r == nil {
-		return
+	if r != nil {
+		r.put(r.queue, uid, pod, value)
 	}
-	r.mu.Lock()
-	r.pending[uid] = pendingRecord{pod: pod, value: value}
-	r.mu.Unlock()
-	r.queue.Add(uid)
 }
 
 // addUrgent writes pod uid's record of value at once: its annotation no
 // longer says what the pod holds.
 func (r *recorder) addUrgent(uid ktypes.UID, pod ktypes.NamespacedName, value string) {
-	if r == nil {
-		return
+	if r != nil {
+		r.put(r.urgentQueue, uid, pod, value)
 	}
+}
+
+func (r *recorder) put(q workqueue.TypedRateLimitingInterface[ktypes.UID], uid ktypes.UID, pod ktypes.NamespacedName, value string) {
 	r.mu.Lock()
 	r.pending[uid] = pendingRecord{pod: pod, value: value}
 	r.mu.Unlock()
-	r.urgentQueue.Add(uid)
+	q.Add(uid)
 }
 
 // forget drops a pod's pending record (the pod is gone, or recorded).

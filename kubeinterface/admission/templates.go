@@ -13,7 +13,18 @@ const wantsDevices = `{{define "wantsDevices"}}({{.O}}.spec.?initContainers.orVa
           sign(quantity(string(c.?resources.?limits[?r].orValue('0')))) != 0 ||
           sign(quantity(string(c.?resources.?requests[?r].orValue('0')))) != 0)){{end}}`
 
-const policiesTemplate = wantsDevices + `{{$r := rules}}` + header + `#
+// binding binds the policy named . with validationActions Deny.
+const binding = `{{define "binding"}}apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{.}}
+  labels:
+    app.kubernetes.io/part-of: kubegpu
+spec:
+  policyName: {{.}}
+  validationActions: [Deny]{{end}}`
+
+const policiesTemplate = wantsDevices + binding + `{{$r := rules}}` + header + `#
 # kubegpu's admission policies; see the "Security model" section of the
 # README. Apply with: kubectl apply --server-side -f deploy/admission/kubegpu-policies.yaml
 #
@@ -124,15 +135,7 @@ spec:
     messageExpression: "'pod ' + request.namespace + '/' + object.metadata.name + ': ' + variables.errors.join('; ')"
     reason: Invalid
 ---
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: kubegpu-gpu-request
-  labels:
-    app.kubernetes.io/part-of: kubegpu
-spec:
-  policyName: kubegpu-gpu-request
-  validationActions: [Deny]
+{{template "binding" "kubegpu-gpu-request"}}
 ---
 # kubegpu-allocation: only kubegpu-scheduler sets a pod's allocation (in
 # the binding, or in PreBind before the binding) and its record in the
@@ -185,15 +188,7 @@ spec:
     message: "the pod condition {{$r.Record}} is kubegpu-scheduler's record of the pod's GPUs; only kubegpu-scheduler writes it"
     reason: Forbidden
 ---
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: kubegpu-allocation
-  labels:
-    app.kubernetes.io/part-of: kubegpu
-spec:
-  policyName: kubegpu-allocation
-  validationActions: [Deny]
+{{template "binding" "kubegpu-allocation"}}
 ---
 # kubegpu-node-name: a GPU pod created with spec.nodeName skips the
 # scheduler, gets no allocation and so no GPUs, but counts against kubelet's
@@ -234,15 +229,7 @@ spec:
       ') skips it: remove spec.nodeName and pin the pod with a nodeSelector on kubernetes.io/hostname instead'
     reason: Forbidden
 ---
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: kubegpu-node-name
-  labels:
-    app.kubernetes.io/part-of: kubegpu
-spec:
-  policyName: kubegpu-node-name
-  validationActions: [Deny]
+{{template "binding" "kubegpu-node-name"}}
 ---
 # kubegpu-graceful-delete: a pod deleted with gracePeriodSeconds 0 (kubectl
 # delete --force --grace-period=0, or such an eviction) is gone from the API
@@ -302,15 +289,7 @@ spec:
         'evictions with gracePeriodSeconds 0 are refused: evict with a grace period, so that a GPU pod frees its GPUs only once its containers have stopped'
     reason: Forbidden
 ---
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: kubegpu-graceful-delete
-  labels:
-    app.kubernetes.io/part-of: kubegpu
-spec:
-  policyName: kubegpu-graceful-delete
-  validationActions: [Deny]
+{{template "binding" "kubegpu-graceful-delete"}}
 ---
 # Bind to the operators (users, groups or ServiceAccounts) who may create GPU
 # pods with spec.nodeName. Such pods get no GPUs.
@@ -339,7 +318,7 @@ rules:
   verbs: ["delete"]
 `
 
-const secondSchedulerTemplate = wantsDevices + `{{$r := rules}}` + header + `#
+const secondSchedulerTemplate = wantsDevices + binding + `{{$r := rules}}` + header + `#
 # For clusters where kubegpu-scheduler runs beside the stock scheduler
 # (kube-scheduler/config/second-scheduler.yaml): a GPU pod addressed to any
 # other scheduler would be bound without an allocation and run with no GPUs,
@@ -373,13 +352,5 @@ spec:
       '": only {{.SchedulerName}} gives pods GPUs'
     reason: Forbidden
 ---
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: kubegpu-scheduler-name
-  labels:
-    app.kubernetes.io/part-of: kubegpu
-spec:
-  policyName: kubegpu-scheduler-name
-  validationActions: [Deny]
+{{template "binding" "kubegpu-scheduler-name"}}
 `

@@ -208,11 +208,7 @@ func operatorWith(ctx context.Context, t *testing.T, ns, role string) *localclus
 	if err != nil {
 		t.Fatal(err)
 	}
-	// RBAC's cache takes a moment to see the new bindings.
-	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := id.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
-		return err == nil, nil
-	})
+	waitAllowed(ctx, t, id, ns)
 	return id
 }
 

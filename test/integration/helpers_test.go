@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
@@ -73,7 +74,7 @@ type simNodes struct {
 }
 
 // addNodes creates nodes name-0..name-(count-1) with a simgpu preset.
-func addNodes(ctx context.Context, t *testing.T, prefix, preset string, count int) *simNodes {
+func addNodes(ctx context.Context, t *testing.T, prefix, preset string, count int, opts ...nodeOptions) *simNodes {
 	t.Helper()
 	sn := &simNodes{kubelets: map[string]*localcluster.SimKubelet{}, invs: map[string]types.Inventory{}}
 	t.Cleanup(func() {
@@ -85,19 +86,34 @@ func addNodes(ctx context.Context, t *testing.T, prefix, preset string, count in
 			_ = cluster.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Delete(context.Background(), n, metav1.DeleteOptions{})
 		}
 	})
-	sn.add(ctx, t, prefix, preset, count)
+	var o nodeOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	sn.addWith(ctx, t, prefix, preset, count, o)
 	return sn
 }
 
 func (sn *simNodes) add(ctx context.Context, t *testing.T, prefix, preset string, count int) {
 	t.Helper()
-	sn.addWith(ctx, t, prefix, preset, count, localcluster.NodeCapacity("96", "768Gi", 250))
+	sn.addWith(ctx, t, prefix, preset, count, nodeOptions{})
 }
 
-// addWith adds nodes of the given CPU, memory and pods capacity; with no
-// preset, one node named prefix without GPUs.
-func (sn *simNodes) addWith(ctx context.Context, t *testing.T, prefix, preset string, count int, capacity corev1.ResourceList) {
+// nodeOptions are what addWith may change of a simulated node.
+type nodeOptions struct {
+	// capacity is its CPU, memory and pods (default 96 CPUs, 768Gi, 250).
+	capacity corev1.ResourceList
+	// clock is its kubelet's clock (default the real one).
+	clock clock.Clock
+}
+
+// addWith adds nodes with opts; with no preset, one node named prefix
+// without GPUs.
+func (sn *simNodes) addWith(ctx context.Context, t *testing.T, prefix, preset string, count int, opts nodeOptions) {
 	t.Helper()
+	if opts.capacity == nil {
+		opts.capacity = localcluster.NodeCapacity("96", "768Gi", 250)
+	}
 	var topo simgpu.Topology
 	if preset != "" {
 		var err error
@@ -110,7 +126,8 @@ func (sn *simNodes) addWith(ctx context.Context, t *testing.T, prefix, preset st
 		if count == 1 && preset == "" {
 			name = prefix
 		}
-		k, err := cluster.StartSimKubelet(ctx, localcluster.SimKubeletOptions{Node: name, Capacity: capacity, LeaseDuration: simLeaseDuration})
+		k, err := cluster.StartSimKubelet(ctx, localcluster.SimKubeletOptions{Node: name, Capacity: opts.capacity,
+			LeaseDuration: simLeaseDuration, Clock: opts.clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,13 +200,7 @@ func namespace(ctx context.Context, t *testing.T, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// RBAC's cache takes a moment to see the new binding.
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := id.Client.CoreV1().Pods(name).List(ctx, metav1.ListOptions{Limit: 1})
-		return err == nil, nil
-	}); err != nil {
-		t.Fatalf("tenant %s cannot list pods in %s: %v", user, name, err)
-	}
+	waitAllowed(ctx, t, id, name)
 	tenantsMu.Lock()
 	tenants[name] = id
 	tenantsMu.Unlock()
@@ -417,4 +428,16 @@ func failedSchedulingAll(ctx context.Context, t *testing.T, ns string) []string 
 		out = append(out, e.Message)
 	}
 	return out
+}
+
+// waitAllowed waits until id may list pods in ns: RBAC's cache takes a
+// moment to see a new binding.
+func waitAllowed(ctx context.Context, t *testing.T, id *localcluster.Identity, ns string) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := id.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("%s cannot list pods in %s: %v", id.User, ns, err)
+	}
 }

@@ -299,7 +299,7 @@ func TestSchedulerSteersPodsWithoutGPUs(t *testing.T) {
 	startScheduler(ctx, t)
 	nodes := addNodes(ctx, t, "steer", "t4x4", 2)
 	const cpuNode = "steer-cpu"
-	nodes.addWith(ctx, t, cpuNode, "", 1, localcluster.NodeCapacity("8", "32Gi", 110))
+	nodes.addWith(ctx, t, cpuNode, "", 1, nodeOptions{capacity: localcluster.NodeCapacity("8", "32Gi", 110)})
 	ns := namespace(ctx, t, "steer")
 	only := append(slices.Clone(nodes.names), cpuNode)
 	// Kept on this test's nodes; required affinity does not score.

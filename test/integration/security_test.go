@@ -32,12 +32,8 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubegpu/kubegpu/crishim/advertiser"
-	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
-	"github.com/kubegpu/kubegpu/plugins/simgpu"
-	"github.com/kubegpu/kubegpu/types"
 )
 
 // TestAttackNodeIsConfinedToItself (point 1): a node's credentials change
@@ -114,21 +110,19 @@ func TestAttackNodeIsConfinedToItself(t *testing.T) {
 func TestAttackClockSkew(t *testing.T) {
 	ctx := context.Background()
 	startScheduler(ctx, t, "heartbeatStaleness: 5s")
-	nodes := &simNodes{kubelets: map[string]*localcluster.SimKubelet{}, invs: map[string]types.Inventory{}}
-	for name, skew := range map[string]time.Duration{"skew-behind": -time.Hour, "skew-ahead": time.Hour} {
-		addSkewedNode(ctx, t, nodes, name, skew)
-	}
+	nodes := addNodes(ctx, t, "skew-behind", "t4x4", 1, nodeOptions{clock: skewedClock{skew: -time.Hour}})
+	nodes.addWith(ctx, t, "skew-ahead", "t4x4", 1, nodeOptions{clock: skewedClock{skew: time.Hour}})
 	ns := namespace(ctx, t, "skew")
 	behind := gpuPod("behind", 1, 0, 0, nil)
-	behind.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "skew-behind"}
+	behind.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "skew-behind-0"}
 	createPods(ctx, t, ns, behind)
-	if p := boundPod(ctx, t, ns, "behind"); p.Spec.NodeName != "skew-behind" {
+	if p := boundPod(ctx, t, ns, "behind"); p.Spec.NodeName != "skew-behind-0" {
 		t.Fatalf("pod behind bound to %s", p.Spec.NodeName)
 	}
-	nodes.pause("skew-ahead")
+	nodes.pause("skew-ahead-0")
 	time.Sleep(7 * time.Second)
 	ahead := gpuPod("ahead", 1, 0, 0, nil)
-	ahead.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "skew-ahead"}
+	ahead.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "skew-ahead-0"}
 	createPods(ctx, t, ns, ahead)
 	var msgs []string
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -139,37 +133,6 @@ func TestAttackClockSkew(t *testing.T) {
 	}
 	if p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "ahead", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
 		t.Errorf("pod ahead bound to %q (%v), want pending: the node is dead", p.Spec.NodeName, err)
-	}
-}
-
-// addSkewedNode adds a t4x4 node whose simulated kubelet's clock is off by
-// skew.
-func addSkewedNode(ctx context.Context, t *testing.T, sn *simNodes, name string, skew time.Duration) {
-	t.Helper()
-	k, err := cluster.StartSimKubelet(ctx, localcluster.SimKubeletOptions{Node: name, Capacity: localcluster.NodeCapacity("96", "768Gi", 250),
-		LeaseDuration: simLeaseDuration, Clock: skewedClock{skew: skew}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		k.Pause()
-		_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	sn.mu.Lock()
-	sn.names = append(sn.names, name)
-	sn.kubelets[name] = k
-	sn.mu.Unlock()
-	topo, err := simgpu.Preset("t4x4")
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := advertiser.NewClient(k.Identity.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv := simgpu.Inventory(topo, name)
-	if err := advertiser.PublishInventory(ctx, client, name, inv, advertiser.Capacity(inv, advertiser.DefaultSlicesPerDevice)); err != nil {
-		t.Fatal(err)
 	}
 }
 
