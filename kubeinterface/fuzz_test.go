@@ -85,3 +85,31 @@ func assertStable(t *testing.T, encoded string, roundTrip func(string) (string, 
 		t.Fatalf("round trip is not stable:\n%s\n%s", encoded, again)
 	}
 }
+
+func FuzzDecodeHeld(f *testing.F) {
+	f.Add(`[{"id":"gpu0","uuid":"GPU-1","exclusive":true,"memoryMiB":16384,"computePercent":100}]`)
+	f.Add(`[{"id":"gpu1","uuid":"GPU-2","memoryMiB":4096,"computePercent":25}]`)
+	f.Add(`[{"id":"","memoryMiB":-1}]`)
+	f.Add(`{}`)
+	f.Add(`null`)
+	f.Fuzz(func(t *testing.T, value string) {
+		held, err := DecodeHeld(value)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("DecodeHeld() error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		again, err := EncodeHeld(held)
+		if err != nil {
+			t.Fatalf("decoded held devices do not encode: %v", err)
+		}
+		assertStable(t, again, func(s string) (string, error) {
+			held, err := DecodeHeld(s)
+			if err != nil {
+				return "", err
+			}
+			return EncodeHeld(held)
+		})
+	})
+}

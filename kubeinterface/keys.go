@@ -42,6 +42,24 @@ const (
 	AnnotationInventory = Domain + "inventory"
 )
 
+// Labels and annotations kubegpu-crishim puts on the containers it gives
+// devices, in the container runtime (not on Kubernetes objects): the node's
+// ledger of what live containers hold. The shim removes any a container
+// config brings itself.
+const (
+	// LabelContainerLedger marks a container in the ledger; its value is
+	// the ledger format, LedgerVersion.
+	LabelContainerLedger = Domain + "ledger"
+	// LabelContainerPodUID is the UID of the container's pod.
+	LabelContainerPodUID = Domain + "pod-uid"
+	// AnnotationContainerHeld lists the devices the container holds (see
+	// EncodeHeld).
+	AnnotationContainerHeld = Domain + "held"
+)
+
+// LedgerVersion is the value of LabelContainerLedger.
+const LedgerVersion = "v1"
+
 // ConditionAllocated is the pod condition in which kubegpu-scheduler
 // records, after binding, the allocation it signed for the pod (the same
 // payload as AnnotationAllocation, in the condition's message). Tenants

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	"github.com/kubegpu/kubegpu/crishim/ledger"
 	"github.com/kubegpu/kubegpu/crishim/metrics"
 	"github.com/kubegpu/kubegpu/crishim/nodeplugins"
 	"github.com/kubegpu/kubegpu/crishim/proxy"
@@ -35,6 +36,7 @@ type serveOptions struct {
 	Interval        time.Duration
 	SlicesPerDevice int
 	MetricsAddress  string
+	GPUAllowlist    string
 }
 
 func (o *serveOptions) addFlags(cmd *cobra.Command) {
@@ -47,6 +49,7 @@ func (o *serveOptions) addFlags(cmd *cobra.Command) {
 	f.BoolVar(&o.Advertise, "advertise", true, "publish the node's devices and capacity on its Node")
 	f.DurationVar(&o.Interval, "interval", 10*time.Second, "how often devices are discovered and the Node compared with them")
 	f.IntVar(&o.SlicesPerDevice, "slices-per-device", advertiser.DefaultSlicesPerDevice, "nvidia.com/gpu capacity published per device, so that kubelet admits shared slices")
+	f.StringVar(&o.GPUAllowlist, "gpu-allowlist", "", "file listing the namespaces (optionally with a pod label selector) whose containers keep the GPUs they ask for and may be privileged with GPUs, e.g. a DCGM exporter's; empty: none")
 	f.StringVar(&o.MetricsAddress, "metrics-bind-address", "", "host:port to serve /metrics (Prometheus text format) and /healthz on, e.g. 127.0.0.1:10368; empty: off")
 }
 
@@ -58,6 +61,10 @@ func (o *serveOptions) run(ctx context.Context) error {
 		return errors.New("--node-name is required (the host name could not be read)")
 	}
 	key, err := kubeinterface.LoadKey(o.AllocationKey)
+	if err != nil {
+		return err
+	}
+	allowlist, err := rewrite.LoadAllowlist(o.GPUAllowlist)
 	if err != nil {
 		return err
 	}
@@ -87,10 +94,27 @@ func (o *serveOptions) run(ctx context.Context) error {
 		}
 	}
 
+	runtime, err := dialRuntime(o.RuntimeEndpoint)
+	if err != nil {
+		return err
+	}
+	defer runtime.Close()
+	book := ledger.New(ledger.Options{Runtime: runtime, Capacity: func(id string) (types.Device, bool) { return rewrite.Device(d.modules(), id) }})
+	if held, err := book.Held(ctx); err != nil {
+		logger.Error(err, "Cannot read the device ledger yet; GPU containers are refused until the runtime answers")
+	} else {
+		logger.Info("Device ledger read from the runtime", "devicesHeld", len(held), "held", held)
+	}
 	p, err := proxy.New(proxy.Options{
-		Backend:         o.RuntimeEndpoint,
-		CreateContainer: proxy.CreateContainer(&rewrite.Rewriter{Node: o.NodeName, Key: key, Modules: d.modules}),
-		Metrics:         m,
+		Backend: o.RuntimeEndpoint,
+		CreateContainer: proxy.CreateContainer(proxy.Devices{
+			Rewriter:     &rewrite.Rewriter{Node: o.NodeName, Key: key, Modules: d.modules},
+			Allowlist:    allowlist,
+			HostGPUNodes: func() []string { return rewrite.HostGPUNodes("/dev") },
+			Ledger:       book,
+			Metrics:      m,
+		}),
+		Metrics: m,
 	})
 	if err != nil {
 		return err
@@ -133,7 +157,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		wg.Go(func() { d.loop(ctx, o.Interval) })
 	}
 	logger.Info("kubegpu-crishim serving", "version", version.Get().GitVersion, "listen", o.Listen, "runtime", o.RuntimeEndpoint,
-		"modules", len(plugins), "advertise", client != nil, "signature", key.Algorithm())
+		"modules", len(plugins), "advertise", client != nil, "signature", key.Algorithm(), "allowlistEntries", allowlist.Len())
 	select {
 	case <-ctx.Done():
 		logger.Info("Shutting down")
@@ -183,13 +207,13 @@ func (d *discovery) discover(ctx context.Context) (types.Inventory, error) {
 				mods[i] = (*prev)[i]
 			} else {
 				// Never discovered: it serves no devices yet.
-				mods[i] = rewrite.Module{Name: p.Module, Plugin: p.NodePlugin, Devices: map[string]bool{}}
+				mods[i] = rewrite.Module{Name: p.Module, Plugin: p.NodePlugin, Devices: map[string]types.Device{}}
 			}
 			continue
 		}
-		devices := make(map[string]bool, len(inv.Devices))
+		devices := make(map[string]types.Device, len(inv.Devices))
 		for _, dev := range inv.Devices {
-			devices[dev.ID] = true
+			devices[dev.ID] = dev
 		}
 		mods[i] = rewrite.Module{Name: p.Module, Plugin: p.NodePlugin, Devices: devices}
 		invs = append(invs, inv)

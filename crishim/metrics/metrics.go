@@ -111,6 +111,16 @@ type Shim struct {
 	Restores Counter
 	// Devices is the number of devices in the last discovery.
 	Devices Gauge
+	// Allowlisted counts containers that kept the devices they asked for
+	// because their pod is on the GPU allowlist, by namespace (the
+	// allowlist's, so the label's values are bounded).
+	Allowlisted CounterVec
+	// Stripped counts containers whose config brought GPU access of its
+	// own (device nodes, mounts, CDI devices) that the shim removed.
+	Stripped Counter
+	// LedgerRefusals counts containers refused because another pod's live
+	// container holds their devices.
+	LedgerRefusals Counter
 }
 
 // New returns the shim's metrics, all at zero.
@@ -119,6 +129,7 @@ func New() *Shim {
 		CreateContainer: CounterVec{label: "result", values: map[string]*Counter{}},
 		Publishes:       CounterVec{label: "result", values: map[string]*Counter{}},
 		Syncs:           CounterVec{label: "result", values: map[string]*Counter{}},
+		Allowlisted:     CounterVec{label: "namespace", values: map[string]*Counter{}},
 	}
 }
 
@@ -133,6 +144,9 @@ func (s *Shim) WriteText(w io.Writer) error {
 	vec(b, "kubegpu_crishim_node_syncs_total", "Rounds of the advertiser (read the Node, write what differs) by result.", &s.Syncs)
 	counter(b, "kubegpu_crishim_inventory_restores_total", "Times the Node's inventory was found changed by someone else and written back.", s.Restores.Value())
 	gauge(b, "kubegpu_crishim_devices", "Devices found by the last discovery.", s.Devices.Value())
+	vec(b, "kubegpu_crishim_allowlisted_containers_total", "Containers that kept the devices they asked for because their pod is on the node's GPU allowlist, by namespace.", &s.Allowlisted)
+	counter(b, "kubegpu_crishim_stripped_containers_total", "Containers whose config brought GPU device nodes, mounts or CDI devices of its own, which the shim removed.", s.Stripped.Value())
+	counter(b, "kubegpu_crishim_ledger_refusals_total", "Containers refused because another pod's live container holds their devices.", s.LedgerRefusals.Value())
 	if rss, ok := residentBytes(); ok {
 		gauge(b, "process_resident_memory_bytes", "Resident memory size in bytes.", rss)
 	}

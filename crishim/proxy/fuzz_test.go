@@ -10,6 +10,7 @@ import (
 
 	"github.com/kubegpu/kubegpu/crishim/rewrite"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // FuzzCreateContainer feeds arbitrary request bytes to the interceptor: it
@@ -21,9 +22,9 @@ func FuzzCreateContainer(f *testing.F) {
 		f.Fatal(err)
 	}
 	r := &rewrite.Rewriter{Node: "node-1", Key: key, Modules: func() []rewrite.Module {
-		return []rewrite.Module{{Name: "sim", Plugin: envModule{}, Devices: map[string]bool{"gpu0": true}}}
+		return []rewrite.Module{{Name: "sim", Plugin: envModule{}, Devices: map[string]types.Device{"gpu0": {ID: "gpu0"}}}}
 	}}
-	intercept := CreateContainer(r)
+	intercept := CreateContainer(Devices{Rewriter: r})
 	seed, _ := proto.Marshal(&runtimeapi.CreateContainerRequest{
 		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
 			Envs: []*runtimeapi.KeyValue{{Key: "NVIDIA_VISIBLE_DEVICES", Value: []byte("all")}}},

@@ -69,9 +69,9 @@ func (envModule) ContainerEdits(_ context.Context, a types.ContainerAllocation) 
 func start(t *testing.T, key *kubeinterface.Key) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient, *fakeRuntime) {
 	t.Helper()
 	r := &rewrite.Rewriter{Node: "node-1", Key: key, Modules: func() []rewrite.Module {
-		return []rewrite.Module{{Name: "sim", Plugin: envModule{}, Devices: map[string]bool{"gpu0": true}}}
+		return []rewrite.Module{{Name: "sim", Plugin: envModule{}, Devices: map[string]types.Device{"gpu0": {ID: "gpu0"}}}}
 	}}
-	tp := startProxy(t, CreateContainer(r))
+	tp := startProxy(t, CreateContainer(Devices{Rewriter: r}))
 	return runtimeapi.NewRuntimeServiceClient(tp.conn), runtimeapi.NewImageServiceClient(tp.conn), &tp.fake.fakeRuntime
 }
 
@@ -165,9 +165,16 @@ func TestProxyRewritesCreateContainer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			envs := fake.created[0].GetConfig().GetEnvs()
-			if len(envs) != 1 || envs[0].GetKey() != "NVIDIA_VISIBLE_DEVICES" || string(envs[0].GetValue()) != tt.want {
-				t.Errorf("runtime got env %v, want NVIDIA_VISIBLE_DEVICES=%s only", envs, tt.want)
+			var visible []string
+			for _, kv := range fake.created[0].GetConfig().GetEnvs() {
+				if kv.GetKey() == "NVIDIA_VISIBLE_DEVICES" {
+					visible = append(visible, string(kv.GetValue()))
+				} else if len(kv.GetValue()) > 0 {
+					t.Errorf("runtime got %s=%s; the node sets only NVIDIA_VISIBLE_DEVICES and empties the other selection variables", kv.GetKey(), kv.GetValue())
+				}
+			}
+			if len(visible) != 1 || visible[0] != tt.want {
+				t.Errorf("runtime got NVIDIA_VISIBLE_DEVICES %q, want %s only", visible, tt.want)
 			}
 		})
 	}

@@ -29,8 +29,8 @@ type Module struct {
 	Plugin interface {
 		ContainerEdits(ctx context.Context, alloc types.ContainerAllocation) (types.ContainerEdits, error)
 	}
-	// Devices are the IDs of the devices the module serves on this node.
-	Devices map[string]bool
+	// Devices are the devices the module serves on this node, by ID.
+	Devices map[string]types.Device
 }
 
 // Rewriter holds what deciding a container's devices needs.
@@ -80,10 +80,27 @@ func (r *Rewriter) ContainerAllocation(sb *runtimeapi.PodSandboxConfig, name str
 }
 
 // Baseline are the edits every container starts from, whatever modules are
-// loaded: no NVIDIA GPU unless a module gives it one. A node whose NVIDIA
-// module is not running (driver not loaded yet, NVML broken) so still hides
-// every GPU from images that ask for "all".
-var Baseline = types.ContainerEdits{Env: []types.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}}}
+// loaded: no NVIDIA GPU unless a module gives it one, and no device
+// selected through the NVIDIA runtime's other variables (SelectionEnv). A
+// node whose NVIDIA module is not running (driver not loaded yet, NVML
+// broken) so still hides every GPU from images that ask for "all".
+var Baseline = func() types.ContainerEdits {
+	e := types.ContainerEdits{Env: []types.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}}}
+	for _, name := range SelectionEnv {
+		e.Env = append(e.Env, types.EnvVar{Name: name})
+	}
+	return e
+}()
+
+// Device returns the device with id from the modules' devices, or false.
+func Device(modules []Module, id string) (types.Device, bool) {
+	for _, m := range modules {
+		if d, ok := m.Devices[id]; ok {
+			return d, true
+		}
+	}
+	return types.Device{}, false
+}
 
 // Edits asks every module for its part of alloc: the devices it serves, or
 // none, so that it hides its devices; on top of Baseline. A device no module
@@ -95,7 +112,7 @@ func (r *Rewriter) Edits(ctx context.Context, alloc types.ContainerAllocation) (
 		parts[i].Name = alloc.Name
 	}
 	for _, d := range alloc.Devices {
-		i := slices.IndexFunc(modules, func(m Module) bool { return m.Devices[d.ID] })
+		i := slices.IndexFunc(modules, func(m Module) bool { _, ok := m.Devices[d.ID]; return ok })
 		if i < 0 {
 			return types.ContainerEdits{}, fmt.Errorf("%w: container %q: device %s (%s) is not on this node", ErrInvalid, alloc.Name, d.ID, d.UUID)
 		}

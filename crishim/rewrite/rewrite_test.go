@@ -105,8 +105,8 @@ func TestContainerAllocation(t *testing.T) {
 func TestEdits(t *testing.T) {
 	r := &Rewriter{Modules: func() []Module {
 		return []Module{
-			{Name: "a", Plugin: fakeModule{env: "A_DEVICES"}, Devices: map[string]bool{"gpu0": true, "gpu1": true}},
-			{Name: "b", Plugin: fakeModule{env: "B_DEVICES"}, Devices: map[string]bool{"acc0": true}},
+			{Name: "a", Plugin: fakeModule{env: "A_DEVICES"}, Devices: map[string]types.Device{"gpu0": {ID: "gpu0"}, "gpu1": {ID: "gpu1"}}},
+			{Name: "b", Plugin: fakeModule{env: "B_DEVICES"}, Devices: map[string]types.Device{"acc0": {ID: "acc0"}}},
 		}
 	}}
 	got, err := r.Edits(context.Background(), types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{{ID: "gpu1", UUID: "GPU-1"}}})
@@ -114,7 +114,9 @@ func TestEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := types.ContainerEdits{
-		Env:        []types.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}, {Name: "A_DEVICES", Value: "GPU-1"}, {Name: "B_DEVICES", Value: "void"}},
+		Env: []types.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"},
+			{Name: "NVIDIA_MIG_CONFIG_DEVICES"}, {Name: "NVIDIA_MIG_MONITOR_DEVICES"}, {Name: "NVIDIA_IMEX_CHANNELS"},
+			{Name: "A_DEVICES", Value: "GPU-1"}, {Name: "B_DEVICES", Value: "void"}},
 		CDIDevices: []string{"example.com/gpu=GPU-1"},
 	}
 	if !reflect.DeepEqual(got.Env, want.Env) || !reflect.DeepEqual(got.CDIDevices, want.CDIDevices) {

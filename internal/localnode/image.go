@@ -39,6 +39,9 @@ type ImageSpec struct {
 	// Entrypoint and Cmd of the image configuration (default Cmd: sh).
 	Entrypoint []string
 	Cmd        []string
+	// Env are variables of the image configuration ("NAME=VALUE"), after
+	// PATH.
+	Env []string
 	// User is the image's user ("1002", "www-data", "1003:group"; default
 	// root). The image's /etc/passwd knows root, www-data (33) and nobody.
 	User string
@@ -188,7 +191,7 @@ func imageFiles(spec ImageSpec) ([]layoutFile, error) {
 	}
 	var cfg imageConfig
 	cfg.Architecture, cfg.OS = runtime.GOARCH, "linux"
-	cfg.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cfg.Config.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, spec.Env...)
 	cfg.Config.Entrypoint, cfg.Config.Cmd = spec.Entrypoint, spec.Cmd
 	cfg.Config.User, cfg.Config.Labels = spec.User, spec.Labels
 	cfg.RootFS.Type = "layers"

@@ -75,7 +75,7 @@ func TestNodeOptions(t *testing.T) {
 	}{
 		{
 			name: "defaults",
-			want: config{mpsPipeDir: DefaultMPSPipeDir, healthChecks: true, library: "libnvidia-ml.so.1",
+			want: config{cdi: true, mpsPipeDir: DefaultMPSPipeDir, healthChecks: true, library: "libnvidia-ml.so.1",
 				ignoredXIDs: map[uint64]bool{13: true, 31: true, 43: true, 45: true, 68: true, 109: true}},
 		},
 		{
@@ -94,7 +94,7 @@ func TestNodeOptions(t *testing.T) {
 		},
 		{name: "unknown", opts: map[string]string{"edit": "cdi"}, wantErr: "unknown option nvidia.edit (known: edits, cdi-device-names, mps, mps-pipe-dir, mps-shm-dir, health-checks, ignore-xids, nvml-library)"},
 		{name: "bad edits", opts: map[string]string{OptionEdits: "CDI"}, wantErr: `option nvidia.edits must be env or cdi, got "CDI"`},
-		{name: "names without cdi", opts: map[string]string{OptionCDIDeviceNames: "uuid"}, wantErr: "option nvidia.cdi-device-names needs nvidia.edits=cdi"},
+		{name: "names without cdi", opts: map[string]string{OptionEdits: "env", OptionCDIDeviceNames: "uuid"}, wantErr: "option nvidia.cdi-device-names needs nvidia.edits=cdi"},
 		{name: "bad names", opts: map[string]string{OptionEdits: "cdi", OptionCDIDeviceNames: "type-index"}, wantErr: "must be uuid or index"},
 		{name: "bad mps", opts: map[string]string{OptionMPS: "yes please"}, wantErr: `option nvidia.mps must be true or false, got "yes please"`},
 		{name: "pipe dir without mps", opts: map[string]string{OptionMPSPipeDir: "/tmp/mps"}, wantErr: "option nvidia.mps-pipe-dir needs nvidia.mps=true"},

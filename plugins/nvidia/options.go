@@ -14,10 +14,13 @@ import (
 // Options of the node side, given as --plugin-option nvidia.KEY=VALUE. The
 // scheduler side takes none.
 const (
-	// OptionEdits says how containers get their GPUs: "env" (the default)
-	// sets NVIDIA_VISIBLE_DEVICES for the NVIDIA container runtime; "cdi"
+	// OptionEdits says how containers get their GPUs: "cdi" (the default)
 	// names CDI devices from nvidia-ctk's generated spec for a CDI-enabled
-	// runtime (containerd 1.7+, CRI-O).
+	// runtime (containerd 2.x; 1.7 with enable_cdi; CRI-O); "env" sets
+	// NVIDIA_VISIBLE_DEVICES for the NVIDIA container runtime, for runtimes
+	// without CDI. With cdi, a container created around the shim gets no
+	// GPU; with env, one created under nvidia-container-runtime gets what
+	// its image asks for (CUDA images: all): env fails open.
 	OptionEdits = "edits"
 	// OptionCDIDeviceNames is how CDI devices are named with edits=cdi:
 	// "uuid" (the default; nvidia.com/gpu=GPU-..., nvidia.com/gpu=MIG-...)
@@ -134,14 +137,14 @@ func parseNodeOptions(opts map[string]string) (config, error) {
 			return config{}, fmt.Errorf("unknown option %s.%s (known: %s)", Name, k, strings.Join(nodeOptions, ", "))
 		}
 	}
-	c := config{mpsPipeDir: DefaultMPSPipeDir, healthChecks: true, library: nvmllib.DefaultPath}
+	c := config{cdi: true, mpsPipeDir: DefaultMPSPipeDir, healthChecks: true, library: nvmllib.DefaultPath}
 	bad := func(key, want string) error {
 		return fmt.Errorf("option %s.%s must be %s, got %q", Name, key, want, opts[key])
 	}
 	switch opts[OptionEdits] {
-	case "", "env":
-	case "cdi":
-		c.cdi = true
+	case "", "cdi":
+	case "env":
+		c.cdi = false
 	default:
 		return config{}, bad(OptionEdits, "env or cdi")
 	}

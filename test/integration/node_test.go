@@ -175,6 +175,21 @@ func runEnv(ctx context.Context, t *testing.T, n *localnode.Node, sock, podCfg, 
 	return logs, err
 }
 
+// scrape returns the shim's metrics served on addr.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
 // freeAddress returns a loopback host:port nothing listens on.
 func freeAddress(t *testing.T) string {
 	t.Helper()
@@ -255,15 +270,10 @@ func TestShimGivesContainersTheirDevices(t *testing.T) {
 			}
 
 			// Two containers rewritten, the forged one refused.
-			resp, err := http.Get("http://" + metricsAddr + "/metrics")
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			body := scrape(t, metricsAddr)
 			for _, want := range []string{`kubegpu_crishim_create_container_total{result="rewritten"} 2`,
 				`kubegpu_crishim_create_container_total{result="PermissionDenied"} 1`, "kubegpu_crishim_devices 4"} {
-				if !strings.Contains(string(body), want) {
+				if !strings.Contains(body, want) {
 					t.Errorf("metrics lack %q:\n%s", want, body)
 				}
 			}

@@ -1,0 +1,43 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// runtimeClient is the shim's own CRI client of the runtime, for the
+// device ledger.
+type runtimeClient struct {
+	conn *grpc.ClientConn
+	rt   runtimeapi.RuntimeServiceClient
+}
+
+// dialRuntime makes a client of the runtime's CRI endpoint; it connects
+// on first use and reconnects by itself.
+func dialRuntime(endpoint string) (*runtimeClient, error) {
+	if !strings.HasPrefix(endpoint, "unix://") {
+		return nil, fmt.Errorf("container runtime endpoint %q: want unix:///absolute/path/to/the.sock", endpoint)
+	}
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("container runtime endpoint %q: %w", endpoint, err)
+	}
+	return &runtimeClient{conn: conn, rt: runtimeapi.NewRuntimeServiceClient(conn)}, nil
+}
+
+// ListContainers lists the runtime's containers that match filter.
+func (c *runtimeClient) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	resp, err := c.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: filter})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetContainers(), nil
+}
+
+func (c *runtimeClient) Close() error { return c.conn.Close() }

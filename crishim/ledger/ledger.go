@@ -1,0 +1,252 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// ErrConflict is wrapped when a container's devices are held by another
+// pod's live container: an exclusive device already held, or slices over a
+// device's capacity.
+var ErrConflict = errors.New("devices are held by another pod")
+
+// ErrUnavailable is wrapped when the runtime could not be asked what live
+// containers hold.
+var ErrUnavailable = errors.New("the device ledger cannot be read")
+
+// DefaultPendingTTL is how long a claim whose container the runtime does
+// not list yet keeps its devices: kubelet's CRI request timeout.
+const DefaultPendingTTL = 2 * time.Minute
+
+// listTimeout bounds one listing of the runtime's containers.
+const listTimeout = 10 * time.Second
+
+// Lister lists the runtime's containers that carry the ledger label.
+type Lister interface {
+	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+}
+
+// Claim is what a container about to be created will hold.
+type Claim struct {
+	// PodUID is the UID of the container's pod: a pod's containers never
+	// conflict with each other (its allocation is one signed whole).
+	PodUID string
+	// Pod is namespace/name, for logs.
+	Pod string
+	// Container is the container's name in the pod.
+	Container string
+	// Attempt is the container's restart count, as kubelet passes it.
+	Attempt uint32
+	// Devices are the devices the container gets.
+	Devices []types.DeviceShare
+}
+
+// Options configure a Ledger.
+type Options struct {
+	// Runtime lists the containers.
+	Runtime Lister
+	// Capacity returns a device of this node (its memory bounds the slices
+	// on it), or false.
+	Capacity func(id string) (types.Device, bool)
+	// PendingTTL is DefaultPendingTTL if zero.
+	PendingTTL time.Duration
+	// Now is time.Now if nil.
+	Now func() time.Time
+}
+
+// Ledger checks a container's devices against those that live containers
+// hold, read from the runtime on every check: the containers the shim gave
+// devices carry them in their labels and annotations (Labels), so a
+// restarted shim knows what it knew. Claims made but not yet listed by the
+// runtime (the container being created) are kept in memory until the
+// runtime lists their container or PendingTTL passes.
+//
+// A Ledger is safe for concurrent use; checks are serialized.
+type Ledger struct {
+	opts    Options
+	mu      sync.Mutex
+	pending map[string]pending // by claimKey
+}
+
+type pending struct {
+	claim Claim
+	until time.Time
+}
+
+// New returns a ledger.
+func New(opts Options) *Ledger {
+	if opts.PendingTTL == 0 {
+		opts.PendingTTL = DefaultPendingTTL
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Ledger{opts: opts, pending: map[string]pending{}}
+}
+
+func claimKey(podUID, container string, attempt uint32) string {
+	return fmt.Sprintf("%s/%s/%d", podUID, container, attempt)
+}
+
+// Labels are the labels and annotations that put a container holding c's
+// devices in the ledger.
+func Labels(c Claim) (labels, annotations map[string]string, err error) {
+	held, err := kubeinterface.EncodeHeld(c.Devices)
+	if err != nil {
+		return nil, nil, err
+	}
+	return map[string]string{kubeinterface.LabelContainerLedger: kubeinterface.LedgerVersion, kubeinterface.LabelContainerPodUID: c.PodUID},
+		map[string]string{kubeinterface.AnnotationContainerHeld: held}, nil
+}
+
+// holding is one live container's devices.
+type holding struct {
+	podUID  string
+	what    string // container ID or the pending claim, for logs
+	devices []types.DeviceShare
+}
+
+// Claim checks c against what live containers of other pods hold, and, if
+// it fits, keeps it as pending until the runtime lists its container. The
+// error wraps ErrConflict (saying which device, not whose pod) or
+// ErrUnavailable.
+func (l *Ledger) Claim(ctx context.Context, c Claim) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	held, err := l.read(ctx)
+	if err != nil {
+		return err
+	}
+	if err := l.fits(ctx, c, held); err != nil {
+		return err
+	}
+	l.pending[claimKey(c.PodUID, c.Container, c.Attempt)] = pending{claim: c, until: l.opts.Now().Add(l.opts.PendingTTL)}
+	return nil
+}
+
+// Held returns what live containers and pending claims hold, per device ID:
+// for the shim's start-up log and for tests.
+func (l *Ledger) Held(ctx context.Context) (map[string][]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	held, err := l.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, h := range held {
+		for _, d := range h.devices {
+			out[d.ID] = append(out[d.ID], h.podUID)
+		}
+	}
+	return out, nil
+}
+
+// read lists the live containers in the ledger and merges the pending
+// claims, dropping those whose container is listed or that expired.
+// Called with mu held.
+func (l *Ledger) read(ctx context.Context) ([]holding, error) {
+	listCtx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
+	list, err := l.opts.Runtime.ListContainers(listCtx, &runtimeapi.ContainerFilter{
+		LabelSelector: map[string]string{kubeinterface.LabelContainerLedger: kubeinterface.LedgerVersion}})
+	if err != nil {
+		return nil, fmt.Errorf("%w: list containers: %w", ErrUnavailable, err)
+	}
+	logger := klog.FromContext(ctx)
+	var held []holding
+	for _, c := range list {
+		uid := c.GetLabels()[kubeinterface.LabelContainerPodUID]
+		// Listed in any state: the claim is settled.
+		delete(l.pending, claimKey(uid, c.GetMetadata().GetName(), c.GetMetadata().GetAttempt()))
+		if c.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED {
+			continue
+		}
+		devices, err := kubeinterface.DecodeHeld(c.GetAnnotations()[kubeinterface.AnnotationContainerHeld])
+		if err != nil || uid == "" {
+			// Only the shim writes these; the runtime's store was changed
+			// behind its back.
+			logger.Error(err, "Container in the device ledger with unreadable holdings; not counted", "containerID", c.GetId(), "podUID", uid)
+			continue
+		}
+		held = append(held, holding{podUID: uid, what: "container " + c.GetId(), devices: devices})
+	}
+	now := l.opts.Now()
+	for k, p := range l.pending {
+		if now.After(p.until) {
+			delete(l.pending, k)
+			continue
+		}
+		held = append(held, holding{podUID: p.claim.PodUID, what: "pending " + k, devices: p.claim.Devices})
+	}
+	return held, nil
+}
+
+// fits checks c against the holdings of other pods.
+func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
+	type use struct {
+		exclusive []string // holders
+		memoryMiB int64
+		compute   int
+		holders   []string
+	}
+	uses := map[string]*use{}
+	for _, h := range held {
+		if h.podUID == c.PodUID {
+			continue
+		}
+		for _, d := range h.devices {
+			u := uses[d.ID]
+			if u == nil {
+				u = &use{}
+				uses[d.ID] = u
+			}
+			if d.Exclusive {
+				u.exclusive = append(u.exclusive, h.what)
+			}
+			u.memoryMiB += d.MemoryMiB
+			u.compute += d.ComputePercent
+			u.holders = append(u.holders, h.what)
+		}
+	}
+	var reasons []string
+	var holders []string
+	for _, d := range c.Devices {
+		u := uses[d.ID]
+		if u == nil {
+			continue
+		}
+		dev, ok := l.opts.Capacity(d.ID)
+		switch {
+		case len(u.exclusive) > 0:
+			reasons = append(reasons, fmt.Sprintf("%s is held whole by another pod's container", d.ID))
+		case d.Exclusive:
+			reasons = append(reasons, fmt.Sprintf("%s is wanted whole but slices of it are held by other pods' containers", d.ID))
+		case u.compute+d.ComputePercent > types.MaxComputePercent:
+			reasons = append(reasons, fmt.Sprintf("%s: %d%% of compute is held by other pods' containers, %d%% more is over %d%%", d.ID, u.compute, d.ComputePercent, types.MaxComputePercent))
+		case ok && dev.MemoryMiB > 0 && u.memoryMiB+d.MemoryMiB > dev.MemoryMiB:
+			reasons = append(reasons, fmt.Sprintf("%s: %d MiB of memory is held by other pods' containers, %d MiB more is over its %d MiB", d.ID, u.memoryMiB, d.MemoryMiB, dev.MemoryMiB))
+		default:
+			continue
+		}
+		holders = append(holders, u.holders...)
+	}
+	if len(reasons) == 0 {
+		return nil
+	}
+	sort.Strings(holders)
+	klog.FromContext(ctx).Info("Device ledger refused a container", "pod", c.Pod, "podUID", c.PodUID, "container", c.Container,
+		"reasons", reasons, "holders", holders)
+	return fmt.Errorf("%w: %s", ErrConflict, strings.Join(reasons, "; "))
+}

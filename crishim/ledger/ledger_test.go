@@ -1,0 +1,170 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// runtime is a fake container list; unit tests only (the integration tests
+// run the ledger against containerd).
+type runtime struct {
+	containers []*runtimeapi.Container
+	err        error
+}
+
+func (r *runtime) ListContainers(_ context.Context, f *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	var out []*runtimeapi.Container
+	for _, c := range r.containers {
+		if c.Labels[kubeinterface.LabelContainerLedger] == f.GetLabelSelector()[kubeinterface.LabelContainerLedger] {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// create is what the runtime does with a claimed container.
+func (r *runtime) create(t *testing.T, c Claim, state runtimeapi.ContainerState) {
+	t.Helper()
+	labels, annotations, err := Labels(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.containers = append(r.containers, &runtimeapi.Container{Id: c.PodUID + "-" + c.Container, State: state,
+		Metadata: &runtimeapi.ContainerMetadata{Name: c.Container, Attempt: c.Attempt}, Labels: labels, Annotations: annotations})
+}
+
+var gpus = map[string]types.Device{"gpu0": {ID: "gpu0", MemoryMiB: 16000}, "gpu1": {ID: "gpu1", MemoryMiB: 16000}}
+
+func whole(id string) types.DeviceShare {
+	return types.DeviceShare{ID: id, Exclusive: true, MemoryMiB: 16000, ComputePercent: 100}
+}
+
+func slice(id string, mem int64, pct int) types.DeviceShare {
+	return types.DeviceShare{ID: id, MemoryMiB: mem, ComputePercent: pct}
+}
+
+func newLedger(rt *runtime, now *time.Time) *Ledger {
+	return New(Options{Runtime: rt, Capacity: func(id string) (types.Device, bool) { d, ok := gpus[id]; return d, ok },
+		Now: func() time.Time { return *now }})
+}
+
+func TestLedger(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	rt := &runtime{}
+	l := newLedger(rt, &now)
+	claim := func(uid, ctr string, d ...types.DeviceShare) Claim {
+		return Claim{PodUID: uid, Pod: "ns/" + uid, Container: ctr, Devices: d}
+	}
+
+	a := claim("a", "main", whole("gpu0"))
+	if err := l.Claim(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	// Pending (not yet listed): the same device for another pod is refused.
+	if err := l.Claim(ctx, claim("b", "main", whole("gpu0"))); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "gpu0 is held whole") {
+		t.Fatalf("second claim of gpu0 while pending: %v, want ErrConflict", err)
+	}
+	rt.create(t, a, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	// Listed: still refused, also as a slice; the same pod's containers are not.
+	for _, c := range []Claim{claim("b", "main", whole("gpu0")), claim("b", "main", slice("gpu0", 1000, 10))} {
+		if err := l.Claim(ctx, c); !errors.Is(err, ErrConflict) {
+			t.Errorf("claim %+v of held gpu0: %v, want ErrConflict", c.Devices, err)
+		}
+	}
+	sidecar := claim("a", "sidecar", whole("gpu0"))
+	if err := l.Claim(ctx, sidecar); err != nil {
+		t.Errorf("the pod's own container: %v", err)
+	}
+	rt.create(t, sidecar, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	// A new ledger (a restarted shim) reads the same from the runtime.
+	if err := newLedger(rt, &now).Claim(ctx, claim("b", "main", whole("gpu0"))); !errors.Is(err, ErrConflict) {
+		t.Errorf("after a restart: %v, want ErrConflict", err)
+	}
+
+	// Slices: within compute and memory fit, beyond do not.
+	for i, c := range []struct {
+		claim Claim
+		ok    bool
+	}{
+		{claim("c", "main", slice("gpu1", 8000, 50)), true},
+		{claim("d", "main", slice("gpu1", 8000, 50)), true},
+		{claim("e", "main", slice("gpu1", 100, 1)), false}, // compute over 100%
+		{claim("f", "main", slice("gpu1", 0, 0)), true},    // nothing more
+		{claim("g", "main", whole("gpu1")), false},         // whole over slices
+		{claim("h", "main", slice("gpu0", 0, 0)), false},   // slice of a whole
+	} {
+		err := l.Claim(ctx, c.claim)
+		if c.ok != (err == nil) || (err != nil && !errors.Is(err, ErrConflict)) {
+			t.Errorf("claim %d %+v: %v, want ok=%v", i, c.claim.Devices, err, c.ok)
+		}
+		if err == nil {
+			rt.create(t, c.claim, runtimeapi.ContainerState_CONTAINER_CREATED)
+		}
+	}
+	now2 := now
+	mem := New(Options{Runtime: &runtime{}, Capacity: func(string) (types.Device, bool) { return types.Device{MemoryMiB: 1000}, true },
+		Now: func() time.Time { return now2 }})
+	if err := mem.Claim(ctx, claim("x", "m", slice("gpu0", 600, 10))); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.Claim(ctx, claim("y", "m", slice("gpu0", 600, 10))); err == nil || !strings.Contains(err.Error(), "MiB of memory") {
+		t.Errorf("memory over capacity: %v", err)
+	}
+
+	// Exited containers hold nothing.
+	rt.containers[0].State = runtimeapi.ContainerState_CONTAINER_EXITED
+	rt.containers[1].State = runtimeapi.ContainerState_CONTAINER_EXITED
+	if err := l.Claim(ctx, claim("i", "main", whole("gpu0"))); err != nil {
+		t.Errorf("gpu0 after its holder exited: %v", err)
+	}
+}
+
+func TestLedgerPendingExpires(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	l := newLedger(&runtime{}, &now)
+	if err := l.Claim(ctx, Claim{PodUID: "a", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
+		t.Fatal(err)
+	}
+	// The same container retried (its creation failed) replaces its claim.
+	if err := l.Claim(ctx, Claim{PodUID: "a", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Claim(ctx, Claim{PodUID: "b", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
+		t.Errorf("gpu0 after pod a's retry took gpu1: %v", err)
+	}
+	now = now.Add(DefaultPendingTTL + time.Second)
+	if err := l.Claim(ctx, Claim{PodUID: "c", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); err != nil {
+		t.Errorf("claim after the pending one expired: %v", err)
+	}
+}
+
+func TestLedgerRuntimeDown(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newLedger(&runtime{err: errors.New("connection refused")}, &now)
+	if err := l.Claim(context.Background(), Claim{PodUID: "a", Devices: []types.DeviceShare{whole("gpu0")}}); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("runtime down: %v, want ErrUnavailable", err)
+	}
+}
+
+func TestLedgerIgnoresDamagedEntries(t *testing.T) {
+	now := time.Unix(1000, 0)
+	rt := &runtime{containers: []*runtimeapi.Container{{Id: "x", State: runtimeapi.ContainerState_CONTAINER_RUNNING,
+		Labels:      map[string]string{kubeinterface.LabelContainerLedger: kubeinterface.LedgerVersion, kubeinterface.LabelContainerPodUID: "z"},
+		Annotations: map[string]string{kubeinterface.AnnotationContainerHeld: "{not json"}}}}
+	if err := newLedger(rt, &now).Claim(context.Background(), Claim{PodUID: "a", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
+		t.Errorf("damaged entry: %v", err)
+	}
+}

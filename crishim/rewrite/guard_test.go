@@ -1,0 +1,102 @@
+package rewrite
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func TestStrip(t *testing.T) {
+	cfg := &runtimeapi.ContainerConfig{
+		Devices: []*runtimeapi.Device{
+			{HostPath: "/dev/nvidia0", ContainerPath: "/dev/nvidia0"},
+			{HostPath: "/dev/fuse", ContainerPath: "/dev/nvidia-uvm"}, // a GPU path in the container
+			{HostPath: "/dev//nvidiactl", ContainerPath: "/dev/ctl"},
+			{HostPath: "/dev/fuse", ContainerPath: "/dev/fuse"},
+		},
+		Mounts: []*runtimeapi.Mount{
+			{HostPath: "/dev/nvidia-caps/nvidia-cap1", ContainerPath: "/caps"},
+			{HostPath: "/dev/null", ContainerPath: "/var/run/nvidia-container-devices/GPU-1"},
+			{HostPath: "/dev/null", ContainerPath: "/run/nvidia-container-devices/../nvidia-container-devices/all"},
+			{HostPath: "/data", ContainerPath: "/data"},
+			{HostPath: "/dev", ContainerPath: "/host/dev"}, // masked if privileged, see Masks
+		},
+		CDIDevices: []*runtimeapi.CDIDevice{{Name: "nvidia.com/gpu=all"}, {Name: "k8s.gpu.nvidia.com/device=gpu-0"}, {Name: "kubegpu.io/simgpu=gpu1"},
+			{Name: "example.com/nic=eth1"}, {Name: "NVIDIA.COM/gpu=0"}},
+		Annotations: map[string]string{
+			"cdi.k8s.io/dra":   "nvidia.com/gpu=0,example.com/nic=eth2",
+			"cdi.k8s.io/other": "kubegpu.io/simgpu=gpu0",
+			"keep":             "nvidia.com/gpu=0",
+		},
+	}
+	s := Strip(cfg)
+	var left []string
+	for _, d := range cfg.Devices {
+		left = append(left, d.HostPath+":"+d.ContainerPath)
+	}
+	for _, m := range cfg.Mounts {
+		left = append(left, m.HostPath+":"+m.ContainerPath)
+	}
+	for _, d := range cfg.CDIDevices {
+		left = append(left, d.Name)
+	}
+	want := []string{"/dev/fuse:/dev/fuse", "/data:/data", "/dev:/host/dev", "example.com/nic=eth1"}
+	if !reflect.DeepEqual(left, want) {
+		t.Errorf("left %q, want %q", left, want)
+	}
+	if want := map[string]string{"cdi.k8s.io/dra": "example.com/nic=eth2", "keep": "nvidia.com/gpu=0"}; !reflect.DeepEqual(cfg.Annotations, want) {
+		t.Errorf("annotations %v, want %v", cfg.Annotations, want)
+	}
+	if len(s.DeviceNodes) != 3 || len(s.Mounts) != 3 || len(s.CDIDevices) != 6 {
+		t.Errorf("stripped %+v", s)
+	}
+	if !Strip(cfg).Empty() {
+		t.Error("a second Strip removed more")
+	}
+}
+
+func TestMasks(t *testing.T) {
+	cfg := &runtimeapi.ContainerConfig{Mounts: []*runtimeapi.Mount{
+		{HostPath: "/dev", ContainerPath: "/host/dev"},
+		{HostPath: "/", ContainerPath: "/rootfs"},
+		{HostPath: "/dev/nvidia-caps", ContainerPath: "/caps"},
+		{HostPath: "/data", ContainerPath: "/data"},
+	}}
+	var got []string
+	for _, m := range Masks(cfg, []string{"/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap1"}) {
+		if m.HostPath != MaskSource || !m.Readonly {
+			t.Errorf("mask %v: want %s read-only", m, MaskSource)
+		}
+		got = append(got, m.ContainerPath)
+	}
+	want := []string{"/dev/nvidia0", "/host/dev/nvidia0", "/rootfs/dev/nvidia0",
+		"/dev/nvidia-caps/nvidia-cap1", "/host/dev/nvidia-caps/nvidia-cap1", "/rootfs/dev/nvidia-caps/nvidia-cap1", "/caps/nvidia-cap1"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("masks %q, want %q", got, want)
+	}
+}
+
+func TestHostGPUNodes(t *testing.T) {
+	dev := t.TempDir()
+	for _, f := range []string{"nvidia0", "nvidiactl", "nvidia-uvm", "null", "nvidia-caps/nvidia-cap1"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dev, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dev, f), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := HostGPUNodes(dev)
+	slices.Sort(got)
+	want := []string{"/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("HostGPUNodes = %q, want %q", got, want)
+	}
+	if got := HostGPUNodes(filepath.Join(dev, "none")); len(got) != 0 {
+		t.Errorf("no driver: %q", got)
+	}
+}
