@@ -99,7 +99,8 @@ func TestPlugin(t *testing.T) {
 		t.Errorf("Discover() = %+v\nwant one device %+v", inv.Devices, want)
 	}
 	edits, err := np.ContainerEdits(t.Context(), types.ContainerAllocation{Name: "c", Devices: []types.DeviceShare{{ID: "gpu0", UUID: want.UUID, Exclusive: true}}})
-	if err != nil || len(edits.Env) != 1 || edits.Env[0].Value != want.UUID {
+	// CDI, the default: the device by its UUID, and no GPU from env.
+	if err != nil || len(edits.CDIDevices) != 1 || edits.CDIDevices[0] != "nvidia.com/gpu="+want.UUID || len(edits.Env) != 1 || edits.Env[0].Value != "void" {
 		t.Errorf("ContainerEdits() = %+v, %v", edits, err)
 	}
 }
