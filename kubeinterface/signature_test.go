@@ -42,22 +42,28 @@ func ed25519Files(t testing.TB) (privPath, pubPath string) {
 	return privPath, pubPath
 }
 
-func TestSignAndVerify(t *testing.T) {
-	privPath, pubPath := ed25519Files(t)
-	hmacPath := filepath.Join(t.TempDir(), "secret")
-	if err := os.WriteFile(hmacPath, []byte("  0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+func hmacFile(t testing.TB, secret string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "secret.pem")
+	if err := os.WriteFile(path, EncodeHMACSecret([]byte(secret)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+func TestSignAndVerify(t *testing.T) {
+	privPath, pubPath := ed25519Files(t)
+	hmacPath := hmacFile(t, "0123456789abcdef0123456789abcdef")
 	for _, tt := range []struct{ name, signer, verifier, alg string }{
 		{"ed25519 private signs, public verifies", privPath, pubPath, AlgEd25519},
 		{"hmac shared secret", hmacPath, hmacPath, AlgHMACSHA256},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			signer, err := LoadKey(tt.signer)
+			signer, err := LoadSigningKey(tt.signer)
 			if err != nil {
 				t.Fatal(err)
 			}
-			verifier, err := LoadKey(tt.verifier)
+			verifier, err := LoadVerifyKeys(tt.verifier)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,8 +71,11 @@ func TestSignAndVerify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !strings.HasPrefix(signed.Signature, tt.alg+":") {
-				t.Errorf("signature %q, want prefix %s:", signed.Signature, tt.alg)
+			if want := tt.alg + ":" + signer.ID() + ":"; !strings.HasPrefix(signed.Signature, want) || len(signer.ID()) != 16 {
+				t.Errorf("signature %q, want prefix %s", signed.Signature, want)
+			}
+			if SignatureKeyID(signed.Signature) != signer.ID() {
+				t.Errorf("SignatureKeyID = %q, want %q", SignatureKeyID(signed.Signature), signer.ID())
 			}
 			// Through the annotation and back.
 			value, err := EncodeAllocation(signed)
@@ -80,6 +89,12 @@ func TestSignAndVerify(t *testing.T) {
 			if err := verifier.Verify(decoded); err != nil {
 				t.Errorf("Verify(signed) = %v", err)
 			}
+			// A signature made before key IDs verifies against the keys of its algorithm.
+			legacy := decoded
+			legacy.Signature = tt.alg + ":" + strings.SplitN(decoded.Signature, ":", 3)[2]
+			if err := verifier.Verify(legacy); err != nil {
+				t.Errorf("Verify(signature without key ID) = %v", err)
+			}
 			// Every field the signature binds.
 			for what, change := range map[string]func(a *Allocation){
 				"namespace": func(a *Allocation) { a.Pod.Namespace = "other" },
@@ -89,8 +104,10 @@ func TestSignAndVerify(t *testing.T) {
 				"device":    func(a *Allocation) { a.Containers[0].Devices[0].UUID = "GPU-2" },
 				"share":     func(a *Allocation) { a.Containers[0].Devices[0].Exclusive = false },
 				"unsigned":  func(a *Allocation) { a.Signature = "" },
-				"garbage":   func(a *Allocation) { a.Signature = tt.alg + ":!!" },
+				"garbage":   func(a *Allocation) { a.Signature = tt.alg + ":" + signer.ID() + ":!!" },
 				"no alg":    func(a *Allocation) { a.Signature = "abc" },
+				"other id":  func(a *Allocation) { a.Signature = strings.Replace(a.Signature, signer.ID(), "0000000000000000", 1) },
+				"other alg": func(a *Allocation) { a.Signature = strings.Replace(a.Signature, tt.alg, "rsa", 1) },
 			} {
 				changed := decoded
 				changed.Containers = []types.ContainerAllocation{{Name: "main", Devices: append([]types.DeviceShare(nil), decoded.Containers[0].Devices...)}}
@@ -103,56 +120,105 @@ func TestSignAndVerify(t *testing.T) {
 	}
 }
 
-func TestKeyErrors(t *testing.T) {
-	privPath, pubPath := ed25519Files(t)
-	pub, err := LoadKey(pubPath)
-	if err != nil {
+// TestKeyRotation: a verifier holding the old and the new public key
+// accepts allocations signed by either, and by neither once the old key
+// is retired.
+func TestKeyRotation(t *testing.T) {
+	oldPriv, oldPub := ed25519Files(t)
+	newPriv, newPub := ed25519Files(t)
+	oldKey, _ := LoadSigningKey(oldPriv)
+	newKey, _ := LoadSigningKey(newPriv)
+	both := filepath.Join(t.TempDir(), "both.pem")
+	a, _ := os.ReadFile(oldPub)
+	b, _ := os.ReadFile(newPub)
+	if err := os.WriteFile(both, append(append(a, []byte("# the key being retired\n")...), b...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if pub.CanSign() {
-		t.Error("a public key says it can sign")
+	set, err := LoadVerifyKeys(both)
+	if err != nil || set.Len() != 2 {
+		t.Fatalf("LoadVerifyKeys: %v, %d keys", err, set.Len())
 	}
-	if _, err := pub.Sign(signedAllocation()); err == nil {
-		t.Error("a public key signed")
-	}
-	priv, err := LoadKey(privPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// An HMAC-signed allocation is refused by an Ed25519 verifier, and back.
-	hmacKey, err := ParseKey([]byte(strings.Repeat("k", MinHMACKeyBytes)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	signed, _ := hmacKey.Sign(signedAllocation())
-	if err := priv.Verify(signed); !errors.Is(err, ErrBadSignature) || !strings.Contains(err.Error(), `signed with "hmac-sha256", this node expects "ed25519"`) {
-		t.Errorf("Ed25519 key verifying an HMAC signature: %v", err)
-	}
-	for _, tt := range []struct{ name, data, want string }{
-		{"short secret", "too short", "9 bytes are too short"},
-		{"other PEM", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", `PEM block "CERTIFICATE"`},
-		{"bad PKCS8", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "parse PKCS #8 private key"},
-		{"damaged PEM", "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEI", "looks like PEM but does not decode"},
-		{"OpenSSH key", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl user@host", "OpenSSH key"},
-	} {
-		if _, err := ParseKey([]byte(tt.data)); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: ParseKey() = %v, want an error containing %q", tt.name, err, tt.want)
+	byOld, _ := oldKey.Sign(signedAllocation())
+	byNew, _ := newKey.Sign(signedAllocation())
+	for _, s := range []Allocation{byOld, byNew} {
+		if err := set.Verify(s); err != nil {
+			t.Errorf("set of both: %v", err)
 		}
 	}
-	if _, err := LoadKey(filepath.Join(t.TempDir(), "missing")); err == nil {
-		t.Error("LoadKey of a missing file succeeded")
+	retired, _ := LoadVerifyKeys(newPub)
+	if err := retired.Verify(byOld); !errors.Is(err, ErrBadSignature) || !strings.Contains(err.Error(), "signed with key "+oldKey.ID()+", which is not among the keys held here (ed25519:"+newKey.ID()+")") {
+		t.Errorf("old signature after the old key is retired: %v", err)
+	}
+}
+
+func TestKeyFileErrors(t *testing.T) {
+	privPath, pubPath := ed25519Files(t)
+	pub, err := LoadVerifyKeys(pubPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pub.HasHMAC() {
+		t.Error("an Ed25519 public key counted as HMAC")
+	}
+	// The scheduler needs a key that signs; a node refuses one.
+	if _, err := LoadSigningKey(pubPath); err == nil || !strings.Contains(err.Error(), "an Ed25519 public key cannot sign") {
+		t.Errorf("LoadSigningKey(public) = %v", err)
+	}
+	if _, err := LoadVerifyKeys(privPath); err == nil || !strings.Contains(err.Error(), "holds a private key") || !strings.Contains(err.Error(), "openssl pkey") {
+		t.Errorf("LoadVerifyKeys(private) = %v", err)
+	}
+	hmacPath := hmacFile(t, strings.Repeat("k", MinHMACKeyBytes))
+	if set, err := LoadVerifyKeys(hmacPath); err != nil || !set.HasHMAC() {
+		t.Errorf("LoadVerifyKeys(hmac) = %v", err)
+	}
+	// An HMAC-signed allocation is refused by an Ed25519 verifier.
+	hmacKey, _ := LoadSigningKey(hmacPath)
+	signed, _ := hmacKey.Sign(signedAllocation())
+	if err := pub.Verify(signed); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("Ed25519 key verifying an HMAC signature: %v", err)
+	}
+	pubPEM, _ := os.ReadFile(pubPath)
+	block, _ := pem.Decode(pubPEM)
+	kubeconfig := "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: https://10.0.0.1:6443\n  name: c\nusers:\n- name: u\n  user:\n    token: " + strings.Repeat("t", 40) + "\n"
+	for _, tt := range []struct{ name, data, want string }{
+		{"bare secret", strings.Repeat("s", 64), "a bare HMAC secret is no longer accepted"},
+		{"DER public key", string(block.Bytes), "not a PEM key file"},
+		{"kubeconfig", kubeconfig, "not a PEM key file"},
+		{"empty", " \n", "empty"},
+		{"short secret", string(EncodeHMACSecret([]byte("too short"))), "9 bytes is too short"},
+		{"other PEM", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", `PEM block "CERTIFICATE"`},
+		{"bad PKCS8", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "parse PKCS #8 private key"},
+		{"damaged PEM", "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEI", "looks like PEM but a block does not decode"},
+		{"OpenSSH key", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl user@host", "OpenSSH key"},
+		{"too many", strings.Repeat(string(pubPEM), MaxKeysPerFile+1), "more than 16 keys"},
+	} {
+		path := filepath.Join(t.TempDir(), "key")
+		if err := os.WriteFile(path, []byte(tt.data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for loader, load := range map[string]func(string) error{
+			"LoadSigningKey": func(p string) error { _, err := LoadSigningKey(p); return err },
+			"LoadVerifyKeys": func(p string) error { _, err := LoadVerifyKeys(p); return err },
+		} {
+			if err := load(path); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%s: %s() = %v, want an error containing %q", tt.name, loader, err, tt.want)
+			}
+		}
+	}
+	if _, err := LoadVerifyKeys(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("LoadVerifyKeys of a missing file succeeded")
 	}
 }
 
 func FuzzVerify(f *testing.F) {
-	key, err := ParseKey([]byte(strings.Repeat("s", MinHMACKeyBytes)))
+	key, err := NewHMACKey([]byte(strings.Repeat("s", MinHMACKeyBytes)))
 	if err != nil {
 		f.Fatal(err)
 	}
 	signed, _ := key.Sign(signedAllocation())
 	f.Add(signed.Signature)
 	f.Add("ed25519:AAAA")
-	f.Add("hmac-sha256:")
+	f.Add("hmac-sha256:" + key.ID() + ":")
 	f.Add(":")
 	f.Fuzz(func(t *testing.T, sig string) {
 		a := signedAllocation()
@@ -164,30 +230,37 @@ func FuzzVerify(f *testing.F) {
 			}
 			return
 		}
-		if !errors.Is(err, ErrBadSignature) {
+		if err != nil && !errors.Is(err, ErrBadSignature) {
 			t.Fatalf("Verify(%q) = %v, want ErrBadSignature", sig, err)
 		}
 	})
 }
 
-func FuzzParseKey(f *testing.F) {
+func FuzzParseKeys(f *testing.F) {
 	privPath, pubPath := ed25519Files(f)
 	for _, p := range []string{privPath, pubPath} {
 		b, _ := os.ReadFile(p)
 		f.Add(b)
 	}
+	f.Add(EncodeHMACSecret([]byte(strings.Repeat("x", 40))))
 	f.Add([]byte(strings.Repeat("x", 40)))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		k, err := ParseKey(data)
+		keys, err := ParseKeys(data)
 		if err != nil {
 			return
 		}
-		if k.CanSign() {
+		if len(keys) == 0 || len(keys) > MaxKeysPerFile {
+			t.Fatalf("%d keys without an error", len(keys))
+		}
+		for _, k := range keys {
+			if !k.CanSign() {
+				continue
+			}
 			signed, err := k.Sign(signedAllocation())
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := k.Verify(signed); err != nil {
+			if err := NewKeySet(k.Public()).Verify(signed); err != nil {
 				t.Fatalf("a key does not verify its own signature: %v", err)
 			}
 		}

@@ -24,14 +24,14 @@ import (
 )
 
 type explainOptions struct {
-	key        *kubeinterface.Key
+	key        *kubeinterface.KeySet
 	namespace  string
 	policy     string
 	staleness  time.Duration
 	topDevices int
 }
 
-func newExplainCommand(client func() (kubernetes.Interface, error), namespace func() string, key func() (*kubeinterface.Key, error)) *cobra.Command {
+func newExplainCommand(client func() (kubernetes.Interface, error), namespace func() string, key func() (*kubeinterface.KeySet, error)) *cobra.Command {
 	o := explainOptions{}
 	cmd := &cobra.Command{
 		Use:   "explain POD",

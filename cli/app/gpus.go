@@ -33,7 +33,7 @@ type GPU struct {
 	NodeProblem string   `json:"nodeProblem,omitempty"`
 }
 
-func newGPUsCommand(client func() (kubernetes.Interface, error), key func() (*kubeinterface.Key, error)) *cobra.Command {
+func newGPUsCommand(client func() (kubernetes.Interface, error), key func() (*kubeinterface.KeySet, error)) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "gpus",

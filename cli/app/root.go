@@ -52,12 +52,12 @@ kubectl-kubegpu.`,
 	}
 	var keyFile string
 	cmd.PersistentFlags().StringVar(&keyFile, "allocation-key", "",
-		"the scheduler's public key (PEM, as the nodes hold it): count only allocations it signed; without it, allocations are checked against the pod (UID included) and node they name only")
-	key := func() (*kubeinterface.Key, error) {
+		"the scheduler's public keys (PEM, as the nodes hold them): count only allocations signed by one of them; without it, allocations are checked against the pod (UID included) and node they name only")
+	key := func() (*kubeinterface.KeySet, error) {
 		if keyFile == "" {
 			return nil, nil
 		}
-		return kubeinterface.LoadKey(keyFile)
+		return kubeinterface.LoadVerifyKeys(keyFile)
 	}
 	cmd.AddCommand(newGPUsCommand(client, key), newExplainCommand(client, namespace, key), version.NewCommand("kubegpu"))
 	return cmd

@@ -73,7 +73,7 @@ type unverifiedPod struct {
 
 // loadState reads the cluster. With key, allocations must be signed by it;
 // without, they must at least name their pod (UID included) and node.
-func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterface.Key) (*clusterState, error) {
+func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterface.KeySet) (*clusterState, error) {
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)

@@ -44,7 +44,7 @@ func (o *serveOptions) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.Listen, "listen", "/run/kubegpu/crishim.sock", "unix socket to serve CRI on (kubelet's --container-runtime-endpoint)")
 	f.StringVar(&o.RuntimeEndpoint, "runtime-endpoint", "unix:///run/containerd/containerd.sock", "the container runtime's CRI endpoint")
-	f.StringVar(&o.AllocationKey, "allocation-key", "/etc/kubegpu/allocation-key.pub.pem", "key that verifies the scheduler's allocations: an Ed25519 public key (PEM) or the shared HMAC secret")
+	f.StringVar(&o.AllocationKey, "allocation-key", "/etc/kubegpu/allocation-key.pub.pem", "the scheduler's Ed25519 public keys (PEM; several during a key rotation) that allocations must be signed with; a private key is refused")
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig with the node's credentials (kubelet's, system:node:NODE) for publishing its devices (default: in-cluster configuration)")
 	f.BoolVar(&o.Advertise, "advertise", true, "publish the node's devices and capacity on its Node")
 	f.DurationVar(&o.Interval, "interval", 10*time.Second, "how often devices are discovered and the Node compared with them")
@@ -60,9 +60,12 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if o.NodeName == "" {
 		return errors.New("--node-name is required (the host name could not be read)")
 	}
-	key, err := kubeinterface.LoadKey(o.AllocationKey)
+	keys, err := kubeinterface.LoadVerifyKeys(o.AllocationKey)
 	if err != nil {
 		return err
+	}
+	if keys.HasHMAC() {
+		logger.Info("WARNING: the allocation key file holds a shared HMAC secret: anyone who holds it, this node included, can mint allocations for any pod on any node; use the scheduler's Ed25519 public key", "file", o.AllocationKey)
 	}
 	allowlist, err := rewrite.LoadAllowlist(o.GPUAllowlist)
 	if err != nil {
@@ -108,7 +111,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	p, err := proxy.New(proxy.Options{
 		Backend: o.RuntimeEndpoint,
 		CreateContainer: proxy.CreateContainer(proxy.Devices{
-			Rewriter:     &rewrite.Rewriter{Node: o.NodeName, Key: key, Modules: d.modules},
+			Rewriter:     &rewrite.Rewriter{Node: o.NodeName, Keys: keys, Modules: d.modules},
 			Allowlist:    allowlist,
 			HostGPUNodes: func() []string { return rewrite.HostGPUNodes("/dev") },
 			Ledger:       book,
@@ -157,7 +160,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		wg.Go(func() { d.loop(ctx, o.Interval) })
 	}
 	logger.Info("kubegpu-crishim serving", "version", version.Get().GitVersion, "listen", o.Listen, "runtime", o.RuntimeEndpoint,
-		"modules", len(plugins), "advertise", client != nil, "signature", key.Algorithm(), "allowlistEntries", allowlist.Len())
+		"modules", len(plugins), "advertise", client != nil, "keys", keys.IDs(), "allowlistEntries", allowlist.Len())
 	select {
 	case <-ctx.Done():
 		logger.Info("Shutting down")

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
 )
 
 // TestServeStopsWithMetrics: the shim serves CRI and metrics, and returns
@@ -18,7 +20,7 @@ import (
 func TestServeStopsWithMetrics(t *testing.T) {
 	dir := t.TempDir()
 	key := filepath.Join(dir, "key")
-	if err := os.WriteFile(key, []byte(strings.Repeat("k", 32)), 0o600); err != nil {
+	if err := os.WriteFile(key, kubeinterface.EncodeHMACSecret([]byte(strings.Repeat("k", 32))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	taken, err := net.Listen("tcp", "127.0.0.1:0")

@@ -17,11 +17,11 @@ import (
 // never panics, and what it forwards is a request whose devices env was set
 // by the node.
 func FuzzCreateContainer(f *testing.F) {
-	key, err := kubeinterface.ParseKey([]byte(strings.Repeat("k", 32)))
+	key, err := kubeinterface.NewHMACKey([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		f.Fatal(err)
 	}
-	r := &rewrite.Rewriter{Node: "node-1", Key: key, Modules: func() []rewrite.Module {
+	r := &rewrite.Rewriter{Node: "node-1", Keys: kubeinterface.NewKeySet(key), Modules: func() []rewrite.Module {
 		return []rewrite.Module{{Name: "sim", Plugin: envModule{}, Devices: map[string]types.Device{"gpu0": {ID: "gpu0"}}}}
 	}}
 	intercept := CreateContainer(Devices{Rewriter: r})

@@ -68,7 +68,7 @@ func (envModule) ContainerEdits(_ context.Context, a types.ContainerAllocation) 
 // proxy.
 func start(t *testing.T, key *kubeinterface.Key) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient, *fakeRuntime) {
 	t.Helper()
-	r := &rewrite.Rewriter{Node: "node-1", Key: key, Modules: func() []rewrite.Module {
+	r := &rewrite.Rewriter{Node: "node-1", Keys: kubeinterface.NewKeySet(key), Modules: func() []rewrite.Module {
 		return []rewrite.Module{{Name: "sim", Plugin: envModule{}, Devices: map[string]types.Device{"gpu0": {ID: "gpu0"}}}}
 	}}
 	tp := startProxy(t, CreateContainer(Devices{Rewriter: r}))
@@ -113,7 +113,7 @@ func TestProxyForwardsEveryCall(t *testing.T) {
 }
 
 func TestProxyRewritesCreateContainer(t *testing.T) {
-	key, err := kubeinterface.ParseKey([]byte(strings.Repeat("k", 32)))
+	key, err := kubeinterface.NewHMACKey([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}

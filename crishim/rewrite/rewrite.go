@@ -37,8 +37,8 @@ type Module struct {
 type Rewriter struct {
 	// Node is this node's name.
 	Node string
-	// Key verifies allocations.
-	Key *kubeinterface.Key
+	// Keys verify allocations: the scheduler's public keys.
+	Keys *kubeinterface.KeySet
 	// Modules returns the node's device modules and their current devices.
 	Modules func() []Module
 }
@@ -59,7 +59,7 @@ func (r *Rewriter) ContainerAllocation(sb *runtimeapi.PodSandboxConfig, name str
 	if err != nil {
 		return none, fmt.Errorf("%w: pod %s: %w", ErrInvalid, pod, err)
 	}
-	if err := r.Key.Verify(a); err != nil {
+	if err := r.Keys.Verify(a); err != nil {
 		return none, fmt.Errorf("%w: pod %s: %w", ErrForbidden, pod, err)
 	}
 	if a.Pod.Namespace != md.GetNamespace() || a.Pod.Name != md.GetName() || string(a.Pod.UID) != md.GetUid() {

@@ -30,7 +30,7 @@ func (f fakeModule) ContainerEdits(_ context.Context, a types.ContainerAllocatio
 
 func testKey(t *testing.T, secret string) *kubeinterface.Key {
 	t.Helper()
-	k, err := kubeinterface.ParseKey([]byte(strings.Repeat(secret, 32)))
+	k, err := kubeinterface.NewHMACKey([]byte(strings.Repeat(secret, 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func sandbox(t *testing.T, key *kubeinterface.Key, ref kubeinterface.PodRef, nod
 
 func TestContainerAllocation(t *testing.T) {
 	key := testKey(t, "k")
-	r := &Rewriter{Node: "node-1", Key: key}
+	r := &Rewriter{Node: "node-1", Keys: kubeinterface.NewKeySet(key)}
 	self := kubeinterface.PodRef{Namespace: "ml", Name: "train", UID: "uid-1"}
 	for _, tt := range []struct {
 		name      string
@@ -74,7 +74,7 @@ func TestContainerAllocation(t *testing.T) {
 		{name: "main", sb: sandbox(t, key, self, "node-1"), container: "main", want: []string{"gpu1"}},
 		{name: "init container", sb: sandbox(t, key, self, "node-1"), container: "init", want: []string{"gpu2"}},
 		{name: "container not named", sb: sandbox(t, key, self, "node-1"), container: "sidecar"},
-		{name: "forged", sb: sandbox(t, testKey(t, "x"), self, "node-1"), container: "main", wantErr: ErrForbidden, errText: "does not match the cluster's key"},
+		{name: "forged", sb: sandbox(t, testKey(t, "x"), self, "node-1"), container: "main", wantErr: ErrForbidden, errText: "which is not among the keys held here"},
 		{name: "other pod", sb: sandbox(t, key, kubeinterface.PodRef{Namespace: "ml", Name: "train", UID: "uid-0"}, "node-1"), container: "main", wantErr: ErrForbidden, errText: "carries the allocation of pod ml/train (uid uid-0)"},
 		{name: "other node", sb: sandbox(t, key, self, "node-2"), container: "main", wantErr: ErrForbidden, errText: `the allocation is for node "node-2", this is node "node-1"`},
 		{name: "malformed", sb: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Namespace: "ml", Name: "train"},

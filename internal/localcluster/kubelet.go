@@ -25,6 +25,10 @@ type KubeletOptions struct {
 	// LeaseDuration is nodeLeaseDurationSeconds: the node's Lease is
 	// renewed every quarter of it (default 40s, kubelet's default).
 	LeaseDuration time.Duration
+	// MaxContainerRestartPeriod caps the crash-loop back-off between a
+	// container's restarts (crashLoopBackOff.maxContainerRestartPeriod;
+	// default kubelet's, 5 minutes).
+	MaxContainerRestartPeriod time.Duration
 }
 
 // Kubelet is a running kubelet.
@@ -96,7 +100,7 @@ resolvConf: ""
 enforceNodeAllocatable: []
 nodeStatusUpdateFrequency: 4s
 nodeLeaseDurationSeconds: %d
-`, port, healthz, c.pki.caFile, opts.RuntimeEndpoint, int(opts.LeaseDuration/time.Second)), 0o600); err != nil {
+%s`, port, healthz, c.pki.caFile, opts.RuntimeEndpoint, int(opts.LeaseDuration/time.Second), restartPeriod(opts.MaxContainerRestartPeriod)), 0o600); err != nil {
 		return nil, err
 	}
 	p, err := StartProcess(filepath.Join(opts.Dir, "kubelet.log"), opts.Kubelet,
@@ -128,4 +132,13 @@ nodeLeaseDurationSeconds: %d
 		return nil, err
 	}
 	return k, nil
+}
+
+// restartPeriod is the kubelet configuration's crash-loop back-off cap, if
+// set.
+func restartPeriod(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("crashLoopBackOff:\n  maxContainerRestartPeriod: %s\n", d)
 }

@@ -74,9 +74,15 @@ type Args struct {
 	// before it is written is written at once.
 	RecordQPS int32 `json:"recordQPS,omitempty"`
 	// SigningKeyFile is the key the allocations are signed with: an Ed25519
-	// private key (PEM, PKCS #8), or an HMAC-SHA256 secret shared with the
-	// nodes. Required.
+	// private key (PEM, PKCS #8), or, not recommended, an HMAC-SHA256
+	// secret shared with the nodes (PEM "KUBEGPU HMAC-SHA256 SECRET").
+	// Required.
 	SigningKeyFile string `json:"signingKeyFile"`
+	// VerificationKeysFile holds more public keys (PEM) whose allocations
+	// the scheduler counts as its own: during a key rotation, the key it
+	// signed with before. The signing key's own public half is always
+	// accepted. Optional.
+	VerificationKeysFile string `json:"verificationKeysFile,omitempty"`
 }
 
 // Values of Args.WriteAllocation.

@@ -39,7 +39,7 @@ var errNoInventory = errors.New("node publishes no kubegpu device inventory (is 
 // read lock, changes the write lock.
 type deviceCache struct {
 	engine    *devicescheduler.Engine
-	key       *kubeinterface.Key
+	keys      *kubeinterface.KeySet
 	staleness time.Duration
 	now       func() time.Time
 	// started is when the cache was made, before its informers started;
@@ -187,9 +187,9 @@ func seenOf(pod *corev1.Pod) podSeen {
 	return s
 }
 
-func newDeviceCache(engine *devicescheduler.Engine, key *kubeinterface.Key, staleness time.Duration, m *cacheMetrics) *deviceCache {
+func newDeviceCache(engine *devicescheduler.Engine, keys *kubeinterface.KeySet, staleness time.Duration, m *cacheMetrics) *deviceCache {
 	return &deviceCache{
-		engine: engine, key: key, staleness: staleness, now: time.Now, started: time.Now(), metrics: m,
+		engine: engine, keys: keys, staleness: staleness, now: time.Now, started: time.Now(), metrics: m,
 		nodes: map[string]*nodeState{}, pods: map[ktypes.UID]*podState{},
 		activate: func(map[string]*corev1.Pod) {}, liveWaiters: newWaitSet(), deviceWaiters: newWaitSet(),
 		shapes: map[string]uint32{},
@@ -340,7 +340,7 @@ func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 		c.changed(logger, pod, "recorded now from what the scheduler counted")
 		return
 	}
-	held, err := objects.HeldAllocation(pod, c.key.Verify)
+	held, err := objects.HeldAllocation(pod, c.keys.Verify)
 	if err == nil && held.AnnotationDiffers {
 		c.metrics.rejected(errChanged)
 		logger.Info("Pod's allocation annotation differs from the scheduler's record: it was changed after binding; counting the pod's devices by the record",

@@ -34,11 +34,11 @@ func testCache(t *testing.T) (*deviceCache, *kubeinterface.Key) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := kubeinterface.ParseKey([]byte(strings.Repeat("k", 32)))
+	key, err := kubeinterface.NewHMACKey([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newDeviceCache(e, key, 40*time.Second, nil)
+	c := newDeviceCache(e, kubeinterface.NewKeySet(key), 40*time.Second, nil)
 	c.now = func() time.Time { return testNow }
 	return c, key
 }
@@ -172,7 +172,7 @@ func TestCacheIgnoresForgedAndMismatched(t *testing.T) {
 	}
 	c.unreserve("uid-x")
 
-	other, _ := kubeinterface.ParseKey([]byte(strings.Repeat("o", 32)))
+	other, _ := kubeinterface.NewHMACKey([]byte(strings.Repeat("o", 32)))
 	forged := boundWith(t, other, testPod("forged"), alloc)
 	c.updatePod(logger, forged)
 	// Signed for pod x, copied onto pod y.

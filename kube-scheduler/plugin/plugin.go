@@ -73,7 +73,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	logger.Info("kubegpu plugin ready", "profile", h.ProfileName(), "pluginDir", args.PluginDir,
-		"modules", shared.modules, "nodePolicy", args.NodePolicy, "signature", shared.key.Algorithm())
+		"modules", shared.modules, "nodePolicy", args.NodePolicy, "signingKey", shared.key.Algorithm()+":"+shared.key.ID())
 	return &Plugin{ctx: ctx, handle: h, args: args, engine: shared.engine, key: shared.key, cache: shared.cache, synced: shared.synced}, nil
 }
 
@@ -120,12 +120,9 @@ func argsEqual(a, b *Args) bool {
 func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 	logger := klog.FromContext(ctx).WithName(Name)
 	factory, client := h.SharedInformerFactory(), h.ClientSet()
-	key, err := kubeinterface.LoadKey(args.SigningKeyFile)
+	key, keys, err := loadKeys(logger, args)
 	if err != nil {
 		return nil, err
-	}
-	if !key.CanSign() {
-		return nil, fmt.Errorf("allocation key %s is an Ed25519 public key: the scheduler needs the private key", args.SigningKeyFile)
 	}
 	plugins, names, err := loadSchedulerPlugins(ctx, args)
 	if err != nil {
@@ -141,7 +138,7 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	m := registerMetrics()
-	c := newDeviceCache(engine, key, args.HeartbeatStaleness.Duration, m)
+	c := newDeviceCache(engine, keys, args.HeartbeatStaleness.Duration, m)
 	// Background records have a client of their own, so that they never
 	// take from the scheduler's QPS.
 	recordConfig := rest.CopyConfig(h.KubeConfig())
@@ -339,4 +336,26 @@ func (p *Plugin) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment
 		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with devices are not batched")
 	}
 	return []fwk.SignFragment{{Key: "kubegpu.io/devices", Value: false}}, nil
+}
+
+// loadKeys reads the key the scheduler signs with and the set of keys whose
+// allocations it counts: the signing key's public half and the
+// verification keys.
+func loadKeys(logger klog.Logger, args *Args) (*kubeinterface.Key, *kubeinterface.KeySet, error) {
+	key, err := kubeinterface.LoadSigningKey(args.SigningKeyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	if key.Algorithm() == kubeinterface.AlgHMACSHA256 {
+		logger.Info("WARNING: the signing key is a shared HMAC secret: every node that holds it can mint allocations for any pod on any node; use an Ed25519 key", "file", args.SigningKeyFile)
+	}
+	keys := kubeinterface.NewKeySet(key)
+	if args.VerificationKeysFile != "" {
+		more, err := kubeinterface.LoadVerifyKeys(args.VerificationKeysFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		keys = kubeinterface.NewKeySet(append([]*kubeinterface.Key{key}, more.Keys()...)...)
+	}
+	return key, keys, nil
 }

@@ -80,7 +80,7 @@ func TestCacheCountsByRecord(t *testing.T) {
 
 	// A record that does not verify (a node rewrote its pod's status)
 	// counts nothing, whatever the annotation says.
-	forgedKey, _ := kubeinterface.ParseKey([]byte(strings.Repeat("f", 32)))
+	forgedKey, _ := kubeinterface.NewHMACKey([]byte(strings.Repeat("f", 32)))
 	forged := recorded(boundWith(t, forgedKey, holder, alloc))
 	forged.Annotations = bound.Annotations
 	fresh, _ := testCache(t)
@@ -143,7 +143,7 @@ func TestCacheRecordsAtOnceWhenTheAnnotationChanges(t *testing.T) {
 	// it is, the pod still holds its devices, nothing left pending.
 	withRecord := recorded(bound)
 	delete(withRecord.Annotations, kubeinterface.AnnotationAllocation)
-	c.key = nil // a verification now would panic
+	c.keys = nil // a verification now would panic
 	c.updatePod(logger, withRecord)
 	if got := c.snapshot(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after the record arrived: %+v, want %+v", got, want)

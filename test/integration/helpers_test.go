@@ -48,9 +48,16 @@ func startScheduler(ctx context.Context, t *testing.T, extraArgs ...string) *loc
 // ("heartbeatStaleness: 5s").
 func startSchedulerWriting(ctx context.Context, t *testing.T, mode string, extraArgs ...string) *localcluster.Scheduler {
 	t.Helper()
-	args := append([]string{"heartbeatStaleness: " + heartbeatStaleness.String(), "writeAllocation: " + mode}, extraArgs...)
+	return startSchedulerSigning(ctx, t, keyFile, append([]string{"writeAllocation: " + mode}, extraArgs...)...)
+}
+
+// startSchedulerSigning starts the scheduler signing with the key in
+// signingKeyFile, with extra plugin args.
+func startSchedulerSigning(ctx context.Context, t *testing.T, signingKeyFile string, extraArgs ...string) *localcluster.Scheduler {
+	t.Helper()
+	args := append([]string{"heartbeatStaleness: " + heartbeatStaleness.String()}, extraArgs...)
 	config, err := cluster.ShippedSchedulerConfig(filepath.Join(repoRoot, "kube-scheduler/config/kubegpu-scheduler.yaml"),
-		schedulerID.Kubeconfig, pluginDir, keyFile, 500, args...)
+		schedulerID.Kubeconfig, pluginDir, signingKeyFile, 500, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

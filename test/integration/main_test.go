@@ -155,6 +155,6 @@ func writeKeys(dir string) (*kubeinterface.Key, string, string, error) {
 	if err := os.WriteFile(public, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
 		return nil, "", "", err
 	}
-	k, err := kubeinterface.LoadKey(private)
+	k, err := kubeinterface.LoadSigningKey(private)
 	return k, private, public, err
 }

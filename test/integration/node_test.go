@@ -260,7 +260,7 @@ func TestShimGivesContainersTheirDevices(t *testing.T) {
 				t.Errorf("container without an allocation printed:\n%s\nwant NVIDIA_VISIBLE_DEVICES=void and no device", out)
 			}
 
-			forger, err := kubeinterface.ParseKey([]byte(strings.Repeat("f", 32)))
+			forger, err := kubeinterface.NewHMACKey([]byte(strings.Repeat("f", 32)))
 			if err != nil {
 				t.Fatal(err)
 			}
