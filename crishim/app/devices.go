@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/kubegpu/kubegpu/crishim/nodeplugins"
 	"github.com/kubegpu/kubegpu/types"
+	"github.com/kubegpu/kubegpu/utils/pluginload"
 )
 
 // pluginOptions are the flags every command that starts device modules takes.
@@ -20,12 +22,23 @@ type pluginOptions struct {
 	PluginDir string
 	NodeName  string
 	Options   []string
+	Pins      []string
 }
 
 func (o *pluginOptions) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.PluginDir, "plugin-dir", "/usr/lib/kubegpu/plugins", "directory of device module .so files")
 	cmd.Flags().StringVar(&o.NodeName, "node-name", defaultNodeName(), "name of this node in Kubernetes")
 	cmd.Flags().StringArrayVar(&o.Options, "plugin-option", nil, "a device module's option as MODULE.KEY=VALUE, e.g. simgpu.preset=dgx1 (repeatable)")
+	cmd.Flags().StringArrayVar(&o.Pins, "plugin-sha256", nil, "pin a module file to its SHA-256 as FILE.so=DIGEST (sha256sum); with any pin, every module must be pinned (repeatable)")
+}
+
+// open loads the device modules.
+func (o *pluginOptions) open(ctx context.Context) ([]nodeplugins.Plugin, error) {
+	pins, err := pluginload.ParsePins(o.Pins)
+	if err != nil {
+		return nil, err
+	}
+	return nodeplugins.Open(ctx, o.PluginDir, o.NodeName, o.Options, pins)
 }
 
 type devicesOptions struct {
@@ -59,7 +72,7 @@ func (o *devicesOptions) run(cmd *cobra.Command) error {
 		return fmt.Errorf("--output must be table or json, got %q", o.Output)
 	}
 	ctx := cmd.Context()
-	plugins, openErr := nodeplugins.Open(ctx, o.PluginDir, o.NodeName, o.Options)
+	plugins, openErr := o.open(ctx)
 	defer func() {
 		if err := nodeplugins.Close(plugins); err != nil {
 			klog.FromContext(ctx).Error(err, "Closing device modules")

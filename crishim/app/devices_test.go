@@ -45,27 +45,34 @@ var (
 	bothDir  string
 )
 
-// simgpuAndNvidiaDir returns a directory holding simgpu.so (a link to simgpuDir's:
-// the runtime loads a plugin file once) and a freshly built nvidia.so, as
-// on a node that installs every module.
+// simgpuAndNvidiaDir returns simgpuDir with a freshly built nvidia.so in it
+// for the test, as on a node that installs every module. (Plugin files are
+// not linked: the loader refuses symbolic links, and the runtime loads a
+// plugin once, by path, so simgpu.so must stay where it was first loaded.)
 func simgpuAndNvidiaDir(t *testing.T) string {
 	t.Helper()
-	sim := filepath.Join(simgpuDir(t), "simgpu.so")
+	dir := simgpuDir(t)
 	bothOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "crishim-app-test-")
+		built, err := os.MkdirTemp("", "crishim-app-test-")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Symlink(sim, filepath.Join(dir, "simgpu.so")); err != nil {
-			t.Fatal(err)
-		}
-		plugintest.Build(t, plugintest.ModuleRoot(t), "./plugins/nvidia/plugin", plugintest.HostFlags(t), dir, "nvidia.so")
-		bothDir = dir
+		plugintest.Build(t, plugintest.ModuleRoot(t), "./plugins/nvidia/plugin", plugintest.HostFlags(t), built, "nvidia.so")
+		bothDir = built
 	})
 	if bothDir == "" {
 		t.Fatal("building nvidia.so failed earlier")
 	}
-	return bothDir
+	b, err := os.ReadFile(filepath.Join(bothDir, "nvidia.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nv := filepath.Join(dir, "nvidia.so")
+	if err := os.WriteFile(nv, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(nv) })
+	return dir
 }
 
 func TestMain(m *testing.M) {

@@ -75,7 +75,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	// take the node's containers down. Modules that do not start are
 	// reported and left out; containers then get no devices of theirs
 	// (rewrite.Baseline hides NVIDIA GPUs whatever is loaded).
-	plugins, err := nodeplugins.Open(ctx, o.PluginDir, o.NodeName, o.Options)
+	plugins, err := o.open(ctx)
 	if err != nil {
 		logger.Error(err, "Device modules did not all start; serving CRI with the others", "started", len(plugins))
 	}
@@ -135,7 +135,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		if ml, err := net.Listen("tcp", o.MetricsAddress); err != nil {
 			logger.Error(err, "Cannot serve metrics; serving CRI without them", "address", o.MetricsAddress)
 		} else {
-			srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			srv := metrics.NewServer(m.Handler())
 			wg.Go(func() {
 				if err := srv.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					logger.Error(err, "Serving metrics")

@@ -31,13 +31,13 @@ type Plugin struct {
 // reported in the returned error while the modules that started are still
 // returned, so that the caller can decide to carry on without it. Modules
 // without a node side are skipped.
-func Open(ctx context.Context, dir, nodeName string, optionFlags []string) ([]Plugin, error) {
+func Open(ctx context.Context, dir, nodeName string, optionFlags []string, pins pluginload.Pins) ([]Plugin, error) {
 	logger := klog.FromContext(ctx)
 	opts, err := pluginload.ParseOptions(optionFlags)
 	if err != nil {
 		return nil, err
 	}
-	mods, err := pluginload.Load(dir)
+	mods, err := pluginload.Load(dir, pins)
 	if err != nil {
 		return nil, fmt.Errorf("load device plugins: %w", err)
 	}

@@ -86,7 +86,7 @@ func TestOpenSkipsAndReports(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 			ctx := klog.NewContext(context.Background(), logger)
-			plugins, err := Open(ctx, dir, "node-a", tt.options)
+			plugins, err := Open(ctx, dir, "node-a", tt.options, nil)
 			defer func() {
 				if err := Close(plugins); err != nil {
 					t.Errorf("Close() error = %v", err)

@@ -39,8 +39,14 @@ const (
 type Args struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// PluginDir holds the device modules (*.so) to load.
+	// PluginDir holds the device modules (*.so) to load. It, the
+	// directories above it and the modules must be owned by root (or the
+	// scheduler's user) and writable by no one else, with no symbolic link.
 	PluginDir string `json:"pluginDir,omitempty"`
+	// PluginSHA256 pins module files to their SHA-256 digests
+	// ("nvidia.so": DIGEST, as sha256sum prints it). With any pin, every
+	// module in PluginDir must be pinned.
+	PluginSHA256 map[string]string `json:"pluginSHA256,omitempty"`
 	// PluginOptions are the modules' scheduler-side options, each
 	// "MODULE.KEY=VALUE".
 	PluginOptions []string `json:"pluginOptions,omitempty"`

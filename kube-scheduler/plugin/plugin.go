@@ -183,7 +183,7 @@ func loadSchedulerPlugins(ctx context.Context, args *Args) ([]types.SchedulerPlu
 	if err != nil {
 		return nil, nil, err
 	}
-	mods, err := pluginload.Load(args.PluginDir)
+	mods, err := pluginload.Load(args.PluginDir, args.PluginSHA256)
 	if err != nil {
 		return nil, nil, fmt.Errorf("load device plugins: %w", err)
 	}

@@ -3,15 +3,20 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	ktypes "k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubegpu/kubegpu/crishim/metrics"
 	"github.com/kubegpu/kubegpu/internal/localnode"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
@@ -317,4 +322,57 @@ func podID(ctx context.Context, t *testing.T, n *localnode.Node, sock, name stri
 		t.Fatalf("pods --name %s: %v %q", name, err, id)
 	}
 	return strings.Fields(id)[0]
+}
+
+// TestShimMetricsSurviveIdleConnections: 2,000 idle connections to the
+// shim's metrics port (a local user's, or a hostNetwork pod's) hold at
+// most metrics.MaxConnections of its file descriptors, and a scrape still
+// gets its answer.
+func TestShimMetricsSurviveIdleConnections(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(ctx, t)
+	addr := freeAddress(t)
+	shim, _ := startShim(ctx, t, n, "metrics-node", "--advertise=false", "--plugin-option=simgpu.preset=t4x4", "--metrics-bind-address="+addr)
+	before := openFDs(t, shim.Pid())
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 2000; i++ {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	// The shim has taken every connection off its listen queue by the time
+	// a scrape is answered.
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape with 2000 idle connections open: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "kubegpu_crishim_devices 4") {
+		t.Fatalf("scrape: %s\n%s", resp.Status, body)
+	}
+	if after := openFDs(t, shim.Pid()); after > before+metrics.MaxConnections+8 {
+		t.Errorf("the shim holds %d file descriptors with 2000 idle connections, %d before: not bounded by %d connections", after, before, metrics.MaxConnections)
+	}
+	// CRI is served throughout.
+	if _, err := crictl(ctx, n, filepath.Join(n.Dir, "crishim.sock"), "version"); err != nil {
+		t.Errorf("CRI with 2000 idle metrics connections: %v", err)
+	}
+}
+
+func openFDs(t *testing.T, pid int) int {
+	t.Helper()
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
 }

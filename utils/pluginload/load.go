@@ -54,12 +54,25 @@ type Module struct {
 }
 
 // Load opens every *.so file in dir, in name order, and returns the modules
-// they construct. Any file that fails to load fails the whole call, with an
-// error per file; nothing is skipped in silence. A directory without plugins
-// gives no modules and no error.
-func Load(dir string) ([]Module, error) {
+// they construct. The directory, the directories above it and the files
+// must be owned by root (or the host's user), writable by no one else, and
+// no symbolic links; with pins, every file must match its pin. Any file that
+// fails fails the whole call, with an error per file; nothing is skipped in
+// silence. A directory without plugins gives no modules and no error.
+func Load(dir string, pins Pins) ([]Module, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("open plugin directory: %w", err)
+	}
+	if err := checkDir(dir); err != nil {
+		return nil, err
+	}
+	for name, digest := range pins {
+		if err := checkDigest(digest); err != nil {
+			return nil, fmt.Errorf("plugin pin for %s: %w", name, err)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, name)); err != nil {
+			return nil, fmt.Errorf("plugin pin for %s: no such module in %s", name, dir)
+		}
 	}
 	paths, err := filepath.Glob(filepath.Join(dir, "*.so"))
 	if err != nil {
@@ -71,6 +84,10 @@ func Load(dir string) ([]Module, error) {
 	)
 	byName := map[string]string{}
 	for _, p := range paths {
+		if err := checkFile(p, pins); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		m, err := Open(p)
 		if err != nil {
 			errs = append(errs, err)

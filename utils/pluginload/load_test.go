@@ -76,7 +76,7 @@ func TestLoadDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("not a plugin"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mods, err := Load(dir)
+	mods, err := Load(dir, nil)
 	if err != nil {
 		t.Fatalf("Load() error = %v", err)
 	}
@@ -84,11 +84,11 @@ func TestLoadDirectory(t *testing.T) {
 		t.Errorf("Load() modules = %v, want [testmod]", got)
 	}
 
-	empty, err := Load(t.TempDir())
+	empty, err := Load(t.TempDir(), nil)
 	if err != nil || len(empty) != 0 {
 		t.Errorf("Load(empty dir) = %v, %v; want no modules, no error", empty, err)
 	}
-	if _, err := Load(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "open plugin directory") {
+	if _, err := Load(filepath.Join(dir, "missing"), nil); err == nil || !strings.Contains(err.Error(), "open plugin directory") {
 		t.Errorf("Load(missing dir) error = %v", err)
 	}
 }
@@ -100,7 +100,7 @@ func TestLoadCopyOfLoadedPlugin(t *testing.T) {
 	}
 	dir := t.TempDir()
 	copyFile(t, good, filepath.Join(dir, "copy.so"))
-	_, err := Load(dir)
+	_, err := Load(dir, nil)
 	if err == nil || !strings.Contains(err.Error(), "copy of a plugin this process already loaded") {
 		t.Errorf("Load(copy) error = %v", err)
 	}
@@ -174,7 +174,7 @@ func TestLoadFailures(t *testing.T) {
 
 			// Load reports the same failure for the directory holding it
 			// (each plugin was built alone into a directory of its own).
-			if _, err := Load(filepath.Dir(tt.path)); !errors.Is(err, tt.wantIs) {
+			if _, err := Load(filepath.Dir(tt.path), nil); !errors.Is(err, tt.wantIs) {
 				t.Errorf("Load() error = %v, want %v", err, tt.wantIs)
 			}
 		})
