@@ -78,6 +78,20 @@ type NodePlugin interface {
 	Close() error
 }
 
+// PodScopedPlugin is implemented by a NodePlugin whose edits start
+// something for the container on the node (an MPS control daemon of its
+// own) that must be stopped once the pod is gone. The host calls
+// PodContainerEdits instead of ContainerEdits, and ReleasePods
+// periodically with the pods that still have a sandbox.
+type PodScopedPlugin interface {
+	// PodContainerEdits is ContainerEdits for a container of the pod whose
+	// UID is podUID.
+	PodContainerEdits(ctx context.Context, podUID string, alloc ContainerAllocation) (ContainerEdits, error)
+	// ReleasePods stops what the plugin started for pods whose UIDs are not
+	// in live.
+	ReleasePods(ctx context.Context, live map[string]bool) error
+}
+
 // SchedulerPlugin is the device-specific part of fit and score, used by the
 // allocation engine. Its methods are called in the engine's hot loops: they
 // must be pure, fast, safe for concurrent use and must not allocate.

@@ -40,4 +40,18 @@ func (c *runtimeClient) ListContainers(ctx context.Context, filter *runtimeapi.C
 	return resp.GetContainers(), nil
 }
 
+// LivePods returns the UIDs of the pods with a ready sandbox.
+func (c *runtimeClient) LivePods(ctx context.Context) (map[string]bool, error) {
+	resp, err := c.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}})
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]bool{}
+	for _, sb := range resp.GetItems() {
+		live[sb.GetMetadata().GetUid()] = true
+	}
+	return live, nil
+}
+
 func (c *runtimeClient) Close() error { return c.conn.Close() }

@@ -159,6 +159,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		// Keep the device list fresh for CreateContainer.
 		wg.Go(func() { d.loop(ctx, o.Interval) })
 	}
+	wg.Go(func() { releasePods(ctx, runtime, plugins, o.Interval) })
 	logger.Info("kubegpu-crishim serving", "version", version.Get().GitVersion, "listen", o.Listen, "runtime", o.RuntimeEndpoint,
 		"modules", len(plugins), "advertise", client != nil, "keys", keys.IDs(), "allowlistEntries", allowlist.Len())
 	select {
@@ -247,6 +248,43 @@ func (d *discovery) loop(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 			if _, err := d.discover(ctx); err != nil {
 				klog.FromContext(ctx).Error(err, "Device discovery failed")
+			}
+		}
+	}
+}
+
+// releasePods tells the modules that start something per pod (an MPS
+// daemon per container) which pods still have a sandbox, every interval, so
+// that they stop what they started for the others.
+func releasePods(ctx context.Context, runtime *runtimeClient, plugins []nodeplugins.Plugin, interval time.Duration) {
+	var scoped []types.PodScopedPlugin
+	for _, p := range plugins {
+		if ps, ok := p.NodePlugin.(types.PodScopedPlugin); ok {
+			scoped = append(scoped, ps)
+		}
+	}
+	if len(scoped) == 0 {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		listCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		live, err := runtime.LivePods(listCtx)
+		cancel()
+		if err != nil {
+			logger.V(2).Info("Cannot list pod sandboxes; releasing nothing this round", "err", err)
+			continue
+		}
+		for _, ps := range scoped {
+			if err := ps.ReleasePods(ctx, live); err != nil {
+				logger.Error(err, "Releasing what device modules hold for pods that are gone")
 			}
 		}
 	}

@@ -83,7 +83,7 @@ func CreateContainer(d Devices) Interceptor {
 		if privileged && !allowed && len(alloc.Devices) > 0 {
 			return nil, status.Errorf(codes.FailedPrecondition, "kubegpu-crishim: container %q: %v", name, ErrPrivileged)
 		}
-		edits, err := d.Rewriter.Edits(ctx, alloc)
+		edits, err := d.Rewriter.Edits(ctx, md.GetUid(), alloc)
 		if err != nil {
 			return nil, toStatus(err)
 		}

@@ -102,10 +102,11 @@ func Device(modules []Module, id string) (types.Device, bool) {
 	return types.Device{}, false
 }
 
-// Edits asks every module for its part of alloc: the devices it serves, or
-// none, so that it hides its devices; on top of Baseline. A device no module
-// serves is an error wrapping ErrInvalid.
-func (r *Rewriter) Edits(ctx context.Context, alloc types.ContainerAllocation) (types.ContainerEdits, error) {
+// Edits asks every module for its part of alloc, for a container of the pod
+// whose UID is podUID: the devices it serves, or none, so that it hides its
+// devices; on top of Baseline. A device no module serves is an error
+// wrapping ErrInvalid.
+func (r *Rewriter) Edits(ctx context.Context, podUID string, alloc types.ContainerAllocation) (types.ContainerEdits, error) {
 	modules := r.Modules()
 	parts := make([]types.ContainerAllocation, len(modules))
 	for i := range parts {
@@ -120,7 +121,13 @@ func (r *Rewriter) Edits(ctx context.Context, alloc types.ContainerAllocation) (
 	}
 	all := merge(types.ContainerEdits{}, Baseline)
 	for i, m := range modules {
-		e, err := m.Plugin.ContainerEdits(ctx, parts[i])
+		var e types.ContainerEdits
+		var err error
+		if ps, ok := m.Plugin.(types.PodScopedPlugin); ok && podUID != "" {
+			e, err = ps.PodContainerEdits(ctx, podUID, parts[i])
+		} else {
+			e, err = m.Plugin.ContainerEdits(ctx, parts[i])
+		}
 		if err != nil {
 			return types.ContainerEdits{}, fmt.Errorf("%w: device module %s: %w", ErrInvalid, m.Name, err)
 		}

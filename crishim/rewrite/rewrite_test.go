@@ -109,7 +109,7 @@ func TestEdits(t *testing.T) {
 			{Name: "b", Plugin: fakeModule{env: "B_DEVICES"}, Devices: map[string]types.Device{"acc0": {ID: "acc0"}}},
 		}
 	}}
-	got, err := r.Edits(context.Background(), types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{{ID: "gpu1", UUID: "GPU-1"}}})
+	got, err := r.Edits(context.Background(), "uid-1", types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{{ID: "gpu1", UUID: "GPU-1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,11 +125,11 @@ func TestEdits(t *testing.T) {
 	// No module running (e.g. the NVIDIA driver not loaded yet): containers
 	// still get no GPU.
 	none := &Rewriter{Modules: func() []Module { return nil }}
-	got, err = none.Edits(context.Background(), types.ContainerAllocation{Name: "main"})
+	got, err = none.Edits(context.Background(), "uid-1", types.ContainerAllocation{Name: "main"})
 	if err != nil || !reflect.DeepEqual(got.Env, Baseline.Env) {
 		t.Errorf("edits without modules = %+v, %v; want the baseline %+v", got, err, Baseline)
 	}
-	_, err = r.Edits(context.Background(), types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{{ID: "gpu9", UUID: "GPU-9"}}})
+	_, err = r.Edits(context.Background(), "uid-1", types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{{ID: "gpu9", UUID: "GPU-9"}}})
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "device gpu9 (GPU-9) is not on this node") {
 		t.Errorf("unknown device: %v", err)
 	}

@@ -40,21 +40,46 @@ const (
 var ErrNotOnNode = errors.New("device is not on this node")
 
 // ContainerEdits gives the container exactly the devices of alloc, checked
-// against the last discovery; with no devices, it hides every GPU.
+// against the last discovery; with no devices, it hides every GPU. With
+// MPS, slices need the pod (PodContainerEdits).
 func (n *node) ContainerEdits(_ context.Context, alloc types.ContainerAllocation) (types.ContainerEdits, error) {
+	return n.edits(alloc, nil)
+}
+
+// PodContainerEdits is ContainerEdits for a container of pod podUID: with
+// MPS, its slices get an MPS daemon of the container's own.
+func (n *node) PodContainerEdits(ctx context.Context, podUID string, alloc types.ContainerAllocation) (types.ContainerEdits, error) {
+	return n.edits(alloc, func(uuids []string) (mpsDirs, error) {
+		return n.mps.ensure(ctx, podUID, alloc.Name, uuids)
+	})
+}
+
+// ReleasePods stops the MPS daemons of pods that are gone.
+func (n *node) ReleasePods(ctx context.Context, live map[string]bool) error {
+	if n.mps == nil {
+		return nil
+	}
+	return n.mps.release(ctx, live)
+}
+
+func (n *node) edits(alloc types.ContainerAllocation, mps mpsStarter) (types.ContainerEdits, error) {
 	n.mu.RLock()
 	devices := n.devices
 	n.mu.RUnlock()
-	edits, err := containerEdits(n.cfg, devices, alloc)
+	edits, err := containerEdits(n.cfg, devices, alloc, mps)
 	if err != nil {
 		return types.ContainerEdits{}, fmt.Errorf("%s: container %q: %w", Name, alloc.Name, err)
 	}
 	return edits, nil
 }
 
+// mpsStarter makes sure an MPS daemon serves the GPUs with uuids (in PCI
+// bus order) for the container, and returns its directories.
+type mpsStarter func(uuids []string) (mpsDirs, error)
+
 // containerEdits builds the edits for alloc from the node's configuration
-// and devices. It depends on nothing else.
-func containerEdits(c config, devices map[string]deviceEntry, alloc types.ContainerAllocation) (types.ContainerEdits, error) {
+// and devices, and, for MPS slices, the container's MPS daemon.
+func containerEdits(c config, devices map[string]deviceEntry, alloc types.ContainerAllocation, mps mpsStarter) (types.ContainerEdits, error) {
 	var edits types.ContainerEdits
 	if len(alloc.Devices) == 0 {
 		edits.Env = []types.EnvVar{{Name: EnvVisibleDevices, Value: "void"}}
@@ -110,12 +135,15 @@ func containerEdits(c config, devices map[string]deviceEntry, alloc types.Contai
 	if whole {
 		return types.ContainerEdits{}, errors.New("MPS limits cannot apply to a container with both whole and shared GPUs")
 	}
-	mps, err := mpsEdits(c, entries, alloc.Devices)
+	if mps == nil {
+		return types.ContainerEdits{}, errors.New("MPS slices need the container's pod: the host does not support per-pod edits (rebuild it with this module)")
+	}
+	more, err := mpsEdits(entries, alloc.Devices, mps)
 	if err != nil {
 		return types.ContainerEdits{}, err
 	}
-	edits.Env = append(edits.Env, mps.Env...)
-	edits.Mounts = append(edits.Mounts, mps.Mounts...)
+	edits.Env = append(edits.Env, more.Env...)
+	edits.Mounts = append(edits.Mounts, more.Mounts...)
 	return edits, nil
 }
 
@@ -134,8 +162,9 @@ func cdiName(c config, e deviceEntry) string {
 // mpsEdits are the MPS client settings of shared slices: one active-thread
 // percentage for the process, a pinned-memory limit per device ordinal
 // (devices in PCI bus order, which CUDA_DEVICE_ORDER makes CUDA's order),
-// and the daemon's pipe directory (and shared memory) mounted in.
-func mpsEdits(c config, entries []deviceEntry, shares []types.DeviceShare) (types.ContainerEdits, error) {
+// and the container's own MPS daemon's pipe directory and shared memory
+// mounted in.
+func mpsEdits(entries []deviceEntry, shares []types.DeviceShare, start mpsStarter) (types.ContainerEdits, error) {
 	percent := shares[0].ComputePercent
 	for _, s := range shares {
 		if s.ComputePercent != percent {
@@ -150,27 +179,32 @@ func mpsEdits(c config, entries []deviceEntry, shares []types.DeviceShare) (type
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(entries[a].dev.PCIBusID, entries[b].dev.PCIBusID) })
-	var limits []string
+	var limits, uuids []string
 	for ordinal, i := range order {
+		uuids = append(uuids, entries[i].dev.UUID)
 		if m := shares[i].MemoryMiB; m > 0 {
 			limits = append(limits, fmt.Sprintf("%d=%dM", ordinal, m))
 		} else if m < 0 {
 			return types.ContainerEdits{}, fmt.Errorf("device %s: negative memory %d MiB", shares[i].ID, m)
 		}
 	}
+	dirs, err := start(uuids)
+	if err != nil {
+		return types.ContainerEdits{}, err
+	}
 	edits := types.ContainerEdits{
 		Env: []types.EnvVar{
-			{Name: EnvMPSPipeDirectory, Value: c.mpsPipeDir},
+			{Name: EnvMPSPipeDirectory, Value: MPSContainerPipeDir},
 			{Name: EnvMPSThreadPercentage, Value: strconv.Itoa(percent)},
 			{Name: EnvCUDADeviceOrder, Value: "PCI_BUS_ID"},
 		},
-		Mounts: []types.Mount{{HostPath: c.mpsPipeDir, ContainerPath: c.mpsPipeDir}},
+		Mounts: []types.Mount{
+			{HostPath: dirs.pipe, ContainerPath: MPSContainerPipeDir},
+			{HostPath: dirs.shm, ContainerPath: "/dev/shm"},
+		},
 	}
 	if len(limits) > 0 {
 		edits.Env = append(edits.Env, types.EnvVar{Name: EnvMPSPinnedMemoryLimit, Value: strings.Join(limits, ",")})
-	}
-	if c.mpsShmDir != "" {
-		edits.Mounts = append(edits.Mounts, types.Mount{HostPath: c.mpsShmDir, ContainerPath: "/dev/shm"})
 	}
 	return edits, nil
 }

@@ -23,7 +23,11 @@ func TestContainerEdits(t *testing.T) {
 	}
 	whole := func(id string) types.DeviceShare { return share(id, true, 40960, 100) }
 	u := func(id string) string { return share(id, true, 0, 0).UUID }
-	mps := config{mps: true, mpsPipeDir: "/run/nvidia/mps", mpsShmDir: "/run/nvidia/mps/shm"}
+	mps := config{mps: true}
+	// The container's MPS daemon, as mpsDaemons would start it.
+	start := func([]string) (mpsDirs, error) {
+		return mpsDirs{pipe: "/run/kubegpu/mps/uid/c/pipe", shm: "/run/kubegpu/mps/uid/c/shm"}, nil
+	}
 
 	tests := []struct {
 		name    string
@@ -95,20 +99,20 @@ func TestContainerEdits(t *testing.T) {
 					{Name: EnvVisibleDevices, Value: u("gpu6") + "," + u("gpu1")},
 					{Name: EnvMemoryMiB, Value: "8192,2048"},
 					{Name: EnvCores, Value: "25,25"},
-					{Name: EnvMPSPipeDirectory, Value: "/run/nvidia/mps"},
+					{Name: EnvMPSPipeDirectory, Value: MPSContainerPipeDir},
 					{Name: EnvMPSThreadPercentage, Value: "25"},
 					{Name: EnvCUDADeviceOrder, Value: "PCI_BUS_ID"},
 					{Name: EnvMPSPinnedMemoryLimit, Value: "0=2048M,1=8192M"},
 				},
 				Mounts: []types.Mount{
-					{HostPath: "/run/nvidia/mps", ContainerPath: "/run/nvidia/mps"},
-					{HostPath: "/run/nvidia/mps/shm", ContainerPath: "/dev/shm"},
+					{HostPath: "/run/kubegpu/mps/uid/c/pipe", ContainerPath: MPSContainerPipeDir},
+					{HostPath: "/run/kubegpu/mps/uid/c/shm", ContainerPath: "/dev/shm"},
 				},
 			},
 		},
 		{
-			name:    "mps without a memory amount and without shm",
-			cfg:     config{mps: true, mpsPipeDir: DefaultMPSPipeDir, cdi: true},
+			name:    "mps without a memory amount",
+			cfg:     config{mps: true, cdi: true},
 			devices: []types.DeviceShare{share("gpu0", false, 0, 50)},
 			want: types.ContainerEdits{
 				CDIDevices: []string{"nvidia.com/gpu=" + u("gpu0")},
@@ -116,11 +120,14 @@ func TestContainerEdits(t *testing.T) {
 					{Name: EnvVisibleDevices, Value: "void"},
 					{Name: EnvMemoryMiB, Value: "0"},
 					{Name: EnvCores, Value: "50"},
-					{Name: EnvMPSPipeDirectory, Value: DefaultMPSPipeDir},
+					{Name: EnvMPSPipeDirectory, Value: MPSContainerPipeDir},
 					{Name: EnvMPSThreadPercentage, Value: "50"},
 					{Name: EnvCUDADeviceOrder, Value: "PCI_BUS_ID"},
 				},
-				Mounts: []types.Mount{{HostPath: DefaultMPSPipeDir, ContainerPath: DefaultMPSPipeDir}},
+				Mounts: []types.Mount{
+					{HostPath: "/run/kubegpu/mps/uid/c/pipe", ContainerPath: MPSContainerPipeDir},
+					{HostPath: "/run/kubegpu/mps/uid/c/shm", ContainerPath: "/dev/shm"},
+				},
 			},
 		},
 		{
@@ -170,7 +177,7 @@ func TestContainerEdits(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			np.cfg = tt.cfg
-			got, err := np.ContainerEdits(t.Context(), types.ContainerAllocation{Name: "c", Devices: tt.devices})
+			got, err := np.edits(types.ContainerAllocation{Name: "c", Devices: tt.devices}, start)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.HasPrefix(err.Error(), `nvidia: container "c": `) {
 					t.Fatalf("ContainerEdits() error = %v, want %q", err, tt.wantErr)
@@ -184,6 +191,29 @@ func TestContainerEdits(t *testing.T) {
 				t.Errorf("ContainerEdits() =\n%+v\nwant\n%+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestMPSNeedsThePod: MPS slices get a daemon of the container's own, so
+// edits without the pod are refused; the daemon serves the container's GPUs
+// in PCI bus order.
+func TestMPSNeedsThePod(t *testing.T) {
+	m := nvmltest.NewDGXA100()
+	np := startNode(t, m, map[string]string{OptionHealthChecks: "false"})
+	np.cfg.mps = true
+	slices := []types.DeviceShare{{ID: "gpu6", UUID: m.GPUs[6].UUID, MemoryMiB: 1024, ComputePercent: 20}, {ID: "gpu1", UUID: m.GPUs[1].UUID, MemoryMiB: 1024, ComputePercent: 20}}
+	if _, err := np.ContainerEdits(t.Context(), types.ContainerAllocation{Name: "c", Devices: slices}); err == nil || !strings.Contains(err.Error(), "MPS slices need the container's pod") {
+		t.Errorf("ContainerEdits of MPS slices without the pod: %v", err)
+	}
+	var started []string
+	if _, err := np.edits(types.ContainerAllocation{Name: "c", Devices: slices}, func(uuids []string) (mpsDirs, error) {
+		started = uuids
+		return mpsDirs{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{m.GPUs[1].UUID, m.GPUs[6].UUID}; !reflect.DeepEqual(started, want) {
+		t.Errorf("daemon for %v, want %v (PCI bus order)", started, want)
 	}
 }
 

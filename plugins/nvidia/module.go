@@ -98,6 +98,12 @@ func (m *module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
+	var mps *mpsDaemons
+	if c.mps {
+		if mps, err = newMPSDaemons(c); err != nil {
+			return nil, fmt.Errorf("%s: %w", Name, err)
+		}
+	}
 	lib, err := m.newLibrary(c.library)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %w; install the NVIDIA driver, or set %s.%s to libnvidia-ml's path",
@@ -108,6 +114,7 @@ func (m *module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.
 	}
 	logger := klog.FromContext(ctx)
 	n := newNode(lib, c, m.sysfs)
+	n.mps = mps
 	fail := func(err error) (types.NodePlugin, error) {
 		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
 			logger.Error(ret, "Shutting NVML down after a failed start")

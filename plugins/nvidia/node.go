@@ -15,6 +15,8 @@ type node struct {
 	lib   nvml.Interface
 	cfg   config
 	sysfs string
+	// mps starts the containers' MPS daemons (nil without MPS).
+	mps *mpsDaemons
 
 	// discoverMu serialises Discover, which owns the fields below it.
 	discoverMu sync.Mutex
@@ -82,7 +84,10 @@ func newNode(lib nvml.Interface, c config, sysfs string) *node {
 	}
 }
 
-var _ types.NodePlugin = (*node)(nil)
+var (
+	_ types.NodePlugin      = (*node)(nil)
+	_ types.PodScopedPlugin = (*node)(nil)
+)
 
 func (n *node) setHealth(h *health) {
 	n.mu.Lock()

@@ -28,17 +28,19 @@ const (
 	// cdi generate versions write both by default; older ones wrote index
 	// names only unless run with --device-name-strategy=uuid.
 	OptionCDIDeviceNames = "cdi-device-names"
-	// OptionMPS is "true" when the node runs an MPS control daemon for
-	// shared GPUs: shared slices then get MPS memory and compute limits.
+	// OptionMPS is "true" to give shared slices MPS memory and compute
+	// limits: each container with slices gets an MPS control daemon of its
+	// own, started by the shim for the container's GPUs, with its own pipe
+	// directory and /dev/shm under OptionMPSRoot, and stopped once its pod
+	// is gone. Tenants so never share an MPS daemon or shared memory.
 	OptionMPS = "mps"
-	// OptionMPSPipeDir is the MPS daemon's pipe directory
-	// (CUDA_MPS_PIPE_DIRECTORY), mounted into containers with shared
-	// slices at the same path. Default DefaultMPSPipeDir.
-	OptionMPSPipeDir = "mps-pipe-dir"
-	// OptionMPSShmDir, when set, is a host directory mounted at /dev/shm in
-	// containers with shared slices: the shared memory of an MPS daemon
-	// that runs in its own container.
-	OptionMPSShmDir = "mps-shm-dir"
+	// OptionMPSRoot is the directory the per-container MPS directories are
+	// made in; the module makes it root-owned with mode 0700. Default
+	// DefaultMPSRoot.
+	OptionMPSRoot = "mps-root"
+	// OptionMPSControl is the MPS control binary (default
+	// DefaultMPSControl, looked up in PATH).
+	OptionMPSControl = "mps-control"
 	// OptionHealthChecks is "true" (the default) to watch NVML for critical
 	// XID errors and report the GPUs they hit unhealthy.
 	OptionHealthChecks = "health-checks"
@@ -51,12 +53,24 @@ const (
 	OptionNVMLLibrary = "nvml-library"
 )
 
-// DefaultMPSPipeDir is CUDA's default MPS pipe directory.
-const DefaultMPSPipeDir = "/tmp/nvidia-mps"
+// MPS defaults.
+const (
+	DefaultMPSRoot    = "/run/kubegpu/mps"
+	DefaultMPSControl = "nvidia-cuda-mps-control"
+	// MPSContainerPipeDir is where a container finds its MPS daemon's pipe
+	// directory: CUDA's default, so that clients need no setting.
+	MPSContainerPipeDir = "/tmp/nvidia-mps"
+)
 
 var nodeOptions = []string{
-	OptionEdits, OptionCDIDeviceNames, OptionMPS, OptionMPSPipeDir, OptionMPSShmDir,
+	OptionEdits, OptionCDIDeviceNames, OptionMPS, OptionMPSRoot, OptionMPSControl,
 	OptionHealthChecks, OptionIgnoreXIDs, OptionNVMLLibrary,
+}
+
+// removedOptions are options of earlier versions, with what replaced them.
+var removedOptions = map[string]string{
+	"mps-pipe-dir": "each container with MPS slices now gets an MPS daemon of its own, started by the shim under " + OptionMPSRoot + "; stop the node's shared MPS daemon and remove the option",
+	"mps-shm-dir":  "each container's MPS daemon now has a /dev/shm of its own under " + OptionMPSRoot + "; remove the option",
 }
 
 // DefaultIgnoredXIDs are the XIDs NVIDIA's k8s-device-plugin ignores: errors
@@ -123,8 +137,8 @@ type config struct {
 	cdi          bool
 	cdiByIndex   bool
 	mps          bool
-	mpsPipeDir   string
-	mpsShmDir    string
+	mpsRoot      string
+	mpsControl   string
 	healthChecks bool
 	ignoredXIDs  map[uint64]bool
 	library      string
@@ -133,11 +147,14 @@ type config struct {
 // parseNodeOptions checks the node side's options and applies defaults.
 func parseNodeOptions(opts map[string]string) (config, error) {
 	for k := range opts {
+		if why, ok := removedOptions[k]; ok {
+			return config{}, fmt.Errorf("option %s.%s was removed: %s", Name, k, why)
+		}
 		if !slices.Contains(nodeOptions, k) {
 			return config{}, fmt.Errorf("unknown option %s.%s (known: %s)", Name, k, strings.Join(nodeOptions, ", "))
 		}
 	}
-	c := config{cdi: true, mpsPipeDir: DefaultMPSPipeDir, healthChecks: true, library: nvmllib.DefaultPath}
+	c := config{cdi: true, mpsRoot: DefaultMPSRoot, mpsControl: DefaultMPSControl, healthChecks: true, library: nvmllib.DefaultPath}
 	bad := func(key, want string) error {
 		return fmt.Errorf("option %s.%s must be %s, got %q", Name, key, want, opts[key])
 	}
@@ -166,7 +183,7 @@ func parseNodeOptions(opts map[string]string) (config, error) {
 			return config{}, bad(OptionMPS, "true or false")
 		}
 	}
-	for _, key := range []string{OptionMPSPipeDir, OptionMPSShmDir} {
+	for _, key := range []string{OptionMPSRoot, OptionMPSControl} {
 		v, ok := opts[key]
 		if !ok {
 			continue
@@ -174,13 +191,15 @@ func parseNodeOptions(opts map[string]string) (config, error) {
 		if !c.mps {
 			return config{}, fmt.Errorf("option %s.%s needs %s.%s=true", Name, key, Name, OptionMPS)
 		}
-		if !filepath.IsAbs(v) || filepath.Clean(v) != v {
-			return config{}, bad(key, "a clean absolute path")
-		}
-		if key == OptionMPSPipeDir {
-			c.mpsPipeDir = v
-		} else {
-			c.mpsShmDir = v
+		switch {
+		case key == OptionMPSRoot && (!filepath.IsAbs(v) || filepath.Clean(v) != v || v == "/"):
+			return config{}, bad(key, "a clean absolute path other than /")
+		case key == OptionMPSRoot:
+			c.mpsRoot = v
+		case v == "":
+			return config{}, bad(key, "the path or name of nvidia-cuda-mps-control")
+		default:
+			c.mpsControl = v
 		}
 	}
 	if v, ok := opts[OptionHealthChecks]; ok {

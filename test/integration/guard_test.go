@@ -73,7 +73,8 @@ type guardPod struct {
 	mounts      []map[string]any
 	cdiDevices  []string
 	annotations map[string]string
-	sleep       bool // keep running after printing
+	sleep       bool   // keep running after printing
+	script      string // instead of listing GPU device nodes and printing env
 }
 
 // write writes the pod's sandbox and container configs into dir.
@@ -115,6 +116,9 @@ func (p guardPod) write(t *testing.T, dir, node string) (podCfg, ctrCfg string) 
 		image = busyboxImage
 	}
 	script := "ls -l /dev/nvidia* 2>&1; env"
+	if p.script != "" {
+		script = p.script + "; env"
+	}
 	if p.sleep {
 		script += "; exec sleep 3600"
 	}

@@ -1,0 +1,149 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubegpu/kubegpu/plugins/nvidia/nvmltest"
+	"github.com/kubegpu/kubegpu/types"
+	"github.com/kubegpu/kubegpu/utils/plugintest"
+)
+
+// mpsStandIn stands in for nvidia-cuda-mps-control: with -d it starts a
+// "daemon" that makes a control FIFO in its pipe directory, writes
+// whoami there, logs what it was started with (its GPUs and what its
+// /dev/shm is) and serves commands until quit; without, it sends its
+// standard input to the daemon, as the real client does.
+const mpsStandIn = `#!/bin/sh
+log="$(dirname "$0")/standin.log"
+pipe="$CUDA_MPS_PIPE_DIRECTORY"
+if [ "$1" = "-d" ]; then
+	mkfifo "$pipe/control" || exit 1
+	echo "$pipe" > "$pipe/whoami"
+	echo "start $pipe devices=$CUDA_VISIBLE_DEVICES shm=$(grep ' /dev/shm ' /proc/self/mountinfo | tail -1 | cut -d' ' -f4)" >> "$log"
+	(
+		while read -r cmd < "$pipe/control"; do
+			echo "$cmd $pipe" >> "$log"
+			[ "$cmd" = quit ] && break
+		done
+		rm -f "$pipe/control"
+	) </dev/null >/dev/null 2>&1 &
+	exit 0
+fi
+cat > "$pipe/control"
+`
+
+// TestShimMPSDaemonPerContainer: with MPS on, the real nvidia.so in the
+// real shim (NVML faked, nvidia-cuda-mps-control stood in for) gives each
+// container with slices an MPS daemon of its own, for its GPUs, with its
+// own pipe directory and /dev/shm under a root-only directory; two pods
+// sharing a GPU never see each other's; the daemon stops when its pod is
+// gone.
+func TestShimMPSDaemonPerContainer(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(ctx, t)
+	dir := t.TempDir()
+	plugins := filepath.Join(dir, "plugins")
+	so, err := os.ReadFile(filepath.Join(pluginDir, "nvidia.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(plugins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(plugins, "nvidia.so"), so, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	control := filepath.Join(dir, "nvidia-cuda-mps-control")
+	if err := os.WriteFile(control, []byte(mpsStandIn), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "mps")
+	t.Cleanup(func() { quitStandIns(root) })
+	const node = "mps-node"
+	shim, sock := startShim(ctx, t, n, node, "--advertise=false", "--interval=1s", "--plugin-dir="+plugins,
+		"--plugin-option=nvidia.nvml-library="+plugintest.BuildCLibrary(t, nvmltest.FakeLibrary, "libnvidia-ml.so.1"),
+		"--plugin-option=nvidia.health-checks=false", "--plugin-option=nvidia.edits=env", "--plugin-option=nvidia.mps=true",
+		"--plugin-option=nvidia.mps-root="+root, "--plugin-option=nvidia.mps-control="+control)
+	slice := &types.PodAllocation{Containers: []types.ContainerAllocation{{Name: "main",
+		Devices: []types.DeviceShare{{ID: "gpu0", UUID: nvmltest.FakeLibraryGPU, MemoryMiB: 8192, ComputePercent: 25}}}}}
+	run := func(name string) string {
+		t.Helper()
+		p := guardPod{name: name, namespace: "tenant-" + name, alloc: slice, key: signingKey, sleep: true,
+			script: "cat /tmp/nvidia-mps/whoami; echo " + name + " > /dev/shm/from-" + name + "; ls /dev/shm"}
+		podCfg, ctrCfg := p.write(t, t.TempDir(), node)
+		out, err := runEnv(ctx, t, n, sock, podCfg, ctrCfg)
+		if err != nil {
+			t.Fatalf("%s: %v; shim log %s", name, err, shim.Log)
+		}
+		return out
+	}
+	a, b := run("a"), run("b")
+	for name, out := range map[string]string{"a": a, "b": b} {
+		other := map[string]string{"a": "b", "b": "a"}[name]
+		pipe := filepath.Join(root, "uid-"+name, "main", "pipe")
+		for _, want := range []string{pipe, "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25",
+			"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M", "from-" + name} {
+			if !strings.Contains(out, want) {
+				t.Errorf("pod %s lacks %q:\n%s", name, want, out)
+			}
+		}
+		if strings.Contains(out, "uid-"+other) || strings.Contains(out, "from-"+other) {
+			t.Errorf("pod %s sees pod %s's MPS daemon or shared memory:\n%s", name, other, out)
+		}
+		shm := filepath.Join(root, "uid-"+name, "main", "shm")
+		if _, err := os.Stat(filepath.Join(shm, "from-"+name)); err != nil {
+			t.Errorf("pod %s's /dev/shm is not its own MPS shm directory: %v", name, err)
+		}
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "standin.log"))
+	for _, name := range []string{"a", "b"} {
+		want := "start " + filepath.Join(root, "uid-"+name, "main", "pipe") + " devices=" + nvmltest.FakeLibraryGPU +
+			" shm=" + filepath.Join(root, "uid-"+name, "main", "shm")
+		if !strings.Contains(string(log), want) {
+			t.Errorf("stand-in log lacks %q:\n%s", want, log)
+		}
+	}
+	if fi, err := os.Stat(root); err != nil || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("MPS root %s: %v, mode %v: want root's alone", root, err, fi.Mode())
+	}
+
+	// Pod a is gone: its daemon is told to quit and its directories go.
+	id := podID(ctx, t, n, sock, "a")
+	for _, verb := range []string{"stopp", "rmp"} {
+		if out, err := crictl(ctx, n, sock, verb, id); err != nil {
+			t.Fatalf("%s: %v: %s", verb, err, out)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(filepath.Join(root, "uid-a"))
+		return os.IsNotExist(err), nil
+	}); err != nil {
+		t.Errorf("pod a's MPS directories outlive it; shim log %s", shim.Log)
+	}
+	log, _ = os.ReadFile(filepath.Join(dir, "standin.log"))
+	if !strings.Contains(string(log), "quit "+filepath.Join(root, "uid-a", "main", "pipe")) {
+		t.Errorf("pod a's daemon was not told to quit:\n%s", log)
+	}
+	if _, err := os.Stat(filepath.Join(root, "uid-b", "main", "pipe", "control")); err != nil {
+		t.Errorf("pod b's daemon stopped with pod a: %v", err)
+	}
+}
+
+// quitStandIns stops the stand-in daemons left under root.
+func quitStandIns(root string) {
+	fifos, _ := filepath.Glob(filepath.Join(root, "*", "*", "pipe", "control"))
+	for _, f := range fifos {
+		if w, err := os.OpenFile(f, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			_, _ = w.WriteString("quit\n")
+			w.Close()
+		}
+	}
+}
