@@ -265,6 +265,19 @@ func (k *Key) Sign(a Allocation) (Allocation, error) {
 	return a, nil
 }
 
+// SignWithoutKeyID signs as versions before key IDs did
+// ("ALGORITHM:BASE64"), which they alone can verify; current verifiers
+// accept it too. Only for upgrading clusters whose nodes run such versions.
+func (k *Key) SignWithoutKeyID(a Allocation) (Allocation, error) {
+	signed, err := k.Sign(a)
+	if err != nil {
+		return a, err
+	}
+	parts := strings.SplitN(signed.Signature, ":", 3)
+	signed.Signature = parts[0] + ":" + parts[2]
+	return signed, nil
+}
+
 // Verify checks a's signature against this key alone.
 func (k *Key) Verify(a Allocation) error { return NewKeySet(k).Verify(a) }
 

@@ -90,8 +90,13 @@ func TestSignAndVerify(t *testing.T) {
 				t.Errorf("Verify(signed) = %v", err)
 			}
 			// A signature made before key IDs verifies against the keys of its algorithm.
-			legacy := decoded
-			legacy.Signature = tt.alg + ":" + strings.SplitN(decoded.Signature, ":", 3)[2]
+			legacy, err := signer.SignWithoutKeyID(decoded)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := tt.alg + ":" + strings.SplitN(decoded.Signature, ":", 3)[2]; legacy.Signature != want {
+				t.Errorf("SignWithoutKeyID = %q, want %q", legacy.Signature, want)
+			}
 			if err := verifier.Verify(legacy); err != nil {
 				t.Errorf("Verify(signature without key ID) = %v", err)
 			}

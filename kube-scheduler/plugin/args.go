@@ -89,6 +89,10 @@ type Args struct {
 	// signed with before. The signing key's own public half is always
 	// accepted. Optional.
 	VerificationKeysFile string `json:"verificationKeysFile,omitempty"`
+	// SignWithoutKeyID signs allocations without the key's ID, as versions
+	// before key IDs did, so that nodes still running such versions can
+	// verify them. Only while upgrading from them; see the README.
+	SignWithoutKeyID bool `json:"signWithoutKeyID,omitempty"`
 }
 
 // Values of Args.WriteAllocation.

@@ -48,7 +48,11 @@ func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 // signedAllocation is the annotation value of the cycle's allocation,
 // signed for this pod.
 func (p *Plugin) signedAllocation(pod *corev1.Pod, s *cycleState) (string, error) {
-	alloc, err := p.key.Sign(kubeinterface.Allocation{
+	sign := p.key.Sign
+	if p.args.SignWithoutKeyID {
+		sign = p.key.SignWithoutKeyID
+	}
+	alloc, err := sign(kubeinterface.Allocation{
 		Pod:           kubeinterface.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		PodAllocation: s.alloc,
 	})
