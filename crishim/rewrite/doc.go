@@ -13,5 +13,10 @@
 //     with an error kubelet shows in the pod's events.
 //
 // Edits replace what the container asked for itself: an env variable a
-// module sets overrides the pod's own of the same name.
+// module sets overrides the pod's own of the same name. Strip removes every
+// other way to a GPU a container config brings (device nodes and mounts of
+// /dev/nvidia*, the NVIDIA runtime's device-list mounts, GPU CDI devices in
+// the config and its cdi.k8s.io annotations), Masks hides the host's GPU
+// device nodes from privileged containers, and an Allowlist names the pods
+// (monitoring agents) exempt from both.
 package rewrite
