@@ -9,6 +9,10 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"flag"
 	"fmt"
 	"io"
@@ -66,8 +70,8 @@ func run(ctx context.Context, o options) error {
 	if err := n.ImportImage(ctx, archive); err != nil {
 		return err
 	}
-	key := filepath.Join(dir, "key")
-	if err := os.WriteFile(key, []byte(strings.Repeat("k", 32)), 0o600); err != nil {
+	key := filepath.Join(dir, "allocation-key.pub.pem")
+	if err := writePublicKey(key); err != nil {
 		return err
 	}
 	sock := filepath.Join(dir, "crishim.sock")
@@ -207,3 +211,17 @@ func pct(d []time.Duration, p int) time.Duration {
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d.Microseconds())) }
+
+// writePublicKey writes a fresh Ed25519 public key, as nodes hold the
+// scheduler's (no allocation is signed here).
+func writePublicKey(path string) error {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644)
+}
