@@ -153,8 +153,8 @@ func ParseKeys(data []byte) ([]*Key, error) {
 		}
 		keys = append(keys, k)
 	}
-	if bytes.Contains(rest, []byte("-----BEGIN")) {
-		return nil, errors.New("the file looks like PEM but a block does not decode: a damaged key?")
+	if begins := bytes.Count(data, []byte("-----BEGIN ")); begins != len(keys) {
+		return nil, fmt.Errorf("the file has %d PEM blocks but %d decode: a damaged key?", begins, len(keys))
 	}
 	if len(keys) > 0 {
 		return keys, nil

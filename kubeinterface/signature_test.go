@@ -193,7 +193,8 @@ func TestKeyFileErrors(t *testing.T) {
 		{"short secret", string(EncodeHMACSecret([]byte("too short"))), "9 bytes is too short"},
 		{"other PEM", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", `PEM block "CERTIFICATE"`},
 		{"bad PKCS8", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "parse PKCS #8 private key"},
-		{"damaged PEM", "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEI", "looks like PEM but a block does not decode"},
+		{"damaged PEM", "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEI", "1 PEM blocks but 0 decode"},
+		{"damaged block before a good one", "-----BEGIN PUBLIC KEY-----\n!!!\n-----END PUBLIC KEY-----\n" + string(pubPEM), "2 PEM blocks but 1 decode"},
 		{"OpenSSH key", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl user@host", "OpenSSH key"},
 		{"too many", strings.Repeat(string(pubPEM), MaxKeysPerFile+1), "more than 16 keys"},
 	} {

@@ -3,6 +3,7 @@ package types
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // ModuleSymbol is the one symbol a device module's .so exports: a function of
@@ -88,8 +89,9 @@ type PodScopedPlugin interface {
 	// UID is podUID.
 	PodContainerEdits(ctx context.Context, podUID string, alloc ContainerAllocation) (ContainerEdits, error)
 	// ReleasePods stops what the plugin started for pods whose UIDs are not
-	// in live.
-	ReleasePods(ctx context.Context, live map[string]bool) error
+	// in live, the pods with a sandbox when listed: what it started after
+	// listed (for pods the list may have missed) it keeps.
+	ReleasePods(ctx context.Context, live map[string]bool, listed time.Time) error
 }
 
 // SchedulerPlugin is the device-specific part of fit and score, used by the

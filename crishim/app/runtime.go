@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -52,6 +53,27 @@ func (c *runtimeClient) LivePods(ctx context.Context) (map[string]bool, error) {
 		live[sb.GetMetadata().GetUid()] = true
 	}
 	return live, nil
+}
+
+// CDIOff reports whether the runtime says it ignores CDI devices: the
+// verbose status of containerd 1.7 carries its CRI config, with enableCDI
+// (containerd 2.x always injects CDI devices and has no such setting).
+func (c *runtimeClient) CDIOff(ctx context.Context) (bool, error) {
+	resp, err := c.rt.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		return false, err
+	}
+	raw, ok := resp.GetInfo()["config"]
+	if !ok {
+		return false, nil
+	}
+	var cfg struct {
+		EnableCDI *bool `json:"enableCDI"`
+	}
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		return false, nil
+	}
+	return cfg.EnableCDI != nil && !*cfg.EnableCDI, nil
 }
 
 func (c *runtimeClient) Close() error { return c.conn.Close() }

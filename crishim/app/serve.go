@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,10 @@ func (o *serveOptions) run(ctx context.Context) error {
 		return err
 	}
 	if keys.HasHMAC() {
+		if fi, err := os.Stat(o.AllocationKey); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			return fmt.Errorf("allocation key %s holds a shared HMAC secret and is readable by group or others (%s): anyone who reads it can mint allocations; chmod 600 %s",
+				o.AllocationKey, fi.Mode().Perm(), o.AllocationKey)
+		}
 		logger.Info("WARNING: the allocation key file holds a shared HMAC secret: anyone who holds it, this node included, can mint allocations for any pod on any node; use the scheduler's Ed25519 public key", "file", o.AllocationKey)
 	}
 	allowlist, err := rewrite.LoadAllowlist(o.GPUAllowlist)
@@ -102,6 +107,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		return err
 	}
 	defer runtime.Close()
+	var cdiOff atomic.Bool
 	book := ledger.New(ledger.Options{Runtime: runtime, Capacity: func(id string) (types.Device, bool) { return rewrite.Device(d.modules(), id) }})
 	if held, err := book.Held(ctx); err != nil {
 		logger.Error(err, "Cannot read the device ledger yet; GPU containers are refused until the runtime answers")
@@ -116,6 +122,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 			HostGPUNodes: func() []string { return rewrite.HostGPUNodes("/dev") },
 			Ledger:       book,
 			Metrics:      m,
+			CDIOff:       cdiOff.Load,
 		}),
 		Metrics: m,
 	})
@@ -127,6 +134,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() { watchCDI(ctx, runtime, &cdiOff, o.Interval) })
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- p.Serve(l) })
 	if o.MetricsAddress != "" {
@@ -275,6 +283,7 @@ func releasePods(ctx context.Context, runtime *runtimeClient, plugins []nodeplug
 			return
 		case <-t.C:
 		}
+		listed := time.Now()
 		listCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		live, err := runtime.LivePods(listCtx)
 		cancel()
@@ -283,9 +292,32 @@ func releasePods(ctx context.Context, runtime *runtimeClient, plugins []nodeplug
 			continue
 		}
 		for _, ps := range scoped {
-			if err := ps.ReleasePods(ctx, live); err != nil {
+			if err := ps.ReleasePods(ctx, live, listed); err != nil {
 				logger.Error(err, "Releasing what device modules hold for pods that are gone")
 			}
+		}
+	}
+}
+
+// watchCDI asks the runtime, until it answers, whether it ignores CDI
+// devices, and says so loudly if it does: containers given CDI devices
+// are then refused rather than started without their GPUs.
+func watchCDI(ctx context.Context, runtime *runtimeClient, off *atomic.Bool, interval time.Duration) {
+	for {
+		askCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		isOff, err := runtime.CDIOff(askCtx)
+		cancel()
+		if err == nil {
+			off.Store(isOff)
+			if isOff {
+				klog.FromContext(ctx).Error(proxy.ErrCDIOff, "Containers given CDI devices will be refused")
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
 		}
 	}
 }

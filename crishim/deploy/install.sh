@@ -49,7 +49,10 @@ for m in "${modules[@]}"; do
 done
 install -d -m 0755 /etc/kubegpu
 ln -sfn "$(readlink -f "$kubeconfig")" /etc/kubegpu/kubeconfig
-install -D -m 0644 "$key" /etc/kubegpu/allocation-key.pub.pem
+# Public keys may be read by anyone; a shared HMAC secret must not be.
+keymode=0644
+grep -q 'KUBEGPU HMAC-SHA256 SECRET' "$key" && keymode=0600
+install -D -m "$keymode" "$key" /etc/kubegpu/allocation-key.pub.pem
 if [ -n "$allowlist" ]; then
 	install -D -m 0644 "$allowlist" /etc/kubegpu/gpu-allowlist.yaml
 	args+=("--gpu-allowlist=/etc/kubegpu/gpu-allowlist.yaml")

@@ -13,10 +13,14 @@ import (
 const (
 	// MaxConnections is the most connections the server keeps open. A new
 	// connection over it closes the oldest one that is not serving a
-	// request, so a scraper gets in however many idle connections others
-	// hold; if every connection is serving a request, the new one is
-	// closed.
+	// request, else the oldest that has served one for over
+	// ActiveEvictAfter (an answer takes milliseconds: that one is sending
+	// a request slowly), else the new one; so a scraper gets in however
+	// many connections others hold.
 	MaxConnections = 64
+	// ActiveEvictAfter is how long a request may take before its
+	// connection may be closed for a new one.
+	ActiveEvictAfter = time.Second
 	// Timeouts of a connection: to send a request's headers, to read the
 	// whole request, to write the response, and to idle between requests.
 	ReadHeaderTimeout = 5 * time.Second
@@ -33,9 +37,9 @@ func NewServer(h http.Handler) *http.Server {
 }
 
 func newServer(h http.Handler, maxConns int) *http.Server {
-	c := &connCap{max: maxConns, conns: map[net.Conn]connInfo{}}
+	c := &connCap{max: maxConns, conns: map[net.Conn]connInfo{}, now: time.Now}
 	return &http.Server{
-		Handler:           h,
+		Handler:           onlyGET(h),
 		ReadHeaderTimeout: ReadHeaderTimeout,
 		ReadTimeout:       ReadTimeout,
 		WriteTimeout:      WriteTimeout,
@@ -45,17 +49,33 @@ func newServer(h http.Handler, maxConns int) *http.Server {
 	}
 }
 
-// connCap keeps at most max connections, evicting the oldest idle one.
+// onlyGET answers GET and HEAD requests without a body; anything else is
+// refused and its connection closed, so that no request holds a connection
+// by sending a body slowly.
+func onlyGET(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if (r.Method != http.MethodGet && r.Method != http.MethodHead) || r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+			http.Error(w, "only GET without a body", http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// connCap keeps at most max connections (see MaxConnections).
 type connCap struct {
 	max   int
+	now   func() time.Time
 	mu    sync.Mutex
 	conns map[net.Conn]connInfo
 	seq   uint64
 }
 
 type connInfo struct {
-	state http.ConnState
-	seq   uint64 // when the connection last became new or idle
+	state  http.ConnState
+	seq    uint64    // when the connection last became new or idle
+	active time.Time // when its request began
 }
 
 func (c *connCap) track(conn net.Conn, state http.ConnState) {
@@ -66,7 +86,7 @@ func (c *connCap) track(conn net.Conn, state http.ConnState) {
 		delete(c.conns, conn)
 		return
 	case http.StateActive:
-		c.conns[conn] = connInfo{state: state, seq: c.conns[conn].seq}
+		c.conns[conn] = connInfo{state: state, seq: c.conns[conn].seq, active: c.now()}
 		return
 	}
 	c.seq++
@@ -75,16 +95,24 @@ func (c *connCap) track(conn net.Conn, state http.ConnState) {
 		return
 	}
 	// Over the cap: close the oldest connection that serves no request
-	// (one that never sent a request, or idles between two).
-	var victim net.Conn
+	// (one that never sent a request, or idles between two), else the
+	// longest-serving one past ActiveEvictAfter, else the new one.
+	var victim, slow net.Conn
 	var oldest uint64
+	var since time.Time
 	for other, info := range c.conns {
-		if other == conn || info.state == http.StateActive {
-			continue
+		switch {
+		case other == conn:
+		case info.state != http.StateActive:
+			if victim == nil || info.seq < oldest {
+				victim, oldest = other, info.seq
+			}
+		case c.now().Sub(info.active) > ActiveEvictAfter && (slow == nil || info.active.Before(since)):
+			slow, since = other, info.active
 		}
-		if victim == nil || info.seq < oldest {
-			victim, oldest = other, info.seq
-		}
+	}
+	if victim == nil {
+		victim = slow
 	}
 	if victim == nil {
 		victim = conn

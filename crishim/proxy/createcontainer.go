@@ -33,7 +33,14 @@ type Devices struct {
 	// Metrics counts exemptions, stripped configs and ledger refusals;
 	// optional.
 	Metrics *metrics.Shim
+	// CDIOff reports whether the runtime is known to ignore CDI devices
+	// (containerd 1.7 without enable_cdi). Nil: it is not.
+	CDIOff func() bool
 }
+
+// ErrCDIOff is wrapped when a container's devices are CDI devices and the
+// runtime would drop them.
+var ErrCDIOff = errors.New("the container runtime has CDI off (containerd 1.7's enable_cdi = false): the container would get no GPU; enable CDI, or set --plugin-option nvidia.edits=env")
 
 // ErrPrivileged is wrapped when a privileged container outside the
 // allowlist has an allocation: privileged containers see every host
@@ -52,6 +59,9 @@ var ErrPrivileged = errors.New("privileged containers get GPUs only in pods on t
 // ResourceExhausted for devices another pod holds, Unavailable when the
 // ledger cannot be read.
 func CreateContainer(d Devices) Interceptor {
+	if d.Metrics == nil {
+		d.Metrics = metrics.New()
+	}
 	return func(ctx context.Context, payload []byte) ([]byte, error) {
 		var req runtimeapi.CreateContainerRequest
 		if err := proto.Unmarshal(payload, &req); err != nil {
@@ -64,6 +74,9 @@ func CreateContainer(d Devices) Interceptor {
 		md := sb.GetMetadata()
 		name := cfg.GetMetadata().GetName()
 		logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(md.GetNamespace(), md.GetName()), "container", name)
+		refuse := func(code codes.Code, err error) ([]byte, error) {
+			return nil, status.Errorf(code, "kubegpu-crishim: container %q: %v", name, err)
+		}
 		// Only the shim puts containers in the ledger.
 		dropLedgerKeys(cfg)
 
@@ -81,14 +94,40 @@ func CreateContainer(d Devices) Interceptor {
 		}
 		privileged := rewrite.Privileged(cfg)
 		if privileged && !allowed && len(alloc.Devices) > 0 {
-			return nil, status.Errorf(codes.FailedPrecondition, "kubegpu-crishim: container %q: %v", name, ErrPrivileged)
+			return refuse(codes.FailedPrecondition, ErrPrivileged)
+		}
+		// The ledger first: a container refused here starts nothing (no
+		// MPS daemon) for devices another pod holds.
+		var claimLabels, claimAnnotations map[string]string
+		if len(alloc.Devices) > 0 && d.Ledger != nil {
+			c := ledger.Claim{PodUID: md.GetUid(), Pod: md.GetNamespace() + "/" + md.GetName(), Container: name,
+				Attempt: cfg.GetMetadata().GetAttempt(), Devices: alloc.Devices}
+			if claimLabels, claimAnnotations, err = ledger.Labels(c); err != nil {
+				return refuse(codes.FailedPrecondition, err)
+			}
+			if err := d.Ledger.Claim(klog.NewContext(ctx, logger), c); err != nil {
+				if errors.Is(err, ledger.ErrConflict) {
+					d.Metrics.LedgerRefusals.Inc()
+					return refuse(codes.ResourceExhausted, err)
+				}
+				return refuse(codes.Unavailable, err)
+			}
 		}
 		edits, err := d.Rewriter.Edits(ctx, md.GetUid(), alloc)
 		if err != nil {
 			return nil, toStatus(err)
 		}
+		if len(edits.CDIDevices) > 0 && d.CDIOff != nil && d.CDIOff() {
+			return refuse(codes.FailedPrecondition, ErrCDIOff)
+		}
 		if !allowed {
-			if stripped := rewrite.Strip(cfg); !stripped.Empty() {
+			stripped := rewrite.Strip(cfg)
+			// containerd may pass the pod's annotations on to the runtime
+			// (pod_annotations), and CDI-aware runtimes read them.
+			if sbStripped := rewrite.StripCDIAnnotations(sb.GetAnnotations()); len(sbStripped) > 0 {
+				stripped.CDIDevices = append(stripped.CDIDevices, sbStripped...)
+			}
+			if !stripped.Empty() {
 				logger.Info("Removed GPU access the container brought itself", "removed", stripped)
 				d.Metrics.Stripped.Inc()
 			}
@@ -97,28 +136,15 @@ func CreateContainer(d Devices) Interceptor {
 			}
 		}
 		rewrite.Apply(cfg, edits)
-		if len(alloc.Devices) > 0 && d.Ledger != nil {
-			c := ledger.Claim{PodUID: md.GetUid(), Pod: md.GetNamespace() + "/" + md.GetName(), Container: name,
-				Attempt: cfg.GetMetadata().GetAttempt(), Devices: alloc.Devices}
-			labels, annotations, err := ledger.Labels(c)
-			if err != nil {
-				return nil, status.Errorf(codes.FailedPrecondition, "kubegpu-crishim: container %q: %v", name, err)
-			}
-			if err := d.Ledger.Claim(klog.NewContext(ctx, logger), c); err != nil {
-				if errors.Is(err, ledger.ErrConflict) {
-					d.Metrics.LedgerRefusals.Inc()
-					return nil, status.Errorf(codes.ResourceExhausted, "kubegpu-crishim: container %q: %v", name, err)
-				}
-				return nil, status.Errorf(codes.Unavailable, "kubegpu-crishim: container %q: %v", name, err)
-			}
+		if claimLabels != nil {
 			if cfg.Labels == nil {
 				cfg.Labels = map[string]string{}
 			}
 			if cfg.Annotations == nil {
 				cfg.Annotations = map[string]string{}
 			}
-			maps.Copy(cfg.Labels, labels)
-			maps.Copy(cfg.Annotations, annotations)
+			maps.Copy(cfg.Labels, claimLabels)
+			maps.Copy(cfg.Annotations, claimAnnotations)
 		}
 		logger.V(2).Info("Container devices", "devices", len(alloc.Devices), "privileged", privileged, "allowlisted", allowed, "edits", edits)
 		return proto.Marshal(&req)

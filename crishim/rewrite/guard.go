@@ -1,12 +1,15 @@
 package rewrite
 
 import (
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -31,10 +34,11 @@ const CDIAnnotationPrefix = "cdi.k8s.io/"
 var gpuCDIVendors = []string{"nvidia.com", ".nvidia.com", "kubegpu.io", ".kubegpu.io"}
 
 // SelectionEnv are the NVIDIA container runtime's variables that select
-// devices, other than NVIDIA_VISIBLE_DEVICES (which a module always sets).
+// devices, other than NVIDIA_VISIBLE_DEVICES (which a module always sets):
+// MIG control, IMEX channels and the NVSwitches' device nodes.
 // Baseline sets them empty, so that neither the pod nor the image selects
 // a device through them.
-var SelectionEnv = []string{"NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES", "NVIDIA_IMEX_CHANNELS"}
+var SelectionEnv = []string{"NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES", "NVIDIA_IMEX_CHANNELS", "NVIDIA_NVSWITCH"}
 
 // Stripped says what Strip removed from a container config.
 type Stripped struct {
@@ -55,6 +59,70 @@ func IsGPUDevicePath(p string) bool {
 		return false
 	}
 	return strings.HasPrefix(path.Clean("/"+p), GPUDevicePrefix)
+}
+
+// reachesGPU reports whether a host path given as a container device is,
+// or (a directory, which the runtime expands to every device in it) holds,
+// a device node of the NVIDIA driver's character majors. The walk of a
+// directory stops after maxDeviceWalk entries, and counts as holding one.
+func reachesGPU(hostPath string) bool {
+	if hostPath == "" {
+		return false
+	}
+	majors := gpuMajors()
+	if len(majors) == 0 {
+		return false
+	}
+	fi, err := os.Stat(hostPath)
+	if err != nil {
+		return false
+	}
+	if !fi.IsDir() {
+		return isGPUCharDevice(fi, majors)
+	}
+	dir := filepath.Clean(hostPath)
+	for _, n := range HostGPUNodes("/dev") {
+		if _, ok := under(n, dir); ok {
+			return true
+		}
+	}
+	found, seen := false, 0
+	_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		seen++
+		if found || seen > maxDeviceWalk {
+			found = true
+			return fs.SkipAll
+		}
+		if err == nil && e.Type()&fs.ModeCharDevice != 0 {
+			if fi, err := os.Stat(p); err == nil && isGPUCharDevice(fi, majors) {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found
+}
+
+// maxDeviceWalk bounds the walk of a directory given as a device.
+const maxDeviceWalk = 4096
+
+// gpuMajors are the character-device majors of the host's /dev/nvidia*
+// nodes (195, and nvidia-uvm's and nvidia-caps' dynamic ones).
+func gpuMajors() map[uint32]bool {
+	out := map[uint32]bool{}
+	for _, n := range HostGPUNodes("/dev") {
+		if fi, err := os.Stat(n); err == nil && fi.Mode()&fs.ModeCharDevice != 0 {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				out[unix.Major(st.Rdev)] = true
+			}
+		}
+	}
+	return out
+}
+
+func isGPUCharDevice(fi fs.FileInfo, majors map[uint32]bool) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && fi.Mode()&fs.ModeCharDevice != 0 && majors[unix.Major(st.Rdev)]
 }
 
 // isDeviceListMount reports whether container path p is where the NVIDIA
@@ -86,7 +154,7 @@ func IsGPUCDIDevice(name string) bool {
 func Strip(cfg *runtimeapi.ContainerConfig) Stripped {
 	var s Stripped
 	cfg.Devices = slices.DeleteFunc(cfg.Devices, func(d *runtimeapi.Device) bool {
-		if IsGPUDevicePath(d.GetHostPath()) || IsGPUDevicePath(d.GetContainerPath()) {
+		if IsGPUDevicePath(d.GetHostPath()) || IsGPUDevicePath(d.GetContainerPath()) || reachesGPU(d.GetHostPath()) {
 			s.DeviceNodes = append(s.DeviceNodes, d.GetHostPath())
 			return true
 		}
@@ -106,7 +174,15 @@ func Strip(cfg *runtimeapi.ContainerConfig) Stripped {
 		}
 		return false
 	})
-	for k, v := range cfg.Annotations {
+	s.CDIDevices = append(s.CDIDevices, StripCDIAnnotations(cfg.Annotations)...)
+	return s
+}
+
+// StripCDIAnnotations removes GPU CDI device names from the cdi.k8s.io/*
+// annotations in m (in place) and returns them.
+func StripCDIAnnotations(m map[string]string) []string {
+	var removed []string
+	for k, v := range m {
 		if !strings.HasPrefix(k, CDIAnnotationPrefix) {
 			continue
 		}
@@ -117,16 +193,16 @@ func Strip(cfg *runtimeapi.ContainerConfig) Stripped {
 		}
 		for _, n := range names {
 			if IsGPUCDIDevice(n) {
-				s.CDIDevices = append(s.CDIDevices, n)
+				removed = append(removed, n)
 			}
 		}
 		if len(kept) == 0 {
-			delete(cfg.Annotations, k)
+			delete(m, k)
 		} else {
-			cfg.Annotations[k] = strings.Join(kept, ",")
+			m[k] = strings.Join(kept, ",")
 		}
 	}
-	return s
+	return removed
 }
 
 // MaskSource is the host file bound over GPU device nodes in privileged

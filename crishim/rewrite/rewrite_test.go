@@ -115,7 +115,7 @@ func TestEdits(t *testing.T) {
 	}
 	want := types.ContainerEdits{
 		Env: []types.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"},
-			{Name: "NVIDIA_MIG_CONFIG_DEVICES"}, {Name: "NVIDIA_MIG_MONITOR_DEVICES"}, {Name: "NVIDIA_IMEX_CHANNELS"},
+			{Name: "NVIDIA_MIG_CONFIG_DEVICES"}, {Name: "NVIDIA_MIG_MONITOR_DEVICES"}, {Name: "NVIDIA_IMEX_CHANNELS"}, {Name: "NVIDIA_NVSWITCH"},
 			{Name: "A_DEVICES", Value: "GPU-1"}, {Name: "B_DEVICES", Value: "void"}},
 		CDIDevices: []string{"example.com/gpu=GPU-1"},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -345,6 +346,9 @@ func loadKeys(logger klog.Logger, args *Args) (*kubeinterface.Key, *kubeinterfac
 	key, err := kubeinterface.LoadSigningKey(args.SigningKeyFile)
 	if err != nil {
 		return nil, nil, err
+	}
+	if fi, err := os.Stat(args.SigningKeyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		logger.Info("WARNING: the signing key file is readable by group or others: anyone who reads it can mint allocations; chmod 600 it", "file", args.SigningKeyFile, "mode", fi.Mode().Perm().String())
 	}
 	if key.Algorithm() == kubeinterface.AlgHMACSHA256 {
 		logger.Info("WARNING: the signing key is a shared HMAC secret: every node that holds it can mint allocations for any pod on any node; use an Ed25519 key", "file", args.SigningKeyFile)

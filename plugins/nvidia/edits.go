@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -49,17 +50,17 @@ func (n *node) ContainerEdits(_ context.Context, alloc types.ContainerAllocation
 // PodContainerEdits is ContainerEdits for a container of pod podUID: with
 // MPS, its slices get an MPS daemon of the container's own.
 func (n *node) PodContainerEdits(ctx context.Context, podUID string, alloc types.ContainerAllocation) (types.ContainerEdits, error) {
-	return n.edits(alloc, func(uuids []string) (mpsDirs, error) {
-		return n.mps.ensure(ctx, podUID, alloc.Name, uuids)
+	return n.edits(alloc, func(uuids []string, limits mpsLimits) (mpsDirs, error) {
+		return n.mps.ensure(ctx, podUID, alloc.Name, uuids, limits)
 	})
 }
 
 // ReleasePods stops the MPS daemons of pods that are gone.
-func (n *node) ReleasePods(ctx context.Context, live map[string]bool) error {
+func (n *node) ReleasePods(ctx context.Context, live map[string]bool, listed time.Time) error {
 	if n.mps == nil {
 		return nil
 	}
-	return n.mps.release(ctx, live)
+	return n.mps.release(ctx, live, listed)
 }
 
 func (n *node) edits(alloc types.ContainerAllocation, mps mpsStarter) (types.ContainerEdits, error) {
@@ -74,8 +75,8 @@ func (n *node) edits(alloc types.ContainerAllocation, mps mpsStarter) (types.Con
 }
 
 // mpsStarter makes sure an MPS daemon serves the GPUs with uuids (in PCI
-// bus order) for the container, and returns its directories.
-type mpsStarter func(uuids []string) (mpsDirs, error)
+// bus order) for the container with limits, and returns its directories.
+type mpsStarter func(uuids []string, limits mpsLimits) (mpsDirs, error)
 
 // containerEdits builds the edits for alloc from the node's configuration
 // and devices, and, for MPS slices, the container's MPS daemon.
@@ -159,11 +160,12 @@ func cdiName(c config, e deviceEntry) string {
 	}
 }
 
-// mpsEdits are the MPS client settings of shared slices: one active-thread
+// mpsEdits are the MPS settings of shared slices: one active-thread
 // percentage for the process, a pinned-memory limit per device ordinal
 // (devices in PCI bus order, which CUDA_DEVICE_ORDER makes CUDA's order),
-// and the container's own MPS daemon's pipe directory and shared memory
-// mounted in.
+// given to the container's own MPS daemon as its defaults (which its
+// clients can only lower) and to the container; and the daemon's pipe
+// directory and shared memory mounted in.
 func mpsEdits(entries []deviceEntry, shares []types.DeviceShare, start mpsStarter) (types.ContainerEdits, error) {
 	percent := shares[0].ComputePercent
 	for _, s := range shares {
@@ -188,7 +190,7 @@ func mpsEdits(entries []deviceEntry, shares []types.DeviceShare, start mpsStarte
 			return types.ContainerEdits{}, fmt.Errorf("device %s: negative memory %d MiB", shares[i].ID, m)
 		}
 	}
-	dirs, err := start(uuids)
+	dirs, err := start(uuids, mpsLimits{ThreadPercent: percent, PinnedMemory: strings.Join(limits, ",")})
 	if err != nil {
 		return types.ContainerEdits{}, err
 	}

@@ -25,7 +25,7 @@ func TestContainerEdits(t *testing.T) {
 	u := func(id string) string { return share(id, true, 0, 0).UUID }
 	mps := config{mps: true}
 	// The container's MPS daemon, as mpsDaemons would start it.
-	start := func([]string) (mpsDirs, error) {
+	start := func([]string, mpsLimits) (mpsDirs, error) {
 		return mpsDirs{pipe: "/run/kubegpu/mps/uid/c/pipe", shm: "/run/kubegpu/mps/uid/c/shm"}, nil
 	}
 
@@ -206,14 +206,20 @@ func TestMPSNeedsThePod(t *testing.T) {
 		t.Errorf("ContainerEdits of MPS slices without the pod: %v", err)
 	}
 	var started []string
-	if _, err := np.edits(types.ContainerAllocation{Name: "c", Devices: slices}, func(uuids []string) (mpsDirs, error) {
-		started = uuids
+	var limits mpsLimits
+	slices[0].MemoryMiB = 4096
+	if _, err := np.edits(types.ContainerAllocation{Name: "c", Devices: slices}, func(uuids []string, l mpsLimits) (mpsDirs, error) {
+		started, limits = uuids, l
 		return mpsDirs{}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{m.GPUs[1].UUID, m.GPUs[6].UUID}; !reflect.DeepEqual(started, want) {
 		t.Errorf("daemon for %v, want %v (PCI bus order)", started, want)
+	}
+	// The daemon's defaults are the container's limits, ordinals in PCI order.
+	if want := (mpsLimits{ThreadPercent: 20, PinnedMemory: "0=1024M,1=4096M"}); limits != want {
+		t.Errorf("daemon limits %+v, want %+v", limits, want)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -172,10 +173,16 @@ entries:
 		p.image = cudaImage
 		p.envs = map[string]string{"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_IMEX_CHANNELS": "all"}
 		p.devices = []map[string]any{{"host_path": fakeGPUNode, "container_path": fakeGPUNode, "permissions": "rw"}}
+		if p.namespace != "gpu-monitoring" {
+			// A directory, which containerd expands to every device in it.
+			p.devices = append(p.devices, map[string]any{"host_path": "/dev", "container_path": "/hostdev", "permissions": "rw"})
+		}
 		p.mounts = []map[string]any{{"host_path": fakeGPUNode, "container_path": "/gpu"},
 			{"host_path": "/dev/null", "container_path": "/var/run/nvidia-container-devices/all"}}
 		p.cdiDevices = []string{"nvidia.com/gpu=all"}
 		p.annotations = map[string]string{"cdi.k8s.io/foreign": "nvidia.com/gpu=all"}
+		p.script = "ls -l /dev/nvidia* /host/dev/nvidia* 2>&1; " +
+			"for f in /gpu /var/run/nvidia-container-devices/all /hostdev; do test -e $f && echo HAS $f; done"
 		return p
 	}
 	run := func(p guardPod) (string, error) {
@@ -191,7 +198,7 @@ entries:
 				t.Errorf("%s: gpu%d injected %v, want %v:\n%s", name, i, has, want, out)
 			}
 		}
-		for _, bad := range []string{"FOREIGN_NVIDIA_GPU", "NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_IMEX_CHANNELS=all", "195, 250", "nvidia-container-devices"} {
+		for _, bad := range []string{"FOREIGN_NVIDIA_GPU", "NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_IMEX_CHANNELS=all", "195, 250", "HAS "} {
 			if strings.Contains(out, bad) {
 				t.Errorf("%s: the container reaches a GPU it was not given (%s):\n%s", name, bad, out)
 			}
@@ -225,8 +232,10 @@ entries:
 			t.Fatal(err)
 		}
 		check("privileged", out, nil, "void")
-		if !strings.Contains(out, "1,   3") {
-			t.Errorf("privileged: %s is not masked with /dev/null:\n%s", fakeGPUNode, out)
+		for _, path := range []string{fakeGPUNode, "/host" + fakeGPUNode} {
+			if !regexp.MustCompile(`1,\s+3 .* ` + path + `\n`).MatchString(out + "\n") {
+				t.Errorf("privileged: %s is not masked with /dev/null:\n%s", path, out)
+			}
 		}
 		if _, err := run(greedy(guardPod{name: "privileged-gpu", namespace: "tenant", privileged: true, alloc: whole(t, node, 2), key: signingKey})); err == nil ||
 			!strings.Contains(err.Error(), "privileged containers get GPUs only in pods on the node's GPU allowlist") {
@@ -239,7 +248,7 @@ entries:
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"FOREIGN_NVIDIA_GPU=all", "NVIDIA_VISIBLE_DEVICES=all", "195, 250"} {
+		for _, want := range []string{"FOREIGN_NVIDIA_GPU=all", "NVIDIA_VISIBLE_DEVICES=all", "195, 250", "HAS /gpu", "HAS /var/run/nvidia-container-devices/all"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("allowlisted agent lacks %q:\n%s", want, out)
 			}

@@ -16,36 +16,13 @@ import (
 	"github.com/kubegpu/kubegpu/utils/plugintest"
 )
 
-// mpsStandIn stands in for nvidia-cuda-mps-control: with -d it starts a
-// "daemon" that makes a control FIFO in its pipe directory, writes
-// whoami there, logs what it was started with (its GPUs and what its
-// /dev/shm is) and serves commands until quit; without, it sends its
-// standard input to the daemon, as the real client does.
-const mpsStandIn = `#!/bin/sh
-log="$(dirname "$0")/standin.log"
-pipe="$CUDA_MPS_PIPE_DIRECTORY"
-if [ "$1" = "-d" ]; then
-	mkfifo "$pipe/control" || exit 1
-	echo "$pipe" > "$pipe/whoami"
-	echo "start $pipe devices=$CUDA_VISIBLE_DEVICES shm=$(grep ' /dev/shm ' /proc/self/mountinfo | tail -1 | cut -d' ' -f4)" >> "$log"
-	(
-		while read -r cmd < "$pipe/control"; do
-			echo "$cmd $pipe" >> "$log"
-			[ "$cmd" = quit ] && break
-		done
-		rm -f "$pipe/control"
-	) </dev/null >/dev/null 2>&1 &
-	exit 0
-fi
-cat > "$pipe/control"
-`
-
 // TestShimMPSDaemonPerContainer: with MPS on, the real nvidia.so in the
-// real shim (NVML faked, nvidia-cuda-mps-control stood in for) gives each
-// container with slices an MPS daemon of its own, for its GPUs, with its
-// own pipe directory and /dev/shm under a root-only directory; two pods
-// sharing a GPU never see each other's; the daemon stops when its pod is
-// gone.
+// real shim (NVML faked, nvidia-cuda-mps-control stood in for by
+// nvmltest.MPSControlStandIn) gives each container with slices an MPS
+// daemon of its own, for its GPUs, with its limits as the daemon's
+// defaults, and its own pipe directory and /dev/shm (the daemon's, a
+// tmpfs) under a root-only directory; two pods sharing a GPU never see
+// each other's; the daemon stops when its pod is gone.
 func TestShimMPSDaemonPerContainer(t *testing.T) {
 	ctx := context.Background()
 	n := startNode(ctx, t)
@@ -62,7 +39,7 @@ func TestShimMPSDaemonPerContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	control := filepath.Join(dir, "nvidia-cuda-mps-control")
-	if err := os.WriteFile(control, []byte(mpsStandIn), 0o755); err != nil {
+	if err := os.WriteFile(control, []byte(nvmltest.MPSControlStandIn), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	root := filepath.Join(dir, "mps")
@@ -90,7 +67,7 @@ func TestShimMPSDaemonPerContainer(t *testing.T) {
 		other := map[string]string{"a": "b", "b": "a"}[name]
 		pipe := filepath.Join(root, "uid-"+name, "main", "pipe")
 		for _, want := range []string{pipe, "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25",
-			"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M", "from-" + name} {
+			"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M", "from-" + name, "mps-daemon"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("pod %s lacks %q:\n%s", name, want, out)
 			}
@@ -105,8 +82,10 @@ func TestShimMPSDaemonPerContainer(t *testing.T) {
 	}
 	log, _ := os.ReadFile(filepath.Join(dir, "standin.log"))
 	for _, name := range []string{"a", "b"} {
+		// The limits are the daemon's own defaults, which the container
+		// can only lower.
 		want := "start " + filepath.Join(root, "uid-"+name, "main", "pipe") + " devices=" + nvmltest.FakeLibraryGPU +
-			" shm=" + filepath.Join(root, "uid-"+name, "main", "shm")
+			" threads=25 pinned=0=8192M\n"
 		if !strings.Contains(string(log), want) {
 			t.Errorf("stand-in log lacks %q:\n%s", want, log)
 		}
@@ -137,13 +116,20 @@ func TestShimMPSDaemonPerContainer(t *testing.T) {
 	}
 }
 
-// quitStandIns stops the stand-in daemons left under root.
+// quitStandIns stops the stand-in daemons left under root (the shim
+// stopped before it released them) and unmounts their directories.
 func quitStandIns(root string) {
 	fifos, _ := filepath.Glob(filepath.Join(root, "*", "*", "pipe", "control"))
 	for _, f := range fifos {
 		if w, err := os.OpenFile(f, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
 			_, _ = w.WriteString("quit\n")
 			w.Close()
+		}
+	}
+	for _, sub := range []string{"pipe", "shm"} {
+		dirs, _ := filepath.Glob(filepath.Join(root, "*", "*", sub))
+		for _, d := range dirs {
+			_ = syscall.Unmount(d, syscall.MNT_DETACH)
 		}
 	}
 }

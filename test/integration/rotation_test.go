@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -200,7 +201,8 @@ func TestShimRefusesWrongKeys(t *testing.T) {
 	priv, _ := os.ReadFile(keyFile)
 	pubPEM, _ := os.ReadFile(pubFile)
 	kubeconfig, _ := os.ReadFile(viewer.Kubeconfig)
-	der := pubPEM[strings.Index(string(pubPEM), "\n")+1:]
+	block, _ := pem.Decode(pubPEM)
+	der := block.Bytes
 	for _, tt := range []struct {
 		name string
 		data []byte
@@ -208,7 +210,7 @@ func TestShimRefusesWrongKeys(t *testing.T) {
 	}{
 		{"private key", priv, "holds a private key"},
 		{"bare secret", []byte(strings.Repeat("s", 64)), "a bare HMAC secret is no longer accepted"},
-		{"public key without PEM armour", der, "not a PEM key file"},
+		{"DER public key", der, "not a PEM key file"},
 		{"kubeconfig", kubeconfig, "not a PEM key file"},
 		{"empty", nil, "the file is empty"},
 	} {

@@ -1,0 +1,90 @@
+package nvidia
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kubegpu/kubegpu/plugins/nvidia/nvmltest"
+)
+
+// newTestDaemons runs the MPS stand-in; it mounts tmpfs, so it needs root.
+func newTestDaemons(t *testing.T) (*mpsDaemons, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the MPS daemons mount tmpfs: needs root")
+	}
+	dir := t.TempDir()
+	control := filepath.Join(dir, "nvidia-cuda-mps-control")
+	if err := os.WriteFile(control, []byte(nvmltest.MPSControlStandIn), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMPSDaemons(config{mpsRoot: filepath.Join(dir, "mps"), mpsControl: control})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.release(t.Context(), nil, time.Now().Add(time.Hour)) })
+	return m, dir
+}
+
+func TestMPSDaemons(t *testing.T) {
+	m, dir := newTestDaemons(t)
+	ctx := t.Context()
+	limits := mpsLimits{ThreadPercent: 25, PinnedMemory: "0=1024M"}
+	for _, bad := range [][2]string{{"../etc", "main"}, {"uid", "a/b"}, {"UID", "main"}, {"", "main"}} {
+		if _, err := m.ensure(ctx, bad[0], bad[1], []string{"GPU-1"}, limits); err == nil {
+			t.Errorf("ensure(%q, %q) made directories", bad[0], bad[1])
+		}
+	}
+	d, err := m.ensure(ctx, "pod-a", "main", []string{"GPU-1"}, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := readRecord(filepath.Dir(d.pipe))
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(d.shm, &st); err != nil || st.Blocks*uint64(st.Bsize) > MPSShmBytes {
+		t.Errorf("shm %s: %v, %d bytes: want a tmpfs of at most %d", d.shm, err, st.Blocks*uint64(st.Bsize), MPSShmBytes)
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "standin.log"))
+	if want := "start " + d.pipe + " devices=GPU-1 threads=25 pinned=0=1024M\n"; !strings.Contains(string(log), want) {
+		t.Errorf("daemon started without its limits: want %q in\n%s", want, log)
+	}
+	if b, err := os.ReadFile(filepath.Join(d.shm, "mps-daemon")); err != nil || strings.TrimSpace(string(b)) != d.pipe {
+		t.Errorf("the daemon's /dev/shm is not the container's shm directory: %q, %v", b, err)
+	}
+	// A restart of the container reuses the daemon.
+	if _, err := m.ensure(ctx, "pod-a", "main", []string{"GPU-1"}, limits); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := readRecord(filepath.Dir(d.pipe)); again.PID != first.PID || !m.alive(first.PID) {
+		t.Errorf("restart: daemon %d, then %d", first.PID, again.PID)
+	}
+	// A tenant replaces its control pipe with one nobody reads: the
+	// daemon still stops, within the timeouts.
+	if err := os.Remove(filepath.Join(d.pipe, "control")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(d.pipe, "control"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	// Pods whose directories postdate the list are kept.
+	if err := m.release(ctx, nil, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if !m.alive(first.PID) {
+		t.Fatal("release stopped a daemon started after the list of live pods")
+	}
+	start := time.Now()
+	if err := m.release(ctx, map[string]bool{"pod-b": true}, time.Now().Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if m.alive(first.PID) || time.Since(start) > 3*mpsQuitTimeout {
+		t.Errorf("tampered daemon: alive %v after %v", m.alive(first.PID), time.Since(start))
+	}
+	if _, err := os.Stat(filepath.Join(m.root, "pod-a")); !os.IsNotExist(err) {
+		t.Errorf("pod-a's directories outlive it: %v", err)
+	}
+}
