@@ -17,8 +17,8 @@ func TestServerBoundsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }), 4)
-	go srv.Serve(l)
+	srv := newServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }), 4)
+	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { srv.Close() })
 	addr := l.Addr().String()
 	var held []net.Conn

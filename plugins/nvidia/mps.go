@@ -216,8 +216,11 @@ func (m *mpsDaemons) start(ctx context.Context, d mpsDirs, r mpsRecord) (int, er
 	for {
 		select {
 		case err := <-exited:
+			if err == nil {
+				err = errors.New("exit status 0")
+			}
 			tail, _ := os.ReadFile(logPath)
-			return 0, fmt.Errorf("the container's MPS daemon (%s -f) exited at start: %v: %s", m.control, err, bytes.TrimSpace(lastBytes(tail, 512)))
+			return 0, fmt.Errorf("the container's MPS daemon (%s -f) exited at start: %w: %s", m.control, err, bytes.TrimSpace(lastBytes(tail, 512)))
 		case <-ctx.Done():
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			return 0, ctx.Err()
