@@ -56,8 +56,9 @@ func (c *runtimeClient) LivePods(ctx context.Context) (map[string]bool, error) {
 }
 
 // CDIOff reports whether the runtime says it ignores CDI devices: the
-// verbose status of containerd 1.7 carries its CRI config, with enableCDI
-// (containerd 2.x always injects CDI devices and has no such setting).
+// verbose status of containerd carries its CRI config, with enableCDI in
+// 1.7 (2.x injects CDI devices whatever it says). A runtime that does not
+// say (CRI-O, containerd 2.x without the key) is taken to inject them.
 func (c *runtimeClient) CDIOff(ctx context.Context) (bool, error) {
 	resp, err := c.rt.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
 	if err != nil {

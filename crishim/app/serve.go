@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -66,9 +67,8 @@ func (o *serveOptions) run(ctx context.Context) error {
 		return err
 	}
 	if keys.HasHMAC() {
-		if fi, err := os.Stat(o.AllocationKey); err == nil && fi.Mode().Perm()&0o077 != 0 {
-			return fmt.Errorf("allocation key %s holds a shared HMAC secret and is readable by group or others (%s): anyone who reads it can mint allocations; chmod 600 %s",
-				o.AllocationKey, fi.Mode().Perm(), o.AllocationKey)
+		if err := privateFile(o.AllocationKey); err != nil {
+			return fmt.Errorf("allocation key %s holds a shared HMAC secret, which anyone who reads it can mint allocations with: %w", o.AllocationKey, err)
 		}
 		logger.Info("WARNING: the allocation key file holds a shared HMAC secret: anyone who holds it, this node included, can mint allocations for any pod on any node; use the scheduler's Ed25519 public key", "file", o.AllocationKey)
 	}
@@ -299,20 +299,25 @@ func releasePods(ctx context.Context, runtime *runtimeClient, plugins []nodeplug
 	}
 }
 
-// watchCDI asks the runtime, until it answers, whether it ignores CDI
-// devices, and says so loudly if it does: containers given CDI devices
-// are then refused rather than started without their GPUs.
+// watchCDI asks the runtime every interval whether it ignores CDI devices
+// (its configuration can change with a restart), and says so loudly when
+// that changes: containers given CDI devices are then refused rather than
+// started without their GPUs. Until the runtime first answers, they are
+// let through.
 func watchCDI(ctx context.Context, runtime *runtimeClient, off *atomic.Bool, interval time.Duration) {
+	logger := klog.FromContext(ctx)
+	known := false
 	for {
 		askCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		isOff, err := runtime.CDIOff(askCtx)
 		cancel()
 		if err == nil {
-			off.Store(isOff)
-			if isOff {
-				klog.FromContext(ctx).Error(proxy.ErrCDIOff, "Containers given CDI devices will be refused")
+			if was := off.Swap(isOff); isOff && (!known || !was) {
+				logger.Error(proxy.ErrCDIOff, "Containers given CDI devices will be refused")
+			} else if !isOff && known && was {
+				logger.Info("The container runtime injects CDI devices again")
 			}
-			return
+			known = true
 		}
 		select {
 		case <-ctx.Done():
@@ -320,4 +325,20 @@ func watchCDI(ctx context.Context, runtime *runtimeClient, off *atomic.Bool, int
 		case <-time.After(interval):
 		}
 	}
+}
+
+// privateFile checks that path is root's (or this process's user's) and
+// readable by no one else.
+func privateFile(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || (st.Uid != 0 && st.Uid != uint32(os.Geteuid())) {
+		return fmt.Errorf("it is not owned by root: chown root %s", path)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("it is readable by group or others (%s): chmod 600 %s", fi.Mode().Perm(), path)
+	}
+	return nil
 }

@@ -83,3 +83,18 @@ func TestServeStopsWithMetrics(t *testing.T) {
 		})
 	}
 }
+
+// TestShimRefusesReadableHMACSecret: a shared HMAC secret others can read
+// lets them mint allocations: the shim does not start with one.
+func TestShimRefusesReadableHMACSecret(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "key")
+	if err := os.WriteFile(key, kubeinterface.EncodeHMACSecret([]byte(strings.Repeat("k", 32))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := &serveOptions{pluginOptions: pluginOptions{PluginDir: t.TempDir(), NodeName: "n1"},
+		Listen: filepath.Join(dir, "crishim.sock"), RuntimeEndpoint: "unix://" + filepath.Join(dir, "none.sock"), AllocationKey: key, Interval: time.Hour}
+	if err := o.run(context.Background()); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("shim with a world-readable HMAC secret: %v", err)
+	}
+}

@@ -65,22 +65,23 @@ func IsGPUDevicePath(p string) bool {
 // or (a directory, which the runtime expands to every device in it) holds,
 // a device node of the NVIDIA driver's character majors. The walk of a
 // directory stops after maxDeviceWalk entries, and counts as holding one.
-func reachesGPU(hostPath string) bool {
+func reachesGPU(hostPath string, majors map[uint32]bool) bool {
 	if hostPath == "" {
 		return false
 	}
-	majors := gpuMajors()
-	if len(majors) == 0 {
+	// The runtime follows links; so does the check.
+	real, err := filepath.EvalSymlinks(hostPath)
+	if err != nil {
 		return false
 	}
-	fi, err := os.Stat(hostPath)
+	fi, err := os.Stat(real)
 	if err != nil {
 		return false
 	}
 	if !fi.IsDir() {
 		return isGPUCharDevice(fi, majors)
 	}
-	dir := filepath.Clean(hostPath)
+	dir := filepath.Clean(real)
 	for _, n := range HostGPUNodes("/dev") {
 		if _, ok := under(n, dir); ok {
 			return true
@@ -106,10 +107,14 @@ func reachesGPU(hostPath string) bool {
 // maxDeviceWalk bounds the walk of a directory given as a device.
 const maxDeviceWalk = 4096
 
+// nvidiaMajor is the NVIDIA driver's character-device major (/dev/nvidia0,
+// /dev/nvidiactl).
+const nvidiaMajor = 195
+
 // gpuMajors are the character-device majors of the host's /dev/nvidia*
-// nodes (195, and nvidia-uvm's and nvidia-caps' dynamic ones).
+// nodes: 195, and nvidia-uvm's and nvidia-caps' dynamic ones.
 func gpuMajors() map[uint32]bool {
-	out := map[uint32]bool{}
+	out := map[uint32]bool{nvidiaMajor: true}
 	for _, n := range HostGPUNodes("/dev") {
 		if fi, err := os.Stat(n); err == nil && fi.Mode()&fs.ModeCharDevice != 0 {
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
@@ -153,8 +158,16 @@ func IsGPUCDIDevice(name string) bool {
 // (Baseline and the modules') replace them. It changes cfg in place.
 func Strip(cfg *runtimeapi.ContainerConfig) Stripped {
 	var s Stripped
+	var majors map[uint32]bool // read once, if a device entry needs it
 	cfg.Devices = slices.DeleteFunc(cfg.Devices, func(d *runtimeapi.Device) bool {
-		if IsGPUDevicePath(d.GetHostPath()) || IsGPUDevicePath(d.GetContainerPath()) || reachesGPU(d.GetHostPath()) {
+		if IsGPUDevicePath(d.GetHostPath()) || IsGPUDevicePath(d.GetContainerPath()) {
+			s.DeviceNodes = append(s.DeviceNodes, d.GetHostPath())
+			return true
+		}
+		if majors == nil {
+			majors = gpuMajors()
+		}
+		if reachesGPU(d.GetHostPath(), majors) {
 			s.DeviceNodes = append(s.DeviceNodes, d.GetHostPath())
 			return true
 		}

@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -98,5 +100,41 @@ func TestHostGPUNodes(t *testing.T) {
 	}
 	if got := HostGPUNodes(filepath.Join(dev, "none")); len(got) != 0 {
 		t.Errorf("no driver: %q", got)
+	}
+}
+
+// TestStripDevicesReachingGPUs: a device entry whose host path is a
+// directory holding an NVIDIA character device (which the runtime expands
+// to every device in it), a link to one, or such a device under another
+// name, is removed; other devices stay.
+func TestStripDevicesReachingGPUs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating device nodes needs root")
+	}
+	dir := t.TempDir()
+	gpu := filepath.Join(dir, "devs", "renamed-gpu")
+	if err := os.MkdirAll(filepath.Dir(gpu), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mknod(gpu, syscall.S_IFCHR|0o600, int(unix.Mkdev(nvidiaMajor, 251))); err != nil {
+		t.Skipf("mknod: %v", err)
+	}
+	null := filepath.Join(dir, "null")
+	if err := syscall.Mknod(null, syscall.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(filepath.Dir(gpu), link); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &runtimeapi.ContainerConfig{Devices: []*runtimeapi.Device{
+		{HostPath: gpu, ContainerPath: "/dev/x"},
+		{HostPath: filepath.Dir(gpu), ContainerPath: "/devs"},
+		{HostPath: link, ContainerPath: "/linked"},
+		{HostPath: null, ContainerPath: "/dev/mynull"},
+	}}
+	s := Strip(cfg)
+	if len(cfg.Devices) != 1 || cfg.Devices[0].HostPath != null || len(s.DeviceNodes) != 3 {
+		t.Errorf("left %v, removed %v: want only %s left", cfg.Devices, s.DeviceNodes, null)
 	}
 }

@@ -42,14 +42,18 @@ type mpsRecord struct {
 	GPUs   string    `json:"gpus"`
 	Limits mpsLimits `json:"limits"`
 	PID    int       `json:"pid"`
+	// Started is the daemon's start time in clock ticks since boot
+	// (/proc/PID/stat field 22): with the PID, it names the process.
+	Started uint64 `json:"started"`
 }
 
 // Sizes of the tmpfs mounted on each container's MPS directories: they are
 // the container's /dev/shm and its pipe directory, and must not fill the
 // host's /run.
 const (
-	MPSShmBytes  = 64 << 20 // containerd's default /dev/shm size
-	mpsPipeBytes = 1 << 20
+	DefaultMPSShmMiB = 64 // containerd's default /dev/shm size
+	mpsPipeBytes     = 1 << 20
+	mpsLogBytes      = 4 << 20
 )
 
 // Timeouts of a daemon's start and stop.
@@ -71,9 +75,10 @@ var safeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 // outlives a shim restart (the unit's KillMode=process): the record in
 // the container's directory, which tenants cannot reach, finds it again.
 type mpsDaemons struct {
-	root    string
-	control string // resolved path
-	unshare string // resolved path
+	root     string
+	control  string // resolved path
+	unshare  string // resolved path
+	shmBytes int
 
 	mu sync.Mutex // serializes starts; release picks its pods under it
 }
@@ -112,7 +117,7 @@ func newMPSDaemons(c config) (*mpsDaemons, error) {
 			return nil, fmt.Errorf("MPS root %s: %w", c.mpsRoot, err)
 		}
 	}
-	return &mpsDaemons{root: c.mpsRoot, control: control, unshare: unshare}, nil
+	return &mpsDaemons{root: c.mpsRoot, control: control, unshare: unshare, shmBytes: c.mpsShmMiB << 20}, nil
 }
 
 func (m *mpsDaemons) dirs(podUID, container string) mpsDirs {
@@ -135,7 +140,7 @@ func (m *mpsDaemons) ensure(ctx context.Context, podUID, container string, gpus 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if have, ok := readRecord(dir); ok {
-		if have.GPUs == want.GPUs && have.Limits == want.Limits && m.alive(have.PID) {
+		if have.GPUs == want.GPUs && have.Limits == want.Limits && m.alive(have) {
 			return d, nil // a restart of the container
 		}
 		// The daemon died, or (impossible within one pod) the container
@@ -145,17 +150,12 @@ func (m *mpsDaemons) ensure(ctx context.Context, podUID, container string, gpus 
 	if err := m.prepare(d); err != nil {
 		return mpsDirs{}, err
 	}
-	pid, err := m.start(ctx, d, want)
+	r, err := m.start(ctx, d, want)
 	if err != nil {
 		return mpsDirs{}, err
 	}
-	want.PID = pid
-	b, _ := json.Marshal(want)
-	if err := os.WriteFile(filepath.Join(dir, mpsMarker), b, 0o600); err != nil {
-		return mpsDirs{}, fmt.Errorf("MPS record: %w", err)
-	}
 	klog.FromContext(ctx).Info("Started an MPS daemon for the container", "podUID", podUID, "container", container,
-		"gpus", want.GPUs, "threadPercent", limits.ThreadPercent, "pinnedMemory", limits.PinnedMemory, "pid", pid)
+		"gpus", want.GPUs, "threadPercent", limits.ThreadPercent, "pinnedMemory", limits.PinnedMemory, "pid", r.PID)
 	return d, nil
 }
 
@@ -170,7 +170,7 @@ func (m *mpsDaemons) prepare(d mpsDirs) error {
 	for _, t := range []struct {
 		dir   string
 		bytes int
-	}{{d.pipe, mpsPipeBytes}, {d.shm, MPSShmBytes}} {
+	}{{d.pipe, mpsPipeBytes}, {d.shm, m.shmBytes}, {d.log, mpsLogBytes}} {
 		_ = syscall.Unmount(t.dir, syscall.MNT_DETACH) // a mount left by a daemon that died
 		if err := syscall.Mount("tmpfs", t.dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC,
 			fmt.Sprintf("size=%d,mode=1777", t.bytes)); err != nil {
@@ -181,12 +181,14 @@ func (m *mpsDaemons) prepare(d mpsDirs) error {
 }
 
 // start starts the daemon in the foreground, as a child in its own
-// process group, in a mount namespace whose /dev/shm is the container's.
-func (m *mpsDaemons) start(ctx context.Context, d mpsDirs, r mpsRecord) (int, error) {
+// process group, in a mount namespace whose /dev/shm is the container's,
+// and records it in the container's directory at once.
+func (m *mpsDaemons) start(ctx context.Context, d mpsDirs, r mpsRecord) (mpsRecord, error) {
+	logger := klog.FromContext(ctx)
 	logPath := filepath.Join(d.log, "control.stderr")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return 0, fmt.Errorf("MPS daemon log: %w", err)
+		return r, fmt.Errorf("MPS daemon log: %w", err)
 	}
 	defer logFile.Close()
 	// Slave propagation: unmounts on the host (other pods' volumes)
@@ -205,10 +207,26 @@ func (m *mpsDaemons) start(ctx context.Context, d mpsDirs, r mpsRecord) (int, er
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start the container's MPS daemon: %w", err)
+		return r, fmt.Errorf("start the container's MPS daemon: %w", err)
 	}
+	r.PID = cmd.Process.Pid
+	r.Started, _ = startTime(r.PID)
+	dir := filepath.Dir(d.pipe)
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }() // reaps it whenever it ends
+	go func() {
+		err := cmd.Wait() // reaps it whenever it ends
+		exited <- err
+		logger.Info("MPS daemon exited", "dir", dir, "pid", r.PID, "err", err)
+	}()
+	kill := func(cause error) (mpsRecord, error) {
+		_ = syscall.Kill(-r.PID, syscall.SIGKILL)
+		_ = os.Remove(filepath.Join(dir, mpsMarker))
+		return r, cause
+	}
+	b, _ := json.Marshal(r)
+	if err := os.WriteFile(filepath.Join(dir, mpsMarker), b, 0o600); err != nil {
+		return kill(fmt.Errorf("MPS record: %w", err))
+	}
 	deadline := time.NewTimer(mpsStartTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -220,18 +238,17 @@ func (m *mpsDaemons) start(ctx context.Context, d mpsDirs, r mpsRecord) (int, er
 				err = errors.New("exit status 0")
 			}
 			tail, _ := os.ReadFile(logPath)
-			return 0, fmt.Errorf("the container's MPS daemon (%s -f) exited at start: %w: %s", m.control, err, bytes.TrimSpace(lastBytes(tail, 512)))
+			return kill(fmt.Errorf("the container's MPS daemon (%s -f) exited at start: %w: %s", m.control, err, bytes.TrimSpace(lastBytes(tail, 512))))
 		case <-ctx.Done():
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			return 0, ctx.Err()
+			return kill(ctx.Err())
 		case <-deadline.C:
 			// Running, but no pipe yet: let the container start; its
 			// clients retry.
-			klog.FromContext(ctx).Info("MPS daemon made no pipe yet", "dir", d.pipe, "pid", cmd.Process.Pid)
-			return cmd.Process.Pid, nil
+			logger.Info("MPS daemon made no pipe yet", "dir", d.pipe, "pid", r.PID)
+			return r, nil
 		case <-tick.C:
 			if entries, _ := os.ReadDir(d.pipe); len(entries) > 0 {
-				return cmd.Process.Pid, nil
+				return r, nil
 			}
 		}
 	}
@@ -239,12 +256,18 @@ func (m *mpsDaemons) start(ctx context.Context, d mpsDirs, r mpsRecord) (int, er
 
 // release stops the daemons of pods not in live and removes their
 // directories; pods whose directories were made after listed (when live was
-// listed, so their sandboxes may be missing from it) are kept.
+// listed, so their sandboxes may be missing from it) are kept. Under the
+// lock a released pod's directory is renamed out of ensure's way, so that a
+// container of the same pod started meanwhile gets a directory of its own.
 func (m *mpsDaemons) release(ctx context.Context, live map[string]bool, listed time.Time) error {
 	m.mu.Lock()
 	pods, err := os.ReadDir(m.root)
-	var gone []string
+	var gone, stale []string
 	for _, pod := range pods {
+		if strings.HasPrefix(pod.Name(), tombstonePrefix) {
+			stale = append(stale, filepath.Join(m.root, pod.Name())) // a release cut short
+			continue
+		}
 		if !pod.IsDir() || live[pod.Name()] {
 			continue
 		}
@@ -252,80 +275,89 @@ func (m *mpsDaemons) release(ctx context.Context, live map[string]bool, listed t
 		if fi, err := pod.Info(); err != nil || !fi.ModTime().Before(listed.Add(-time.Second)) {
 			continue
 		}
-		gone = append(gone, filepath.Join(m.root, pod.Name()))
+		tomb := filepath.Join(m.root, fmt.Sprintf("%s%s-%d", tombstonePrefix, pod.Name(), time.Now().UnixNano()))
+		if err := os.Rename(filepath.Join(m.root, pod.Name()), tomb); err != nil {
+			klog.FromContext(ctx).Error(err, "Releasing the MPS directories of a pod that is gone", "podUID", pod.Name())
+			continue
+		}
+		gone = append(gone, tomb)
 	}
 	m.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("MPS root: %w", err)
 	}
 	var errs []error
-	for _, podDir := range gone {
-		containers, _ := os.ReadDir(podDir)
+	for _, tomb := range append(stale, gone...) {
+		containers, _ := os.ReadDir(tomb)
 		for _, c := range containers {
-			dir := filepath.Join(podDir, c.Name())
+			dir := filepath.Join(tomb, c.Name())
 			if r, ok := readRecord(dir); ok {
 				m.stop(ctx, dir, r)
 			}
-			for _, sub := range []string{"pipe", "shm"} {
+			for _, sub := range []string{"pipe", "shm", "log"} {
 				_ = syscall.Unmount(filepath.Join(dir, sub), syscall.MNT_DETACH)
 			}
 		}
-		if err := os.RemoveAll(podDir); err != nil {
-			errs = append(errs, fmt.Errorf("remove MPS directories of pod %s: %w", filepath.Base(podDir), err))
+		if err := os.RemoveAll(tomb); err != nil {
+			errs = append(errs, fmt.Errorf("remove MPS directories %s: %w", tomb, err))
 			continue
 		}
-		klog.FromContext(ctx).Info("Stopped the MPS daemons of a pod that is gone", "podUID", filepath.Base(podDir))
+		klog.FromContext(ctx).Info("Stopped the MPS daemons of a pod that is gone", "dir", tomb)
 	}
 	return errors.Join(errs...)
 }
 
-// stop asks a container's daemon to quit through its pipe, and ends its
-// process group if it has not within mpsQuitTimeout (a tenant can tamper
-// with its pipe directory, never with the record).
+// tombstonePrefix names the directories of pods being released; no pod
+// UID starts with a dot.
+const tombstonePrefix = ".released-"
+
+// stop ends a container's daemon: its process group, by the PID and start
+// time recorded where tenants cannot reach (never through its pipe
+// directory, which they can).
 func (m *mpsDaemons) stop(ctx context.Context, dir string, r mpsRecord) {
-	logger := klog.FromContext(ctx)
-	if m.alive(r.PID) {
-		quitCtx, cancel := context.WithTimeout(ctx, mpsQuitTimeout)
-		cmd := exec.CommandContext(quitCtx, m.control)
-		cmd.Env = append(os.Environ(), "CUDA_MPS_PIPE_DIRECTORY="+filepath.Join(dir, "pipe"))
-		cmd.Stdin = strings.NewReader("quit\n")
-		cmd.WaitDelay = 100 * time.Millisecond
-		if out, err := cmd.CombinedOutput(); err != nil {
-			logger.V(2).Info("MPS daemon did not take quit", "dir", dir, "err", err, "output", string(out))
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		if !m.alive(r) {
+			break
 		}
-		cancel()
-		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-			if !m.alive(r.PID) {
-				break
-			}
-			_ = syscall.Kill(-r.PID, sig)
-			for end := time.Now().Add(mpsQuitTimeout); m.alive(r.PID) && time.Now().Before(end); {
-				time.Sleep(20 * time.Millisecond)
-			}
+		_ = syscall.Kill(-r.PID, sig)
+		for end := time.Now().Add(mpsQuitTimeout); m.alive(r) && time.Now().Before(end); {
+			time.Sleep(20 * time.Millisecond)
 		}
-		if m.alive(r.PID) {
-			logger.Error(nil, "MPS daemon does not stop", "dir", dir, "pid", r.PID)
-		}
+	}
+	if m.alive(r) {
+		klog.FromContext(ctx).Error(nil, "MPS daemon does not stop", "dir", dir, "pid", r.PID)
 	}
 	_ = os.Remove(filepath.Join(dir, mpsMarker))
 }
 
-// alive reports whether pid is a running daemon of this control binary
-// (not a reused PID, not a zombie).
-func (m *mpsDaemons) alive(pid int) bool {
-	if pid <= 0 {
+// alive reports whether the recorded daemon still runs: the process with
+// its PID and start time, not a zombie.
+func (m *mpsDaemons) alive(r mpsRecord) bool {
+	if r.PID <= 0 || r.Started == 0 {
 		return false
 	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	started, ok := startTime(r.PID)
+	return ok && started == r.Started
+}
+
+// startTime reads a live (not zombie) process's start time from
+// /proc/PID/stat.
+func startTime(pid int) (uint64, bool) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return 0, false
 	}
-	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-			return false
-		}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, false
 	}
-	return bytes.Contains(cmdline, []byte(filepath.Base(m.control)))
+	// Fields after the command: state is field 3, start time field 22.
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 20 || fields[0] == "Z" || fields[0] == "X" {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(fields[19], 10, 64)
+	return v, err == nil
 }
 
 func readRecord(dir string) (mpsRecord, bool) {

@@ -22,7 +22,7 @@ func newTestDaemons(t *testing.T) (*mpsDaemons, string) {
 	if err := os.WriteFile(control, []byte(nvmltest.MPSControlStandIn), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m, err := newMPSDaemons(config{mpsRoot: filepath.Join(dir, "mps"), mpsControl: control})
+	m, err := newMPSDaemons(config{mpsRoot: filepath.Join(dir, "mps"), mpsControl: control, mpsShmMiB: DefaultMPSShmMiB})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,8 +45,8 @@ func TestMPSDaemons(t *testing.T) {
 	}
 	first, _ := readRecord(filepath.Dir(d.pipe))
 	var st syscall.Statfs_t
-	if err := syscall.Statfs(d.shm, &st); err != nil || st.Blocks*uint64(st.Bsize) > MPSShmBytes {
-		t.Errorf("shm %s: %v, %d bytes: want a tmpfs of at most %d", d.shm, err, st.Blocks*uint64(st.Bsize), MPSShmBytes)
+	if err := syscall.Statfs(d.shm, &st); err != nil || st.Blocks*uint64(st.Bsize) > DefaultMPSShmMiB<<20 {
+		t.Errorf("shm %s: %v, %d bytes: want a tmpfs of at most %d", d.shm, err, st.Blocks*uint64(st.Bsize), DefaultMPSShmMiB<<20)
 	}
 	log, _ := os.ReadFile(filepath.Join(dir, "standin.log"))
 	if want := "start " + d.pipe + " devices=GPU-1 threads=25 pinned=0=1024M\n"; !strings.Contains(string(log), want) {
@@ -59,7 +59,7 @@ func TestMPSDaemons(t *testing.T) {
 	if _, err := m.ensure(ctx, "pod-a", "main", []string{"GPU-1"}, limits); err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := readRecord(filepath.Dir(d.pipe)); again.PID != first.PID || !m.alive(first.PID) {
+	if again, _ := readRecord(filepath.Dir(d.pipe)); again.PID != first.PID || !m.alive(first) {
 		t.Errorf("restart: daemon %d, then %d", first.PID, again.PID)
 	}
 	// A tenant replaces its control pipe with one nobody reads: the
@@ -74,17 +74,52 @@ func TestMPSDaemons(t *testing.T) {
 	if err := m.release(ctx, nil, time.Now().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if !m.alive(first.PID) {
+	if !m.alive(first) {
 		t.Fatal("release stopped a daemon started after the list of live pods")
 	}
 	start := time.Now()
 	if err := m.release(ctx, map[string]bool{"pod-b": true}, time.Now().Add(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if m.alive(first.PID) || time.Since(start) > 3*mpsQuitTimeout {
-		t.Errorf("tampered daemon: alive %v after %v", m.alive(first.PID), time.Since(start))
+	if m.alive(first) || time.Since(start) > 3*mpsQuitTimeout {
+		t.Errorf("tampered daemon: alive %v after %v", m.alive(first), time.Since(start))
 	}
-	if _, err := os.Stat(filepath.Join(m.root, "pod-a")); !os.IsNotExist(err) {
-		t.Errorf("pod-a's directories outlive it: %v", err)
+	if left, _ := os.ReadDir(m.root); len(left) != 0 {
+		t.Errorf("pod-a's directories outlive it: %v", left)
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mounts"); strings.Contains(string(mounts), m.root) {
+		t.Errorf("mounts left under %s", m.root)
+	}
+}
+
+// TestMPSRelease: a released pod's directory is renamed out of the way
+// under the lock, so a container of the same pod started afterwards (its
+// sandbox missed the list) gets a daemon and directories of its own; a
+// release cut short is finished by the next one.
+func TestMPSRelease(t *testing.T) {
+	m, _ := newTestDaemons(t)
+	ctx := t.Context()
+	limits := mpsLimits{ThreadPercent: 10}
+	if _, err := m.ensure(ctx, "pod-a", "c1", []string{"GPU-1"}, limits); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.release(ctx, nil, time.Now().Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := m.ensure(ctx, "pod-a", "c2", []string{"GPU-1"}, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := readRecord(filepath.Dir(d.pipe)); !ok || !m.alive(r) {
+		t.Fatalf("a container started after the release has no daemon: %+v %v", r, ok)
+	}
+	if err := os.MkdirAll(filepath.Join(m.root, tombstonePrefix+"pod-z-1", "c"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.release(ctx, map[string]bool{"pod-a": true}, time.Now().Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(m.root); len(left) != 1 || left[0].Name() != "pod-a" {
+		t.Errorf("after the release: %v, want pod-a alone", left)
 	}
 }

@@ -41,6 +41,9 @@ const (
 	// OptionMPSControl is the MPS control binary (default
 	// DefaultMPSControl, looked up in PATH).
 	OptionMPSControl = "mps-control"
+	// OptionMPSShmMiB is the size of the /dev/shm each container with MPS
+	// slices shares with its daemon, in MiB (default DefaultMPSShmMiB).
+	OptionMPSShmMiB = "mps-shm-mib"
 	// OptionHealthChecks is "true" (the default) to watch NVML for critical
 	// XID errors and report the GPUs they hit unhealthy.
 	OptionHealthChecks = "health-checks"
@@ -63,7 +66,7 @@ const (
 )
 
 var nodeOptions = []string{
-	OptionEdits, OptionCDIDeviceNames, OptionMPS, OptionMPSRoot, OptionMPSControl,
+	OptionEdits, OptionCDIDeviceNames, OptionMPS, OptionMPSRoot, OptionMPSControl, OptionMPSShmMiB,
 	OptionHealthChecks, OptionIgnoreXIDs, OptionNVMLLibrary,
 }
 
@@ -139,6 +142,7 @@ type config struct {
 	mps          bool
 	mpsRoot      string
 	mpsControl   string
+	mpsShmMiB    int
 	healthChecks bool
 	ignoredXIDs  map[uint64]bool
 	library      string
@@ -154,7 +158,7 @@ func parseNodeOptions(opts map[string]string) (config, error) {
 			return config{}, fmt.Errorf("unknown option %s.%s (known: %s)", Name, k, strings.Join(nodeOptions, ", "))
 		}
 	}
-	c := config{cdi: true, mpsRoot: DefaultMPSRoot, mpsControl: DefaultMPSControl, healthChecks: true, library: nvmllib.DefaultPath}
+	c := config{cdi: true, mpsRoot: DefaultMPSRoot, mpsControl: DefaultMPSControl, mpsShmMiB: DefaultMPSShmMiB, healthChecks: true, library: nvmllib.DefaultPath}
 	bad := func(key, want string) error {
 		return fmt.Errorf("option %s.%s must be %s, got %q", Name, key, want, opts[key])
 	}
@@ -181,6 +185,14 @@ func parseNodeOptions(opts map[string]string) (config, error) {
 	if v, ok := opts[OptionMPS]; ok {
 		if c.mps, err = strconv.ParseBool(v); err != nil {
 			return config{}, bad(OptionMPS, "true or false")
+		}
+	}
+	if v, ok := opts[OptionMPSShmMiB]; ok {
+		if !c.mps {
+			return config{}, fmt.Errorf("option %s.%s needs %s.%s=true", Name, OptionMPSShmMiB, Name, OptionMPS)
+		}
+		if c.mpsShmMiB, err = strconv.Atoi(v); err != nil || c.mpsShmMiB < 1 || c.mpsShmMiB > 1<<20 {
+			return config{}, bad(OptionMPSShmMiB, "a size in MiB, 1..1048576")
 		}
 	}
 	for _, key := range []string{OptionMPSRoot, OptionMPSControl} {
