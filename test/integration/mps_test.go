@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -107,29 +108,44 @@ func TestShimMPSDaemonPerContainer(t *testing.T) {
 	}); err != nil {
 		t.Errorf("pod a's MPS directories outlive it; shim log %s", shim.Log)
 	}
-	log, _ = os.ReadFile(filepath.Join(dir, "standin.log"))
-	if !strings.Contains(string(log), "quit "+filepath.Join(root, "uid-a", "main", "pipe")) {
-		t.Errorf("pod a's daemon was not told to quit:\n%s", log)
+	if n := daemons(filepath.Join(root, "uid-a", "main", "pipe")); n != 0 {
+		t.Errorf("pod a's daemon outlives it (%d processes)", n)
 	}
-	if _, err := os.Stat(filepath.Join(root, "uid-b", "main", "pipe", "control")); err != nil {
-		t.Errorf("pod b's daemon stopped with pod a: %v", err)
+	if n := daemons(filepath.Join(root, "uid-b", "main", "pipe")); n == 0 {
+		t.Error("pod b's daemon stopped with pod a")
 	}
 }
 
-// quitStandIns stops the stand-in daemons left under root (the shim
-// stopped before it released them) and unmounts their directories.
+// quitStandIns ends the stand-in daemons left under root (the shim stopped
+// before it released them) and unmounts their directories.
 func quitStandIns(root string) {
-	fifos, _ := filepath.Glob(filepath.Join(root, "*", "*", "pipe", "control"))
-	for _, f := range fifos {
-		if w, err := os.OpenFile(f, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-			_, _ = w.WriteString("quit\n")
-			w.Close()
+	envs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, e := range envs {
+		b, err := os.ReadFile(e)
+		if err != nil || !strings.Contains(string(b), "CUDA_MPS_PIPE_DIRECTORY="+root+"/") {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(e))); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	for _, sub := range []string{"pipe", "shm"} {
+	for _, sub := range []string{"pipe", "shm", "log"} {
 		dirs, _ := filepath.Glob(filepath.Join(root, "*", "*", sub))
 		for _, d := range dirs {
 			_ = syscall.Unmount(d, syscall.MNT_DETACH)
 		}
 	}
+}
+
+// daemons counts the processes whose CUDA_MPS_PIPE_DIRECTORY is pipe.
+func daemons(pipe string) int {
+	n := 0
+	envs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, e := range envs {
+		b, err := os.ReadFile(e)
+		if err == nil && strings.Contains("\x00"+string(b)+"\x00", "\x00CUDA_MPS_PIPE_DIRECTORY="+pipe+"\x00") {
+			n++
+		}
+	}
+	return n
 }

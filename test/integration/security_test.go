@@ -30,6 +30,7 @@ import (
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
@@ -590,9 +591,17 @@ func TestAttackForceDelete(t *testing.T) {
 	}
 	// A finished pod holds nothing: its tenant may delete it at once.
 	createPods(ctx, t, ns, gpuPod("done", 1, 0, 0, nil))
-	done := boundPod(ctx, t, ns, "done")
-	done.Status.Phase = corev1.PodSucceeded
-	if _, err := node.Client.CoreV1().Pods(ns).UpdateStatus(ctx, done, metav1.UpdateOptions{}); err != nil {
+	boundPod(ctx, t, ns, "done")
+	// The scheduler writes its record into the status meanwhile: retry.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		done, err := node.Client.CoreV1().Pods(ns).Get(ctx, "done", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		done.Status.Phase = corev1.PodSucceeded
+		_, err = node.Client.CoreV1().Pods(ns).UpdateStatus(ctx, done, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tc.CoreV1().Pods(ns).Delete(ctx, "done", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
