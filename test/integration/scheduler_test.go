@@ -193,6 +193,21 @@ func TestSchedulerSurvivesAPIServerRestart(t *testing.T) {
 		t.Fatalf("kubegpu-scheduler exited during the API server's outage; see %s", s.Log)
 	}
 	createPods(ctx, t, ns, mixedPods("after", 30)...)
+	// The scheduler sees the nodes live again once its Lease informer,
+	// backing off through the outage, has relisted: wait for that before
+	// waiting for quiet.
+	_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range list.Items {
+			if strings.HasPrefix(p.Name, "after-") && p.Spec.NodeName != "" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	pods := settle(ctx, t, ns, 3*time.Second, 2*time.Minute)
 	if s.Exited() {
 		t.Fatalf("kubegpu-scheduler exited; see %s", s.Log)

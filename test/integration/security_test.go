@@ -29,8 +29,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/clock"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
