@@ -15,10 +15,6 @@ package main
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"flag"
 	"fmt"
 	"os"
@@ -37,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kubegpu/kubegpu/internal/keyfiles"
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/internal/localnode"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
@@ -108,7 +105,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	keyFile, pubFile, err := writeKeys(dir)
+	keyFile, pubFile, err := keyfiles.WriteEd25519(dir)
 	if err != nil {
 		return err
 	}
@@ -185,26 +182,6 @@ func run(ctx context.Context, o options) (err error) {
 		<-ctx.Done()
 	}
 	return nil
-}
-
-func writeKeys(dir string) (private, public string, err error) {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return "", "", err
-	}
-	privDER, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		return "", "", err
-	}
-	pubDER, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return "", "", err
-	}
-	private, public = filepath.Join(dir, "allocation-key.pem"), filepath.Join(dir, "allocation-key.pub.pem")
-	if err := os.WriteFile(private, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600); err != nil {
-		return "", "", err
-	}
-	return private, public, os.WriteFile(public, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600)
 }
 
 // identities are the demo's users besides cluster-admin.

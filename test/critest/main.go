@@ -35,10 +35,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"encoding/xml"
 	"errors"
 	"flag"
@@ -54,6 +50,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kubegpu/kubegpu/internal/keyfiles"
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/internal/localnode"
 )
@@ -508,8 +505,8 @@ func copyFile(from, to string) {
 // startShim runs kubegpu-crishim in front of the runtime at backend, with
 // simulated GPUs, and returns its socket.
 func startShim(ctx context.Context, o options, dir, backend string) (string, func(), error) {
-	key := filepath.Join(dir, "allocation-key.pub.pem")
-	if err := writePublicKey(key); err != nil {
+	_, key, err := keyfiles.WriteEd25519(dir)
+	if err != nil {
 		return "", nil, err
 	}
 	sock := filepath.Join(dir, "crishim.sock")
@@ -527,18 +524,4 @@ func startShim(ctx context.Context, o options, dir, backend string) (string, fun
 	}
 	fmt.Printf("critest: kubegpu-crishim %s in front of %s (log: %s)\n", sock, backend, log)
 	return sock, stop, nil
-}
-
-// writePublicKey writes a fresh Ed25519 public key, as nodes hold the
-// scheduler's (no allocation is signed here).
-func writePublicKey(path string) error {
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return err
-	}
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644)
 }

@@ -14,10 +14,6 @@ package integration
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kubegpu/kubegpu/internal/keyfiles"
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 )
@@ -133,26 +130,11 @@ func install(ctx context.Context) error {
 	return err
 }
 
-// writeKeys makes an Ed25519 key as `openssl genpkey -algorithm ed25519`
-// would and writes it as PKCS #8 PEM, and its public key as PKIX PEM.
+// writeKeys makes an Ed25519 key in dir (keyfiles.WriteEd25519) and
+// returns it with the paths of the private and the public key files.
 func writeKeys(dir string) (*kubeinterface.Key, string, string, error) {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	private, public, err := keyfiles.WriteEd25519(dir)
 	if err != nil {
-		return nil, "", "", err
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		return nil, "", "", err
-	}
-	pubDER, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return nil, "", "", err
-	}
-	private, public := filepath.Join(dir, "allocation-key.pem"), filepath.Join(dir, "allocation-key.pub.pem")
-	if err := os.WriteFile(private, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		return nil, "", "", err
-	}
-	if err := os.WriteFile(public, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
 		return nil, "", "", err
 	}
 	k, err := kubeinterface.LoadSigningKey(private)

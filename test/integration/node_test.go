@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubegpu/kubegpu/internal/localcluster"
@@ -96,31 +95,12 @@ func crictl(ctx context.Context, n *localnode.Node, sock string, args ...string)
 	return strings.TrimSpace(string(out)), err
 }
 
-// sandboxConfig is a crictl pod config; allocation, if set, is signed for it.
+// sandboxConfig is a crictl pod config in namespace gpu; allocation, if
+// set, is signed for it.
 func sandboxConfig(t *testing.T, dir, name, node string, alloc *types.PodAllocation, key *kubeinterface.Key) string {
 	t.Helper()
-	ns, uid := "gpu", "uid-"+name
-	annotations := map[string]string{}
-	if alloc != nil {
-		a := *alloc
-		a.Node = node
-		signed, err := key.Sign(kubeinterface.Allocation{Pod: kubeinterface.PodRef{Namespace: ns, Name: name, UID: ktypes.UID(uid)}, PodAllocation: a})
-		if err != nil {
-			t.Fatal(err)
-		}
-		value, err := kubeinterface.EncodeAllocation(signed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		annotations[kubeinterface.AnnotationAllocation] = value
-	}
-	cfg := map[string]any{
-		"metadata":      map[string]any{"name": name, "namespace": ns, "uid": uid, "attempt": 0},
-		"annotations":   annotations,
-		"log_directory": filepath.Join(dir, "logs", name),
-		"linux":         map[string]any{},
-	}
-	return writeJSON(t, filepath.Join(dir, name+"-pod.json"), cfg)
+	podCfg, _ := guardPod{name: name, namespace: "gpu", alloc: alloc, key: key}.write(t, dir, node)
+	return podCfg
 }
 
 func containerConfig(t *testing.T, dir, name string) string {

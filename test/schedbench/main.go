@@ -11,11 +11,7 @@ package main
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -37,6 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	"github.com/kubegpu/kubegpu/internal/keyfiles"
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
@@ -92,7 +89,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer c.Stop()
-	keyFile, err := writeKey(dir)
+	keyFile, _, err := keyfiles.WriteEd25519(dir)
 	if err != nil {
 		return err
 	}
@@ -121,19 +118,6 @@ func run(ctx context.Context, o options) error {
 	}
 	report(o, results)
 	return nil
-}
-
-func writeKey(dir string) (string, error) {
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return "", err
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "allocation-key.pem")
-	return path, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
 }
 
 // createNodes makes the nodes: cpu, memory and pods for the stock plugins,

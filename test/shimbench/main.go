@@ -9,10 +9,6 @@ package main
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"flag"
 	"fmt"
 	"io"
@@ -29,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/kubegpu/kubegpu/internal/keyfiles"
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/internal/localnode"
 )
@@ -70,8 +67,8 @@ func run(ctx context.Context, o options) error {
 	if err := n.ImportImage(ctx, archive); err != nil {
 		return err
 	}
-	key := filepath.Join(dir, "allocation-key.pub.pem")
-	if err := writePublicKey(key); err != nil {
+	_, key, err := keyfiles.WriteEd25519(dir)
+	if err != nil {
 		return err
 	}
 	sock := filepath.Join(dir, "crishim.sock")
@@ -211,17 +208,3 @@ func pct(d []time.Duration, p int) time.Duration {
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d.Microseconds())) }
-
-// writePublicKey writes a fresh Ed25519 public key, as nodes hold the
-// scheduler's (no allocation is signed here).
-func writePublicKey(path string) error {
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return err
-	}
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644)
-}
