@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	ktypes "k8s.io/apimachinery/pkg/types"
 
@@ -78,6 +79,12 @@ type Allocation struct {
 	types.PodAllocation
 	// Signature is the scheduler's signature over SigningBytes, base64.
 	Signature string `json:"signature,omitempty"`
+	// signed holds the exact bytes Signature covers when the allocation was
+	// read from an annotation (see DecodeAllocation); nil for one built
+	// here, whose bytes are its encoding. known is the encoding of the
+	// fields this version knows as read: signed counts only while they are
+	// unchanged.
+	signed, known []byte
 }
 
 type allocationPayload struct {
@@ -85,11 +92,24 @@ type allocationPayload struct {
 	Allocation
 }
 
-// SigningBytes is the canonical form that Signature signs: the payload
-// without its signature. encoding/json writes struct fields in a fixed order,
-// so equal allocations give equal bytes.
+// SigningBytes is what Signature signs: the payload without its signature.
+// For an allocation read by DecodeAllocation these are the exact bytes its
+// writer signed, fields this version does not know included, so that an
+// allocation from a newer scheduler verifies on an older node. For one built
+// here they are its encoding: encoding/json writes struct fields in a fixed
+// order, and Signature last, so the annotation is these bytes with the
+// signature appended as the last member.
 func (a Allocation) SigningBytes() []byte {
-	a.Signature = ""
+	b := a.encoding()
+	if a.signed != nil && bytes.Equal(b, a.known) {
+		return a.signed
+	}
+	return b
+}
+
+// encoding is a's encoding without its signature.
+func (a Allocation) encoding() []byte {
+	a.Signature, a.signed, a.known = "", nil, nil
 	b, err := json.Marshal(allocationPayload{header{types.SchemaVersion, KindAllocation}, a})
 	if err != nil {
 		// Only plain strings and numbers: Marshal cannot fail.
@@ -135,9 +155,14 @@ func (a Allocation) Validate() error {
 }
 
 // EncodeAllocation returns the annotation value for a, which must be valid.
+// An allocation read by DecodeAllocation encodes to the value it was read
+// from, so that it keeps verifying.
 func EncodeAllocation(a Allocation) (string, error) {
 	if err := a.Validate(); err != nil {
 		return "", fmt.Errorf("encode allocation: %w", err)
+	}
+	if a.signed != nil && a.Signature != "" && bytes.Equal(a.encoding(), a.known) {
+		return string(a.signed[:len(a.signed)-1]) + signatureMember(a.Signature), nil
 	}
 	b, err := json.Marshal(allocationPayload{header{types.SchemaVersion, KindAllocation}, a})
 	if err != nil {
@@ -147,8 +172,11 @@ func EncodeAllocation(a Allocation) (string, error) {
 }
 
 // DecodeAllocation parses and validates an allocation annotation value. It
-// does not check the signature. Malformed input gives an error wrapping
-// ErrInvalid.
+// does not check the signature, but keeps the exact bytes it covers: the
+// value up to the signature, which must be its last member, as every
+// kubegpu-scheduler writes it. Fields this version does not know are
+// ignored (and stay covered by the signature). Malformed input gives an
+// error wrapping ErrInvalid.
 func DecodeAllocation(value string) (Allocation, error) {
 	var p allocationPayload
 	if err := decode(value, AnnotationAllocation, KindAllocation, &p.header, &p); err != nil {
@@ -157,7 +185,23 @@ func DecodeAllocation(value string) (Allocation, error) {
 	if err := p.Validate(); err != nil {
 		return Allocation{}, err
 	}
+	if p.Signature != "" {
+		member := signatureMember(p.Signature)
+		if !strings.HasSuffix(value, member) || len(value) == len(member) {
+			return Allocation{}, &FieldError{Field: AnnotationAllocation + " signature", Value: p.Signature,
+				Want: "the object's last member, as kubegpu-scheduler writes it (the value was re-formatted or changed)"}
+		}
+		p.signed = []byte(value[:len(value)-len(member)] + "}")
+		p.known = p.encoding()
+	}
 	return p.Allocation, nil
+}
+
+// signatureMember is how an encoded allocation ends: its signature as the
+// last member of the object. Signatures hold only characters that JSON
+// writes unescaped (see Key.Sign).
+func signatureMember(signature string) string {
+	return `,"signature":"` + signature + `"}`
 }
 
 // decode unmarshals a versioned payload into out after checking its size,

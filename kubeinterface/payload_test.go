@@ -116,8 +116,11 @@ func TestAllocationRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DecodeAllocation() error = %v", err)
 	}
-	if !reflect.DeepEqual(got, a) {
+	if !reflect.DeepEqual(got.Pod, a.Pod) || !reflect.DeepEqual(got.PodAllocation, a.PodAllocation) || got.Signature != a.Signature {
 		t.Errorf("round trip =\n%+v\nwant\n%+v", got, a)
+	}
+	if again, err := EncodeAllocation(got); err != nil || again != s {
+		t.Errorf("re-encoding a decoded allocation = %q, %v; want the value it was read from", again, err)
 	}
 }
 

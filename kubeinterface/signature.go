@@ -249,8 +249,10 @@ func (k *Key) Public() *Key {
 	return &Key{alg: k.alg, id: k.id, public: k.public}
 }
 
-// Sign returns a with its Signature set: "ALGORITHM:KEYID:BASE64".
+// Sign returns a with its Signature set: "ALGORITHM:KEYID:BASE64", over
+// a's encoding (bytes a was read from, if any, are not signed again).
 func (k *Key) Sign(a Allocation) (Allocation, error) {
+	a.signed = nil
 	msg := a.SigningBytes()
 	var sig []byte
 	switch {
