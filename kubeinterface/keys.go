@@ -67,6 +67,20 @@ const LedgerVersion = "v1"
 // the pod's devices by, whatever becomes of the annotation.
 const ConditionAllocated = Domain + "Allocated"
 
+// ConditionDevicesReady is the Node condition kubegpu-crishim's advertiser
+// keeps: True (reason ReasonModulesLoaded) while every device module in the
+// node's plugin directory serves, False (reason ReasonModuleLoadFailed)
+// while one did not load or start, its message naming the module and the
+// error. Containers are refused the devices a failed module would serve,
+// and the node's inventory lacks them.
+const ConditionDevicesReady = Domain + "DevicesReady"
+
+// Reasons of ConditionDevicesReady.
+const (
+	ReasonModulesLoaded    = "ModulesLoaded"
+	ReasonModuleLoadFailed = "ModuleLoadFailed"
+)
+
 // LeaseNamespace holds each node's Lease, renewed by its kubelet and named
 // as the node: the liveness kubegpu-scheduler judges a node by.
 const LeaseNamespace = "kube-node-lease"

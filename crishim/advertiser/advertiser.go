@@ -32,10 +32,17 @@ type Options struct {
 	SlicesPerDevice int
 	// Metrics counts publications; optional.
 	Metrics *metrics.Shim
+	// Condition is the Node's kubeinterface.ConditionDevicesReady
+	// condition as it should be (whether every device module is serving);
+	// nil: the advertiser does not write it. Its message is cut to 2 KiB.
+	Condition *Condition
+	// Now is the clock for the condition's times (default time.Now).
+	Now func() time.Time
 }
 
 // Advertiser keeps the node's devices published on its Node: the inventory
-// annotation and the extended-resource capacity. Every interval it
+// annotation, the extended-resource capacity and, when given one, the
+// condition kubeinterface.ConditionDevicesReady. Every interval it
 // discovers the devices, reads the Node (from the API server's cache) and
 // writes what differs, so a Node that was re-created, or whose inventory or
 // capacity something else changed or reset (kubelet resets extended
@@ -70,6 +77,14 @@ func New(opts Options) (*Advertiser, error) {
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Condition != nil {
+		c := *opts.Condition
+		c.Message = boundMessage(c.Message)
+		opts.Condition = &c
 	}
 	return &Advertiser{opts: opts}, nil
 }
@@ -123,6 +138,17 @@ func (a *Advertiser) Once(ctx context.Context) error {
 			return fmt.Errorf("node %s is not registered yet (its kubelet registers it): %w", a.opts.Node, err)
 		}
 		return fmt.Errorf("read node %s: %w", a.opts.Node, err)
+	}
+	// The condition first: it says why the inventory may lack devices.
+	if want := a.opts.Condition; want != nil && (node.DevicesReady == nil || *node.DevicesReady != *want) {
+		transition := node.DevicesReady == nil || node.DevicesReady.Status != want.Status
+		if err := patchCondition(ctx, a.opts.Client, a.opts.Node, *want, a.opts.Now(), transition); err != nil {
+			a.opts.Metrics.Publishes.With("error").Inc()
+			a.opts.Metrics.Syncs.With("error").Inc()
+			return err
+		}
+		a.opts.Metrics.Publishes.With("ok").Inc()
+		logger.V(2).Info("Wrote the node's condition", "type", kubeinterface.ConditionDevicesReady, "status", want.Status, "reason", want.Reason)
 	}
 	if !node.HasInventory || node.Inventory != value {
 		if published == value && publishedUID == string(node.UID) {

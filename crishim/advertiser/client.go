@@ -25,13 +25,16 @@ import (
 type Client interface {
 	// GetNode returns what the advertiser owns on the named Node.
 	GetNode(ctx context.Context, name string) (*Node, error)
-	// PatchNode applies a JSON merge patch to the named Node, or to its
-	// subresource (such as "status") when one is given.
-	PatchNode(ctx context.Context, name string, patch []byte, subresource ...string) error
+	// PatchNode applies a patch of type pt (a JSON merge patch, or a
+	// strategic merge patch for the Node's conditions, which merges them by
+	// type) to the named Node, or to its subresource (such as "status")
+	// when one is given.
+	PatchNode(ctx context.Context, name string, pt ktypes.PatchType, patch []byte, subresource ...string) error
 }
 
 // Node is what the advertiser owns on a Node object: the inventory
-// annotation and the extended resources' capacity and allocatable.
+// annotation, the extended resources' capacity and allocatable, and the
+// condition kubeinterface.ConditionDevicesReady.
 type Node struct {
 	UID ktypes.UID
 	// Inventory is the kubegpu.io/inventory annotation; HasInventory is
@@ -41,6 +44,20 @@ type Node struct {
 	// Capacity and Allocatable hold the extended resources kubegpu
 	// publishes, as the Node's status has them.
 	Capacity, Allocatable ResourceList
+	// DevicesReady is the Node's kubeinterface.ConditionDevicesReady
+	// condition; nil without one.
+	DevicesReady *Condition
+}
+
+// Condition is a Node condition as the advertiser writes it: the time
+// fields are set when it is written.
+type Condition struct {
+	// Status is "True" or "False".
+	Status string
+	// Reason is one CamelCase word, e.g. kubeinterface.ReasonModuleLoadFailed.
+	Reason string
+	// Message says what is wrong, for people.
+	Message string
 }
 
 // coreV1 is the core API group's version; the package k8s.io/api/core/v1
@@ -101,6 +118,12 @@ func decodeNode(body []byte) (*Node, error) {
 		Status struct {
 			Capacity    map[string]resource.Quantity `json:"capacity"`
 			Allocatable map[string]resource.Quantity `json:"allocatable"`
+			Conditions  []struct {
+				Type    string `json:"type"`
+				Status  string `json:"status"`
+				Reason  string `json:"reason"`
+				Message string `json:"message"`
+			} `json:"conditions"`
 		} `json:"status"`
 	}
 	if err := json.Unmarshal(body, &n); err != nil {
@@ -116,9 +139,14 @@ func decodeNode(body []byte) (*Node, error) {
 			out.Allocatable[name] = q
 		}
 	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == kubeinterface.ConditionDevicesReady {
+			out.DevicesReady = &Condition{Status: c.Status, Reason: c.Reason, Message: c.Message}
+		}
+	}
 	return out, nil
 }
 
-func (c *restClient) PatchNode(ctx context.Context, name string, patch []byte, subresource ...string) error {
-	return c.core.Patch(ktypes.MergePatchType).Resource("nodes").Name(name).SubResource(subresource...).Body(patch).Do(ctx).Error()
+func (c *restClient) PatchNode(ctx context.Context, name string, pt ktypes.PatchType, patch []byte, subresource ...string) error {
+	return c.core.Patch(pt).Resource("nodes").Name(name).SubResource(subresource...).Body(patch).Do(ctx).Error()
 }

@@ -4,16 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
@@ -35,7 +38,8 @@ func TestClientRequests(t *testing.T) {
 		case r.URL.Path == "/api/v1/nodes/n1" && r.Method == http.MethodGet:
 			_, _ = io.WriteString(w, `{"kind":"Node","apiVersion":"v1","metadata":{"name":"n1","uid":"u-1",
 				"annotations":{"kubegpu.io/inventory":"inv","other":"x"}},
-				"status":{"capacity":{"cpu":"8","nvidia.com/gpu":"800"},"allocatable":{"nvidia.com/gpu":"800","kubegpu.io/gpu-cores":"800"}}}`)
+				"status":{"capacity":{"cpu":"8","nvidia.com/gpu":"800"},"allocatable":{"nvidia.com/gpu":"800","kubegpu.io/gpu-cores":"800"},
+				"conditions":[{"type":"Ready","status":"True"},{"type":"kubegpu.io/DevicesReady","status":"False","reason":"ModuleLoadFailed","message":"nvidia.so: bad","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}`)
 		case r.URL.Path == "/api/v1/nodes/gone":
 			w.WriteHeader(http.StatusForbidden)
 			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"nodes \"gone\" is forbidden: RBAC says no","reason":"Forbidden","code":403}`)
@@ -60,16 +64,23 @@ func TestClientRequests(t *testing.T) {
 	if err == nil && (len(n.Capacity) != 1 || len(n.Allocatable) != 2) {
 		t.Errorf("GetNode kept capacity %v and allocatable %v, want only kubegpu's resources", n.Capacity, n.Allocatable)
 	}
+	if want := (Condition{Status: "False", Reason: "ModuleLoadFailed", Message: "nvidia.so: bad"}); err == nil && (n.DevicesReady == nil || *n.DevicesReady != want) {
+		t.Errorf("GetNode condition %+v, want %+v", n.DevicesReady, want)
+	}
 	if _, err := c.GetNode(ctx, "gone"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "RBAC says no") {
 		t.Errorf("GetNode of a forbidden node: %v, want the API server's message", err)
 	}
-	if err := c.PatchNode(ctx, "n1", []byte(`{"status":{}}`), "status"); err != nil {
+	if err := c.PatchNode(ctx, "n1", ktypes.MergePatchType, []byte(`{"status":{}}`), "status"); err != nil {
+		t.Error(err)
+	}
+	if err := patchCondition(ctx, c, "n1", Condition{Status: "False", Reason: "ModuleLoadFailed", Message: "nvidia.so: bad"}, time.Unix(0, 0), true); err != nil {
 		t.Error(err)
 	}
 	want := []string{
 		"GET /api/v1/nodes/n1?resourceVersion=0  application/json",
 		"GET /api/v1/nodes/gone?resourceVersion=0  application/json",
 		"PATCH /api/v1/nodes/n1/status application/merge-patch+json application/json",
+		"PATCH /api/v1/nodes/n1/status application/strategic-merge-patch+json application/json",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("requests:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -84,6 +95,8 @@ type fakeNode struct {
 	node    *Node
 	patches int
 	fail    error
+	// transitions counts the bytes of lastTransitionTime written.
+	transitions int
 }
 
 func (f *fakeNode) GetNode(_ context.Context, name string) (*Node, error) {
@@ -99,7 +112,7 @@ func (f *fakeNode) GetNode(_ context.Context, name string) (*Node, error) {
 	return &c, nil
 }
 
-func (f *fakeNode) PatchNode(_ context.Context, _ string, patch []byte, subresource ...string) error {
+func (f *fakeNode) PatchNode(_ context.Context, _ string, pt ktypes.PatchType, patch []byte, subresource ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.patches++
@@ -108,12 +121,29 @@ func (f *fakeNode) PatchNode(_ context.Context, _ string, patch []byte, subresou
 			Annotations map[string]string `json:"annotations"`
 		} `json:"metadata"`
 		Status struct {
-			Capacity    ResourceList `json:"capacity"`
-			Allocatable ResourceList `json:"allocatable"`
+			Capacity    ResourceList        `json:"capacity"`
+			Allocatable ResourceList        `json:"allocatable"`
+			Conditions  []map[string]string `json:"conditions"`
 		} `json:"status"`
 	}
 	if err := json.Unmarshal(patch, &p); err != nil {
 		return err
+	}
+	if len(p.Status.Conditions) > 0 {
+		// Only a strategic merge patch merges conditions by type.
+		if pt != ktypes.StrategicMergePatchType || len(p.Status.Conditions) != 1 || len(subresource) == 0 {
+			return fmt.Errorf("conditions patched with %s, %d of them, subresource %v", pt, len(p.Status.Conditions), subresource)
+		}
+		c := p.Status.Conditions[0]
+		if c["type"] != kubeinterface.ConditionDevicesReady || c["lastHeartbeatTime"] == "" {
+			return fmt.Errorf("condition %v", c)
+		}
+		f.transitions += len(c["lastTransitionTime"])
+		f.node.DevicesReady = &Condition{Status: c["status"], Reason: c["reason"], Message: c["message"]}
+		return nil
+	}
+	if pt != ktypes.MergePatchType {
+		return fmt.Errorf("patch type %s", pt)
 	}
 	if len(subresource) == 0 {
 		f.node.Inventory, f.node.HasInventory = p.Metadata.Annotations[kubeinterface.AnnotationInventory], true
@@ -168,6 +198,47 @@ func TestAdvertiserConverges(t *testing.T) {
 	}
 }
 
+// TestAdvertiserKeepsCondition: the DevicesReady condition is written
+// once, rewritten when it changes (its transition time only when its
+// status does) or when someone else changed it, and its message is cut to
+// a bound.
+func TestAdvertiserKeepsCondition(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeNode{node: &Node{UID: "u-1"}}
+	discover := func(context.Context) (types.Inventory, error) { return types.Inventory{}, nil }
+	failed := Condition{Status: "False", Reason: kubeinterface.ReasonModuleLoadFailed, Message: "nvidia.so: " + strings.Repeat("x", 5000)}
+	a, err := New(Options{Node: "n1", Client: f, Discover: discover, Condition: &failed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := f.node.DevicesReady
+	if got == nil || got.Status != "False" || got.Reason != kubeinterface.ReasonModuleLoadFailed ||
+		len(got.Message) > maxConditionMessage || !strings.HasPrefix(got.Message, "nvidia.so: xxx") || !strings.HasSuffix(got.Message, "…") {
+		t.Fatalf("condition %+v", got)
+	}
+	if f.transitions == 0 {
+		t.Error("a new condition has no lastTransitionTime")
+	}
+	patches := f.patches
+	if err := a.Once(ctx); err != nil || f.patches != patches {
+		t.Fatalf("an unchanged condition was written again (%d patches, %v)", f.patches-patches, err)
+	}
+	// Someone else changes it: restored in one round.
+	f.node.DevicesReady = &Condition{Status: "True", Reason: "Fine"}
+	if err := a.Once(ctx); err != nil || f.node.DevicesReady.Status != "False" {
+		t.Fatalf("changed condition not restored: %+v, %v", f.node.DevicesReady, err)
+	}
+	// The same status with another message keeps its transition time.
+	transitions := f.transitions
+	a2, _ := New(Options{Node: "n1", Client: f, Discover: discover, Condition: &Condition{Status: "False", Reason: kubeinterface.ReasonModuleLoadFailed, Message: "other"}})
+	if err := a2.Once(ctx); err != nil || f.node.DevicesReady.Message != "other" || f.transitions != transitions {
+		t.Errorf("message change: %+v, %v, transition written %v", f.node.DevicesReady, err, f.transitions != transitions)
+	}
+}
+
 // FuzzDecodeNode: what the advertiser reads of its Node (which anyone with
 // the node's credentials can write) never panics, and a decoded Node keeps
 // only kubegpu's resources.
@@ -176,6 +247,7 @@ func FuzzDecodeNode(f *testing.F) {
 	f.Add([]byte(`{"status":{"allocatable":{"kubegpu.io/gpu-memory":"1e40"}}}`))
 	f.Add([]byte(`{"status":{"capacity":{"nvidia.com/gpu":"-1"}}}`))
 	f.Add([]byte(`null`))
+	f.Add([]byte(`{"status":{"conditions":[{"type":"Ready","status":"True"},{"type":"kubegpu.io/DevicesReady","status":"False","reason":"ModuleLoadFailed","message":"m"}]}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		n, err := decodeNode(body)
 		if err != nil {

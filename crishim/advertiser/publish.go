@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	ktypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
@@ -87,7 +90,7 @@ func patchInventory(ctx context.Context, client Client, node, value string) erro
 	if err != nil {
 		return err
 	}
-	if err := client.PatchNode(ctx, node, patch); err != nil {
+	if err := client.PatchNode(ctx, node, ktypes.MergePatchType, patch); err != nil {
 		return fmt.Errorf("publish inventory of node %s: %w", node, err)
 	}
 	return nil
@@ -98,8 +101,42 @@ func patchCapacity(ctx context.Context, client Client, node string, capacity Res
 	if err != nil {
 		return err
 	}
-	if err := client.PatchNode(ctx, node, status, "status"); err != nil {
+	if err := client.PatchNode(ctx, node, ktypes.MergePatchType, status, "status"); err != nil {
 		return fmt.Errorf("publish capacity of node %s: %w", node, err)
+	}
+	return nil
+}
+
+// maxConditionMessage bounds the condition's message: the full errors are
+// in the shim's log and on its /healthz.
+const maxConditionMessage = 2048
+
+// boundMessage cuts a message to maxConditionMessage bytes.
+func boundMessage(msg string) string {
+	if len(msg) <= maxConditionMessage {
+		return msg
+	}
+	return strings.ToValidUTF8(msg[:maxConditionMessage-len("…")], "") + "…"
+}
+
+// patchCondition writes the node's DevicesReady condition with a strategic
+// merge patch of its status, which merges conditions by type and so leaves
+// kubelet's own alone (a JSON merge patch would replace the whole list).
+// transition says whether its status changed, which moves
+// lastTransitionTime.
+func patchCondition(ctx context.Context, client Client, node string, c Condition, now time.Time, transition bool) error {
+	ts := now.UTC().Format(time.RFC3339)
+	cond := map[string]string{"type": kubeinterface.ConditionDevicesReady, "status": c.Status, "reason": c.Reason,
+		"message": c.Message, "lastHeartbeatTime": ts}
+	if transition {
+		cond["lastTransitionTime"] = ts
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]string{cond}}})
+	if err != nil {
+		return err
+	}
+	if err := client.PatchNode(ctx, node, ktypes.StrategicMergePatchType, patch, "status"); err != nil {
+		return fmt.Errorf("write condition %s of node %s: %w", kubeinterface.ConditionDevicesReady, node, err)
 	}
 	return nil
 }

@@ -32,11 +32,12 @@ func (o *pluginOptions) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVar(&o.Pins, "plugin-sha256", nil, "pin a module file to its SHA-256 as FILE.so=DIGEST (sha256sum); with any pin, every module must be pinned (repeatable)")
 }
 
-// open loads the device modules.
-func (o *pluginOptions) open(ctx context.Context) ([]nodeplugins.Plugin, error) {
+// open loads the device modules: those that started, and a failure for
+// each that did not (see nodeplugins.Open).
+func (o *pluginOptions) open(ctx context.Context) ([]nodeplugins.Plugin, []nodeplugins.Failure) {
 	pins, err := pluginload.ParsePins(o.Pins)
 	if err != nil {
-		return nil, err
+		return nil, []nodeplugins.Failure{{Module: o.PluginDir, Err: err}}
 	}
 	return nodeplugins.Open(ctx, o.PluginDir, o.NodeName, o.Options, pins)
 }
@@ -72,7 +73,8 @@ func (o *devicesOptions) run(cmd *cobra.Command) error {
 		return fmt.Errorf("--output must be table or json, got %q", o.Output)
 	}
 	ctx := cmd.Context()
-	plugins, openErr := o.open(ctx)
+	plugins, failures := o.open(ctx)
+	openErr := nodeplugins.Errors(failures)
 	defer func() {
 		if err := nodeplugins.Close(plugins); err != nil {
 			klog.FromContext(ctx).Error(err, "Closing device modules")

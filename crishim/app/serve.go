@@ -77,20 +77,23 @@ func (o *serveOptions) run(ctx context.Context) error {
 		return err
 	}
 	// The shim is the node's only CRI endpoint: a device problem must not
-	// take the node's containers down. Modules that do not start are
-	// reported and left out; containers then get no devices of theirs
-	// (rewrite.Baseline hides NVIDIA GPUs whatever is loaded).
-	plugins, err := o.open(ctx)
-	if err != nil {
-		logger.Error(err, "Device modules did not all start; serving CRI with the others", "started", len(plugins))
+	// take the node's containers down. Modules that do not load or start
+	// are left out and reported (moduleStatus): containers are refused the
+	// devices they would serve, and get no other (rewrite.Baseline hides
+	// NVIDIA GPUs whatever is loaded).
+	plugins, failures := o.open(ctx)
+	for _, f := range failures {
+		logger.Error(f.Err, "Device module failed; serving CRI without it, refusing containers its devices", "module", f.Module)
 	}
 	defer func() {
 		if err := nodeplugins.Close(plugins); err != nil {
 			logger.Error(err, "Closing device modules")
 		}
 	}()
+	modules := newModuleStatus(o.PluginDir, plugins, failures)
 
 	m := metrics.New()
+	modules.record(m)
 	d := &discovery{plugins: plugins, metrics: m}
 	if _, err := d.discover(ctx); err != nil {
 		logger.Error(err, "First device discovery failed; serving CRI without those devices and retrying")
@@ -117,7 +120,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	p, err := proxy.New(proxy.Options{
 		Backend: o.RuntimeEndpoint,
 		CreateContainer: proxy.CreateContainer(proxy.Devices{
-			Rewriter:     &rewrite.Rewriter{Node: o.NodeName, Keys: keys, Modules: d.modules},
+			Rewriter:     &rewrite.Rewriter{Node: o.NodeName, Keys: keys, Modules: d.modules, Failed: modules.failed()},
 			Allowlist:    allowlist,
 			HostGPUNodes: func() []string { return rewrite.HostGPUNodes("/dev") },
 			Ledger:       book,
@@ -143,7 +146,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		if ml, err := net.Listen("tcp", o.MetricsAddress); err != nil {
 			logger.Error(err, "Cannot serve metrics; serving CRI without them", "address", o.MetricsAddress)
 		} else {
-			srv := metrics.NewServer(m.Handler())
+			srv := metrics.NewServer(m.Handler(modules.health))
 			wg.Go(func() {
 				if err := srv.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					logger.Error(err, "Serving metrics")
@@ -157,8 +160,9 @@ func (o *serveOptions) run(ctx context.Context) error {
 		}
 	}
 	if client != nil {
+		cond := modules.condition()
 		a, err := advertiser.New(advertiser.Options{Node: o.NodeName, Client: client, Discover: d.discover,
-			Interval: o.Interval, SlicesPerDevice: o.SlicesPerDevice, Metrics: m})
+			Interval: o.Interval, SlicesPerDevice: o.SlicesPerDevice, Metrics: m, Condition: &cond})
 		if err != nil {
 			return err
 		}
@@ -169,7 +173,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	wg.Go(func() { releasePods(ctx, runtime, plugins, o.Interval) })
 	logger.Info("kubegpu-crishim serving", "version", version.Get().GitVersion, "listen", o.Listen, "runtime", o.RuntimeEndpoint,
-		"modules", len(plugins), "advertise", client != nil, "keys", keys.IDs(), "allowlistEntries", allowlist.Len())
+		"modules", modules.started, "failedModules", modules.failed(), "advertise", client != nil, "keys", keys.IDs(), "allowlistEntries", allowlist.Len())
 	select {
 	case <-ctx.Done():
 		logger.Info("Shutting down")

@@ -38,13 +38,23 @@ func TestServeStopsWithMetrics(t *testing.T) {
 	for _, tt := range []struct {
 		name, addr  string
 		wantMetrics bool
+		// brokenModule puts a .so that does not load in the plugin
+		// directory: /healthz says so, CRI is served.
+		brokenModule bool
 	}{
-		{"metrics", freeAddr, true},
-		{"metrics port taken", taken.Addr().String(), false},
+		{name: "metrics", addr: freeAddr, wantMetrics: true},
+		{name: "metrics port taken", addr: taken.Addr().String()},
+		{name: "module fails to load", addr: freeAddr, wantMetrics: true, brokenModule: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			sock := filepath.Join(t.TempDir(), "crishim.sock")
-			o := &serveOptions{pluginOptions: pluginOptions{PluginDir: t.TempDir(), NodeName: "n1"},
+			pluginDir := t.TempDir()
+			if tt.brokenModule {
+				if err := os.WriteFile(filepath.Join(pluginDir, "nvidia.so"), []byte("\x7fELF truncated"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			o := &serveOptions{pluginOptions: pluginOptions{PluginDir: pluginDir, NodeName: "n1"},
 				Listen: sock, RuntimeEndpoint: "unix://" + filepath.Join(dir, "none.sock"), AllocationKey: key,
 				Interval: time.Hour, MetricsAddress: tt.addr}
 			ctx, cancel := context.WithCancel(context.Background())
@@ -69,6 +79,22 @@ func TestServeStopsWithMetrics(t *testing.T) {
 				resp.Body.Close()
 				if !strings.Contains(string(body), "kubegpu_crishim_connections ") {
 					t.Errorf("metrics:\n%s", body)
+				}
+				if failed := strings.Contains(string(body), `kubegpu_crishim_modules_failed{module="nvidia.so"} 1`); failed != tt.brokenModule {
+					t.Errorf("metrics say the module failed: %v, want %v:\n%s", failed, tt.brokenModule, body)
+				}
+				resp, err = http.Get("http://" + tt.addr + "/healthz")
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ = io.ReadAll(resp.Body)
+				resp.Body.Close()
+				wantCode, want := http.StatusOK, "ok"
+				if tt.brokenModule {
+					wantCode, want = http.StatusServiceUnavailable, "nvidia.so: load device plugin: plugin "+filepath.Join(pluginDir, "nvidia.so")+": not a kubegpu device module"
+				}
+				if resp.StatusCode != wantCode || !strings.Contains(string(body), want) {
+					t.Errorf("/healthz: %d %q, want %d and %q", resp.StatusCode, body, wantCode, want)
 				}
 			}
 			cancel()

@@ -88,6 +88,28 @@ func (v *CounterVec) With(value string) *Counter {
 	return c
 }
 
+// GaugeVec is a gauge per value of one label.
+type GaugeVec struct {
+	label  string
+	mu     sync.Mutex
+	values map[string]*Gauge
+}
+
+// With returns the gauge of one label value (created at 0).
+func (v *GaugeVec) With(value string) *Gauge {
+	if v == nil {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	g, ok := v.values[value]
+	if !ok {
+		g = &Gauge{}
+		v.values[value] = g
+	}
+	return g
+}
+
 // Shim is every metric of kubegpu-crishim.
 type Shim struct {
 	// Connections is the number of open CRI client connections.
@@ -121,6 +143,12 @@ type Shim struct {
 	// LedgerRefusals counts containers refused because another pod's live
 	// container holds their devices.
 	LedgerRefusals Counter
+	// Modules is the number of device modules serving.
+	Modules Gauge
+	// ModulesFailed is 1 for each device module that did not load or
+	// start, by its file (e.g. nvidia.so), or by the plugin directory when
+	// no module could be loaded from it.
+	ModulesFailed GaugeVec
 }
 
 // New returns the shim's metrics, all at zero.
@@ -130,6 +158,7 @@ func New() *Shim {
 		Publishes:       CounterVec{label: "result", values: map[string]*Counter{}},
 		Syncs:           CounterVec{label: "result", values: map[string]*Counter{}},
 		Allowlisted:     CounterVec{label: "namespace", values: map[string]*Counter{}},
+		ModulesFailed:   GaugeVec{label: "module", values: map[string]*Gauge{}},
 	}
 }
 
@@ -147,6 +176,8 @@ func (s *Shim) WriteText(w io.Writer) error {
 	vec(b, "kubegpu_crishim_allowlisted_containers_total", "Containers that kept the devices they asked for because their pod is on the node's GPU allowlist, by namespace.", &s.Allowlisted)
 	counter(b, "kubegpu_crishim_stripped_containers_total", "Containers whose config brought GPU device nodes, mounts or CDI devices of its own, which the shim removed.", s.Stripped.Value())
 	counter(b, "kubegpu_crishim_ledger_refusals_total", "Containers refused because another pod's live container holds their devices.", s.LedgerRefusals.Value())
+	gauge(b, "kubegpu_crishim_modules", "Device modules serving.", s.Modules.Value())
+	gaugeVec(b, "kubegpu_crishim_modules_failed", "1 for each device module that did not load or start, by file (or by plugin directory when none could be loaded); containers are refused the devices it would serve.", &s.ModulesFailed)
 	if rss, ok := residentBytes(); ok {
 		gauge(b, "process_resident_memory_bytes", "Resident memory size in bytes.", rss)
 	}
@@ -175,6 +206,20 @@ func vec(b *bufio.Writer, name, help string, v *CounterVec) {
 	}
 }
 
+func gaugeVec(b *bufio.Writer, name, help string, v *GaugeVec) {
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, helpEscaper.Replace(help), name)
+	v.mu.Lock()
+	values := slices.Sorted(maps.Keys(v.values))
+	gauges := make([]*Gauge, len(values))
+	for i, k := range values {
+		gauges[i] = v.values[k]
+	}
+	v.mu.Unlock()
+	for i, k := range values {
+		fmt.Fprintf(b, "%s{%s=\"%s\"} %d\n", name, v.label, labelEscaper.Replace(k), gauges[i].Value())
+	}
+}
+
 // Escaping of the text format: label values escape backslash, double
 // quote and line feed; help texts backslash and line feed.
 var (
@@ -195,14 +240,25 @@ func residentBytes() (int64, bool) {
 	return resident * int64(os.Getpagesize()), true
 }
 
-// Handler serves /metrics and /healthz.
-func (s *Shim) Handler() http.Handler {
+// Handler serves /metrics and /healthz. /healthz answers 200 "ok" while
+// health returns nil (health may be nil: always), and 503 with health's
+// error otherwise: the process serves CRI either way, so this is for
+// people and alerts, not for a liveness probe that would restart it.
+func (s *Shim) Handler(health func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		_ = s.WriteText(w)
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if health != nil {
+			if err := health(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = io.WriteString(w, err.Error()+"\n")
+				return
+			}
+		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	return mux

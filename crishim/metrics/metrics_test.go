@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http/httptest"
 	"strings"
@@ -24,6 +25,8 @@ func TestWriteTextParses(t *testing.T) {
 	m.CreateContainer.With("odd \"value\"\\\n").Inc()
 	m.Publishes.With("ok").Inc()
 	m.Devices.Set(8)
+	m.Modules.Set(1)
+	m.ModulesFailed.With("nvidia.so").Set(1)
 	var buf bytes.Buffer
 	if err := m.WriteText(&buf); err != nil {
 		t.Fatal(err)
@@ -61,6 +64,8 @@ func TestWriteTextParses(t *testing.T) {
 		{"kubegpu_crishim_create_container_total", "odd \"value\"\\\n", 1},
 		{"kubegpu_crishim_inventory_publishes_total", "ok", 1},
 		{"kubegpu_crishim_devices", "", 8},
+		{"kubegpu_crishim_modules", "", 1},
+		{"kubegpu_crishim_modules_failed", "nvidia.so", 1},
 	} {
 		if got := value(tt.name, tt.label); got != tt.want {
 			t.Errorf("%s{%q} = %v, want %v", tt.name, tt.label, got, tt.want)
@@ -75,6 +80,8 @@ func TestNilMetricsDoNothing(t *testing.T) {
 	var c *Counter
 	var g *Gauge
 	var v *CounterVec
+	var gv *GaugeVec
+	gv.With("x").Set(1)
 	c.Inc()
 	g.Add(1)
 	g.Set(1)
@@ -84,18 +91,32 @@ func TestNilMetricsDoNothing(t *testing.T) {
 	}
 }
 
+// TestHandler: /metrics, and /healthz answering 503 with the health
+// check's error while it fails.
 func TestHandler(t *testing.T) {
-	srv := httptest.NewServer(New().Handler())
+	var health error
+	srv := httptest.NewServer(New().Handler(func() error { return health }))
 	defer srv.Close()
-	for path, want := range map[string]string{"/metrics": "# TYPE kubegpu_crishim_connections gauge", "/healthz": "ok"} {
+	get := func(path string) (int, string) {
+		t.Helper()
 		resp, err := srv.Client().Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
-			t.Errorf("GET %s: %d %q", path, resp.StatusCode, body)
+		return resp.StatusCode, string(body)
+	}
+	for path, want := range map[string]string{"/metrics": "# TYPE kubegpu_crishim_connections gauge", "/healthz": "ok"} {
+		if code, body := get(path); code != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET %s: %d %q", path, code, body)
 		}
+	}
+	health = errors.New("device module nvidia.so did not load: plugin was not built with this binary")
+	if code, body := get("/healthz"); code != 503 || body != health.Error()+"\n" {
+		t.Errorf("GET /healthz with a failed module: %d %q, want 503 and the error", code, body)
+	}
+	if code, _ := get("/metrics"); code != 200 {
+		t.Errorf("GET /metrics with a failed module: %d, want 200", code)
 	}
 }

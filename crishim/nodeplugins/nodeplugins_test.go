@@ -2,6 +2,7 @@ package nodeplugins
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/kubegpu/kubegpu/utils/pluginload"
 	"github.com/kubegpu/kubegpu/utils/plugintest"
 )
 
@@ -86,7 +88,8 @@ func TestOpenSkipsAndReports(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 			ctx := klog.NewContext(context.Background(), logger)
-			plugins, err := Open(ctx, dir, "node-a", tt.options, nil)
+			plugins, failures := Open(ctx, dir, "node-a", tt.options, nil)
+			err := Errors(failures)
 			defer func() {
 				if err := Close(plugins); err != nil {
 					t.Errorf("Close() error = %v", err)
@@ -121,5 +124,39 @@ func TestOpenSkipsAndReports(t *testing.T) {
 				t.Errorf("logs do not contain %q:\n%s", tt.wantLog, logs)
 			}
 		})
+	}
+}
+
+// TestOpenKeepsServingBesideABrokenFile: a .so that does not load (here a
+// truncated file, as a half-finished upgrade leaves one) is a Failure of
+// that file, its options are no error of their own, and the other modules
+// start; options for a module that is nowhere fail the whole directory.
+func TestOpenKeepsServingBesideABrokenFile(t *testing.T) {
+	// The modules this process loaded stay where they are (Go refuses a
+	// second copy of a plugin, and the loader a symbolic link): the broken
+	// file goes beside them for this test.
+	dir := modulesDir(t)
+	broken := filepath.Join(dir, "broken.so")
+	if err := os.WriteFile(broken, []byte("\x7fELF truncated"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(broken) })
+	noNVML := "nvidia.nvml-library=" + filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
+	ctx := klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig()))
+	plugins, failures := Open(ctx, dir, "node-a", []string{"simgpu.preset=t4x4", noNVML, "broken.edits=env"}, nil)
+	defer func() { _ = Close(plugins) }()
+	if len(plugins) != 1 || plugins[0].Module != "simgpu" {
+		t.Errorf("started %v, want simgpu", plugins)
+	}
+	if len(failures) != 1 || failures[0].Module != "broken.so" || !errors.Is(failures[0], pluginload.ErrNotModule) {
+		t.Fatalf("failures = %v, want one of broken.so wrapping ErrNotModule", failures)
+	}
+	if !strings.Contains(failures[0].Error(), broken) {
+		t.Errorf("failure %q does not name the file", failures[0].Error())
+	}
+
+	none, failures := Open(ctx, dir, "node-a", []string{"simgpu.preset=t4x4", "simgpu2.x=y"}, nil)
+	if len(none) != 0 || len(failures) != 1 || failures[0].Module != dir || !strings.Contains(failures[0].Error(), `module "simgpu2"`) {
+		t.Errorf("options for a module nowhere: %v, %v; want one failure of the directory", none, failures)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -20,6 +21,11 @@ var ErrForbidden = errors.New("allocation refused")
 // ErrInvalid is wrapped when an allocation cannot be applied: malformed, or
 // naming devices this node does not have.
 var ErrInvalid = errors.New("allocation cannot be applied")
+
+// ErrModulesFailed is wrapped, with ErrInvalid, when an allocation names a
+// device that no module serves while some device module did not load or
+// start on this node: the device is likely that module's.
+var ErrModulesFailed = errors.New("device modules failed on this node")
 
 // Module is a node's device module as the rewrite needs it.
 type Module struct {
@@ -41,6 +47,10 @@ type Rewriter struct {
 	Keys *kubeinterface.KeySet
 	// Modules returns the node's device modules and their current devices.
 	Modules func() []Module
+	// Failed names the device modules that did not load or start (e.g.
+	// nvidia.so), for the refusal of a container whose devices no module
+	// serves.
+	Failed []string
 }
 
 // ContainerAllocation returns the devices allocated to container name of
@@ -114,6 +124,10 @@ func (r *Rewriter) Edits(ctx context.Context, podUID string, alloc types.Contain
 	}
 	for _, d := range alloc.Devices {
 		i := slices.IndexFunc(modules, func(m Module) bool { _, ok := m.Devices[d.ID]; return ok })
+		if i < 0 && len(r.Failed) > 0 {
+			return types.ContainerEdits{}, fmt.Errorf("%w: container %q: device %s (%s) is not served: %w: %s (the Node's condition %s says why)",
+				ErrInvalid, alloc.Name, d.ID, d.UUID, ErrModulesFailed, strings.Join(r.Failed, ", "), kubeinterface.ConditionDevicesReady)
+		}
 		if i < 0 {
 			return types.ContainerEdits{}, fmt.Errorf("%w: container %q: device %s (%s) is not on this node", ErrInvalid, alloc.Name, d.ID, d.UUID)
 		}

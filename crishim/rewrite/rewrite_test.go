@@ -133,6 +133,17 @@ func TestEdits(t *testing.T) {
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "device gpu9 (GPU-9) is not on this node") {
 		t.Errorf("unknown device: %v", err)
 	}
+	// A module failed to load (an upgrade gone wrong): a container whose
+	// devices no module serves is refused, and told which module failed;
+	// one without devices still gets the baseline.
+	broken := &Rewriter{Modules: none.Modules, Failed: []string{"nvidia.so"}}
+	_, err = broken.Edits(context.Background(), "uid-1", types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{{ID: "gpu1", UUID: "GPU-1"}}})
+	if want := `container "main": device gpu1 (GPU-1) is not served: device modules failed on this node: nvidia.so (the Node's condition kubegpu.io/DevicesReady says why)`; !errors.Is(err, ErrInvalid) || !errors.Is(err, ErrModulesFailed) || !strings.Contains(err.Error(), want) {
+		t.Errorf("device of a failed module: %v, want %q", err, want)
+	}
+	if got, err := broken.Edits(context.Background(), "uid-1", types.ContainerAllocation{Name: "main"}); err != nil || !reflect.DeepEqual(got.Env, Baseline.Env) {
+		t.Errorf("no devices, a module failed: %+v, %v; want the baseline", got, err)
+	}
 }
 
 func TestApply(t *testing.T) {

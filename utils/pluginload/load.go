@@ -60,50 +60,82 @@ type Module struct {
 // fails fails the whole call, with an error per file; nothing is skipped in
 // silence. A directory without plugins gives no modules and no error.
 func Load(dir string, pins Pins) ([]Module, error) {
+	mods, failures, err := LoadEach(dir, pins)
+	if err != nil {
+		return nil, err
+	}
+	if len(failures) > 0 {
+		errs := make([]error, len(failures))
+		for i, f := range failures {
+			errs[i] = f
+		}
+		return nil, errors.Join(errs...)
+	}
+	return mods, nil
+}
+
+// FileError is a plugin file that did not load.
+type FileError struct {
+	// Path is the .so's path.
+	Path string
+	// Err says why; it names the file too.
+	Err error
+}
+
+func (e *FileError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err, so that errors.Is sees ErrMismatch, ErrNotModule and
+// ErrUntrusted through a *FileError.
+func (e *FileError) Unwrap() error { return e.Err }
+
+// LoadEach is Load for a host that carries on without the files that fail:
+// it returns the modules that loaded and a *FileError for each *.so that
+// did not (untrusted, not matching its pin, built differently from the
+// host, not a module, or a second file for one module), in name order.
+// The error is for what fails every file: the directory (missing, or
+// untrusted, as are its parents) or a pin naming no file.
+func LoadEach(dir string, pins Pins) ([]Module, []*FileError, error) {
 	if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("open plugin directory: %w", err)
+		return nil, nil, fmt.Errorf("open plugin directory: %w", err)
 	}
 	if err := checkDir(dir); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for name, digest := range pins {
 		if err := checkDigest(digest); err != nil {
-			return nil, fmt.Errorf("plugin pin for %s: %w", name, err)
+			return nil, nil, fmt.Errorf("plugin pin for %s: %w", name, err)
 		}
 		if _, err := os.Lstat(filepath.Join(dir, name)); err != nil {
-			return nil, fmt.Errorf("plugin pin for %s: no such module in %s", name, dir)
+			return nil, nil, fmt.Errorf("plugin pin for %s: no such module in %s", name, dir)
 		}
 	}
 	paths, err := filepath.Glob(filepath.Join(dir, "*.so"))
 	if err != nil {
-		return nil, fmt.Errorf("list plugins in %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("list plugins in %s: %w", dir, err)
 	}
 	var (
-		mods []Module
-		errs []error
+		mods     []Module
+		failures []*FileError
 	)
 	byName := map[string]string{}
 	for _, p := range paths {
 		if err := checkFile(p, pins); err != nil {
-			errs = append(errs, err)
+			failures = append(failures, &FileError{Path: p, Err: err})
 			continue
 		}
 		m, err := Open(p)
 		if err != nil {
-			errs = append(errs, err)
+			failures = append(failures, &FileError{Path: p, Err: err})
 			continue
 		}
 		if other, dup := byName[m.Name()]; dup {
-			errs = append(errs, fmt.Errorf("plugins %s and %s both provide module %q; remove one", other, p, m.Name()))
+			failures = append(failures, &FileError{Path: p, Err: fmt.Errorf("plugins %s and %s both provide module %q; remove one", other, p, m.Name())})
 			continue
 		}
 		byName[m.Name()] = p
 		mods = append(mods, Module{Path: p, Module: m})
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return mods, nil
+	return mods, failures, nil
 }
 
 // Open loads one plugin. Before handing the file to the Go runtime it checks

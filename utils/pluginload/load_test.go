@@ -93,6 +93,35 @@ func TestLoadDirectory(t *testing.T) {
 	}
 }
 
+// TestLoadEachKeepsTheGoodModules: a file that does not load (here not a
+// Go plugin at all, as a truncated copy would be) is reported by name
+// beside the modules that loaded; Load fails the whole directory for it.
+func TestLoadEachKeepsTheGoodModules(t *testing.T) {
+	dir := filepath.Dir(goodPlugin(t))
+	garbage := filepath.Join(dir, "broken.so")
+	if err := os.WriteFile(garbage, []byte("\x7fELF truncated"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(garbage) })
+	mods, failures, err := LoadEach(dir, nil)
+	if err != nil {
+		t.Fatalf("LoadEach() error = %v", err)
+	}
+	if got := Names(mods); len(got) != 1 || got[0] != "testmod" {
+		t.Errorf("LoadEach() modules = %v, want [testmod]", got)
+	}
+	if len(failures) != 1 || failures[0].Path != garbage || !errors.Is(failures[0], ErrNotModule) ||
+		!strings.Contains(failures[0].Error(), "broken.so") {
+		t.Errorf("LoadEach() failures = %v, want one for %s wrapping ErrNotModule", failures, garbage)
+	}
+	if mods, err := Load(dir, nil); err == nil || mods != nil || !errors.Is(err, ErrNotModule) {
+		t.Errorf("Load() = %v, %v; want no modules and the broken file's error", mods, err)
+	}
+	if _, _, err := LoadEach(filepath.Join(dir, "missing"), nil); err == nil || !strings.Contains(err.Error(), "open plugin directory") {
+		t.Errorf("LoadEach(missing dir) error = %v", err)
+	}
+}
+
 func TestLoadCopyOfLoadedPlugin(t *testing.T) {
 	good := goodPlugin(t)
 	if _, err := Open(good); err != nil {
