@@ -86,6 +86,8 @@ type Config struct {
 	// which leaves the others whole for large pods; a caller that broke ties
 	// at random on every decision would spread pods instead.
 	TieBreakSeed uint64
+	// Learn bounds and ages the mix learned when Workload is nil.
+	Learn LearnConfig
 }
 
 // Engine evaluates requests against nodes. It is immutable after New except
@@ -139,8 +141,12 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Workload != nil {
 		e.workload.Store(cfg.Workload)
 	} else {
-		e.learner = newWorkloadLearner()
-		e.workload.Store(e.learner.snapshot())
+		l, err := newWorkloadLearner(cfg.Learn)
+		if err != nil {
+			return nil, err
+		}
+		e.learner = l
+		e.workload.Store(l.snapshot())
 	}
 	return e, nil
 }

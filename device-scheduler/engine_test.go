@@ -506,7 +506,6 @@ func TestLearnedWorkload(t *testing.T) {
 		e.Observe(cpuOnly)
 	}
 	e.Observe(request(t, e, whole(8))) // 1% of the pods: below the 95% cut
-	// The mix is published every 10% more observations, so it may trail.
 	ts := e.Workload().Types()
 	if len(ts) != 2 {
 		t.Fatalf("learned %d types (%+v), want the slice and the CPU-only pod", len(ts), ts)
@@ -517,9 +516,10 @@ func TestLearnedWorkload(t *testing.T) {
 	if ts[1].Count != 0 || ts[1].Host.CPUMilli != 500 || math.Abs(ts[1].Weight-0.4) > 0.05 {
 		t.Errorf("second type = %+v, want a CPU-only pod of 500m at weight about 0.4", ts[1])
 	}
-	// A type's host memory is its pods' mean: (3072 + 39·1024) / 40.
-	if got := e.learner.snapshot().Types()[1].Host.MemoryMiB; got != 1075 {
-		t.Errorf("CPU-only type's memory = %d MiB, want the mean 1075", got)
+	// A type's host memory is its pods' mean, (3072 + 39·1024) / 40 = 1075,
+	// within the 1% the mix is rounded to.
+	if got := e.learner.snapshot().Types()[1].Host.MemoryMiB; got < 1064 || got > 1075 {
+		t.Errorf("CPU-only type's memory = %d MiB, want the mean 1075 within 1%%", got)
 	}
 }
 
@@ -653,7 +653,7 @@ func TestLearnedWorkloadKeepsDeviceTypes(t *testing.T) {
 	for _, tt := range ts {
 		if tt.Count == 0 {
 			none++
-			if tt.Host.CPUMilli != 1500 || tt.Host.MemoryMiB != 1024 {
+			if tt.Host.CPUMilli < 1485 || tt.Host.CPUMilli > 1500 || tt.Host.MemoryMiB != 1024 {
 				t.Errorf("pods without devices learned as %+v, want their mean 1500m and 1024 MiB", tt.Host)
 			}
 		} else {

@@ -1,12 +1,16 @@
 package devicescheduler
 
 import (
+	"cmp"
+	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"math"
+	"math/bits"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -134,144 +138,455 @@ func (n *Node) compatFor(w *Workload) []uint64 {
 	return masks
 }
 
-// Observe adds a pod's request to the mix the engine learns. It does nothing
+// Observe adds a request to the mix the engine learns, as a pod that never
+// goes and never ages (the placement simulator's pods). It does nothing
 // when the engine was given a fixed Workload.
 func (e *Engine) Observe(r *Request) {
-	if e.learner == nil {
-		return
+	if e.learner != nil {
+		e.learner.observe("", r, time.Time{}, &e.workload)
 	}
-	e.learner.observe(r, &e.workload)
+}
+
+// ObservePod adds pod id's request to the learned mix, weighed by its age
+// at (its creation): see LearnConfig. A pod already observed is not counted
+// again, so that every way a scheduler learns of a pod may call it.
+func (e *Engine) ObservePod(id string, r *Request, at time.Time) {
+	if e.learner != nil && id != "" {
+		e.learner.observe(id, r, at, &e.workload)
+	}
+}
+
+// ForgetPod removes what ObservePod added for pod id, if anything.
+func (e *Engine) ForgetPod(id string) {
+	if e.learner != nil {
+		e.learner.forget(id, &e.workload)
+	}
+}
+
+// HasPod reports whether the learned mix holds pod id.
+func (e *Engine) HasPod(id string) bool {
+	if e.learner == nil {
+		return false
+	}
+	e.learner.mu.Lock()
+	defer e.learner.mu.Unlock()
+	_, ok := e.learner.pods[id]
+	return ok
+}
+
+// LearnedPods is the number of pods the learned mix holds.
+func (e *Engine) LearnedPods() int {
+	if e.learner == nil {
+		return 0
+	}
+	e.learner.mu.Lock()
+	defer e.learner.mu.Unlock()
+	return len(e.learner.pods)
 }
 
 // Workload returns the mix the kubegpu policy currently works for.
 func (e *Engine) Workload() *Workload { return e.workload.Load() }
 
-// workloadLearner counts the task types seen and publishes a new Workload
-// when the mix has changed enough to matter.
-type workloadLearner struct {
-	mu       sync.Mutex
-	counts   map[string]*learnedType
-	seen     int
-	lastSeen int
+// LearnConfig bounds and ages the workload mix an engine learns.
+type LearnConfig struct {
+	// HalfLife is the age at which a pod weighs half as much as a pod
+	// created now (default DefaultHalfLife; negative: pods never age).
+	// Pods weigh by when they were created, so that a mix learned over
+	// time and one rebuilt at once from the same pods agree.
+	HalfLife time.Duration
+	// MaxTypes bounds the task types tracked (default DefaultMaxTypes).
+	// Beyond it the least weighty type's weight moves to an "other"
+	// bucket, which counts in the mix's total but is no type.
+	MaxTypes int
 }
 
-// maxLearnedTypes bounds the learned mix to its most popular types, so that
-// scoring stays cheap; learnedCoverage is the share of the pods seen that
-// the published types must cover.
+// Defaults and bounds of LearnConfig.
 const (
-	maxLearnedTypes = 64
-	learnedCoverage = 0.95
+	DefaultHalfLife = 24 * time.Hour
+	DefaultMaxTypes = 512
+	MaxMaxTypes     = 4096
 )
 
-func newWorkloadLearner() *workloadLearner {
-	return &workloadLearner{counts: map[string]*learnedType{}}
+func (c LearnConfig) withDefaults() (LearnConfig, error) {
+	if c.HalfLife == 0 {
+		c.HalfLife = DefaultHalfLife
+	}
+	switch {
+	case c.MaxTypes == 0:
+		c.MaxTypes = DefaultMaxTypes
+	case c.MaxTypes < maxLearnedTypes || c.MaxTypes > MaxMaxTypes:
+		return c, fmt.Errorf("learned mix: maxTypes must be %d..%d, got %d", maxLearnedTypes, MaxMaxTypes, c.MaxTypes)
+	}
+	return c, nil
 }
 
-// learnedType is a task type seen, its Weight the pods counted, and the
-// host CPU and memory they asked for in all.
+// workloadLearner weighs the task types of the pods observed and publishes
+// a new Workload when the mix, quantised, has changed.
+//
+// Its memory is bounded: at most MaxTypes types, each keyed by a fixed-size
+// hash and holding one copy of its selector, plus a few words per pod
+// observed, released by forget. Weights are kept scaled by 2^((t0-now)/H),
+// the same factor for every type, so that ageing costs nothing: a pod
+// created at t adds 2^((t-t0)/H).
+type workloadLearner struct {
+	mu    sync.Mutex
+	cfg   LearnConfig
+	seeds [2]maphash.Seed
+	// t0 is the reference time of the scaled weights; set by the first
+	// observation.
+	t0    time.Time
+	types map[shapeKey]*learnedType
+	// other is the weight of the types not tracked.
+	other float64
+	pods  map[string][]contribution
+	// published is what the current Workload was built from.
+	published []publishedType
+}
+
+// shapeKey identifies a task type: a hash of its count, share, host
+// request and selector.
+type shapeKey [2]uint64
+
+// learnedType is a task type seen, its Weight the scaled weight of the
+// pods counted, and the host CPU and memory they asked for, weighed alike.
 type learnedType struct {
 	TaskType
 	cpuMilli, memoryMiB float64
 }
 
-// noDevicesKey keys the one learned type of the pods without devices.
-const noDevicesKey = "none"
+// contribution is what one container of a pod added to one type.
+type contribution struct {
+	key           shapeKey
+	weight        float64
+	cpuMilli, mib float64
+}
 
-// observe counts r and, when the mix has changed enough, publishes a new
-// Workload to dst while still holding the lock, so that publications never
-// go out of order.
-func (l *workloadLearner) observe(r *Request, dst *atomic.Pointer[Workload]) {
+// publishedType is one type of a published mix, quantised.
+type publishedType struct {
+	key    shapeKey
+	weight int64
+	host   Host
+}
+
+// maxLearnedTypes bounds the published mix to its most weighty types, so
+// that scoring stays cheap; learnedCoverage is the share of the weight that
+// the published types must cover; weightQuantum is the resolution of the
+// published weights (a share of the total), so that the mix is republished
+// only when it has changed by that much, and so that two learners holding
+// the same pods publish the same mix whatever order they saw them in.
+const (
+	maxLearnedTypes = 64
+	learnedCoverage = 0.95
+	weightQuantum   = 1.0 / 1024
+	// rescaleAfter is how many half-lives t0 may trail an observation
+	// before every weight is scaled down (2^64 is far from overflow).
+	rescaleAfter = 64
+)
+
+func newWorkloadLearner(cfg LearnConfig) (*workloadLearner, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &workloadLearner{
+		cfg: cfg, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		types: map[shapeKey]*learnedType{}, pods: map[string][]contribution{},
+	}, nil
+}
+
+// scale is the scaled weight of a pod created at t.
+func (l *workloadLearner) scale(t time.Time) float64 {
+	if l.cfg.HalfLife < 0 || t.IsZero() || l.t0.IsZero() {
+		return 1
+	}
+	return math.Exp2(float64(t.Sub(l.t0)) / float64(l.cfg.HalfLife))
+}
+
+// rescale moves t0 to t when t0 trails it by rescaleAfter half-lives.
+func (l *workloadLearner) rescale(t time.Time) {
+	if l.cfg.HalfLife < 0 || t.IsZero() {
+		return
+	}
+	if l.t0.IsZero() {
+		l.t0 = t
+		return
+	}
+	if t.Sub(l.t0) < rescaleAfter*l.cfg.HalfLife {
+		return
+	}
+	f := 1 / l.scale(t)
+	for _, c := range l.types {
+		c.Weight *= f
+		c.cpuMilli *= f
+		c.memoryMiB *= f
+	}
+	l.other *= f
+	for _, cs := range l.pods {
+		for i := range cs {
+			cs[i].weight *= f
+			cs[i].cpuMilli *= f
+			cs[i].mib *= f
+		}
+	}
+	l.t0 = t
+}
+
+// key hashes a task type. The hash is seeded per learner: nobody can make
+// two types collide on purpose.
+func (l *workloadLearner) key(t *TaskType) shapeKey {
+	var h maphash.Hash
+	var out shapeKey
+	for i := range out {
+		h.SetSeed(l.seeds[i])
+		var b [8]byte
+		for _, n := range []int64{int64(t.Count), int64(t.Milli), t.MemoryMiB, t.Host.CPUMilli} {
+			binary.LittleEndian.PutUint64(b[:], uint64(n))
+			h.Write(b[:])
+		}
+		if t.Exclusive {
+			h.WriteByte(1)
+		} else {
+			h.WriteByte(0)
+		}
+		for _, list := range [][]string{t.Selector.IncludeModels, t.Selector.ExcludeModels, t.Selector.IncludeUUIDs, t.Selector.ExcludeUUIDs} {
+			binary.LittleEndian.PutUint64(b[:], uint64(len(list)))
+			h.Write(b[:])
+			for _, s := range list {
+				binary.LittleEndian.PutUint64(b[:], uint64(len(s)))
+				h.Write(b[:])
+				h.WriteString(s)
+			}
+		}
+		out[i] = h.Sum64()
+	}
+	return out
+}
+
+// observe counts r for pod id ("": anonymous, never forgotten) and
+// publishes the mix to dst if it changed, while still holding the lock, so
+// that publications never go out of order.
+func (l *workloadLearner) observe(id string, r *Request, at time.Time, dst *atomic.Pointer[Workload]) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if id != "" {
+		if _, ok := l.pods[id]; ok {
+			return
+		}
+	}
+	l.rescale(at)
+	w := l.scale(at)
 	// Device types are keyed, as FGD's typical pods are, by CPU, device
 	// count, share and selector; a pod with several device containers
 	// shares its host request among them. Pods without devices are one
 	// type: every idle device share is unusable to them whatever they ask,
 	// so only their mean CPU and memory matter (to the host term).
-	add := func(key string, t TaskType, host Host) {
-		c, ok := l.counts[key]
-		if !ok {
-			c = &learnedType{TaskType: t}
-			l.counts[key] = c
-		}
-		c.Weight++
-		c.cpuMilli += float64(host.CPUMilli)
-		c.memoryMiB += float64(host.MemoryMiB)
+	var cs []contribution
+	add := func(key shapeKey, t TaskType, host Host) {
+		c := contribution{key: key, weight: w, cpuMilli: w * float64(host.CPUMilli), mib: w * float64(host.MemoryMiB)}
+		l.add(c, t)
+		cs = append(cs, c)
 	}
 	if len(r.Containers) == 0 {
-		add(noDevicesKey, TaskType{}, r.Host)
+		add(shapeKey{}, TaskType{}, r.Host)
 	}
 	k := int64(len(r.Containers))
 	for i := range r.Containers {
 		c := &r.Containers[i]
 		host := Host{CPUMilli: r.Host.CPUMilli / k, MemoryMiB: r.Host.MemoryMiB / k}
-		t := TaskType{Count: c.Count, Exclusive: c.Exclusive, Milli: c.Milli, MemoryMiB: c.MemoryMiB, Selector: c.Selector()}
-		add(fmt.Sprintf("%d/%t/%d/%d/%d/%s", t.Count, t.Exclusive, t.Milli, t.MemoryMiB, host.CPUMilli, selectorKey(t.Selector)), t, host)
+		t := TaskType{Count: c.Count, Exclusive: c.Exclusive, Milli: c.Milli, MemoryMiB: c.MemoryMiB, Selector: c.Selector(), Host: Host{CPUMilli: host.CPUMilli}}
+		add(l.key(&t), t, host)
 	}
-	l.seen++
-	// Publish often at first, then every 10% more observations.
-	if l.seen-l.lastSeen < max(1, l.lastSeen/10) {
+	if id != "" {
+		l.pods[id] = cs
+	}
+	l.publishLocked(dst)
+}
+
+// add counts c in its type, making room for it if the table is full.
+func (l *workloadLearner) add(c contribution, t TaskType) {
+	lt, ok := l.types[c.key]
+	if !ok {
+		if len(l.types) >= l.cfg.MaxTypes {
+			// Full: the lightest type makes room if it weighs less than
+			// c, otherwise c goes to the other bucket.
+			var minKey shapeKey
+			minWeight := math.Inf(1)
+			for k, x := range l.types {
+				if k != (shapeKey{}) && x.Weight < minWeight {
+					minKey, minWeight = k, x.Weight
+				}
+			}
+			if minWeight >= c.weight {
+				l.other += c.weight
+				return
+			}
+			l.other += minWeight
+			delete(l.types, minKey)
+		}
+		t.Weight = 0
+		lt = &learnedType{TaskType: t}
+		l.types[c.key] = lt
+	}
+	lt.Weight += c.weight
+	lt.cpuMilli += c.cpuMilli
+	lt.memoryMiB += c.mib
+}
+
+// forget removes what pod id added, and publishes the mix to dst if it
+// changed.
+func (l *workloadLearner) forget(id string, dst *atomic.Pointer[Workload]) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cs, ok := l.pods[id]
+	if !ok {
 		return
 	}
-	l.lastSeen = l.seen
-	dst.Store(l.snapshotLocked())
+	delete(l.pods, id)
+	for _, c := range cs {
+		lt, ok := l.types[c.key]
+		if !ok {
+			l.other = max(0, l.other-c.weight)
+			continue
+		}
+		lt.Weight -= c.weight
+		lt.cpuMilli -= c.cpuMilli
+		lt.memoryMiB -= c.mib
+		// What is left of a type is rounding error once it is a tiny part
+		// of what was added.
+		if lt.Weight <= c.weight*1e-9 {
+			delete(l.types, c.key)
+		}
+	}
+	if len(l.pods) == 0 && len(l.types) <= 1 {
+		// Nothing left but anonymous observations, if any: start afresh
+		// from t0 so that weights stay in range.
+		if len(l.types) == 0 {
+			l.other, l.t0 = 0, time.Time{}
+		}
+	}
+	l.publishLocked(dst)
 }
 
 func (l *workloadLearner) snapshot() *Workload {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.snapshotLocked()
+	w, _ := l.build()
+	return w
 }
 
-// snapshotLocked publishes the most popular device types that together make
-// up learnedCoverage of the device containers seen (FGD's "typical pods"),
-// at most maxLearnedTypes of them, and the type of the pods without devices.
-// Cutting device types apart keeps them in the mix however many pods without
-// devices there are.
-func (l *workloadLearner) snapshotLocked() *Workload {
-	var (
-		devices []TaskType
-		total   float64
-		out     []TaskType
-	)
-	for key, c := range l.counts {
-		t := c.TaskType
-		t.Host = Host{CPUMilli: int64(c.cpuMilli / c.Weight), MemoryMiB: int64(c.memoryMiB / c.Weight)}
-		if key == noDevicesKey {
-			out = append(out, t)
+// publishLocked stores a new Workload in dst if the quantised mix differs
+// from the one published last.
+func (l *workloadLearner) publishLocked(dst *atomic.Pointer[Workload]) {
+	w, pub := l.build()
+	if dst.Load() != nil && slices.Equal(pub, l.published) {
+		return
+	}
+	l.published = pub
+	dst.Store(w)
+}
+
+// build makes the mix from the types tracked: the weightiest device types
+// that together cover learnedCoverage of the weight of all device types
+// (FGD's "typical pods"; the other bucket counts as device types), at most
+// maxLearnedTypes of them, and the type of the pods without devices.
+// Weights are quantised to weightQuantum of the total and host requests to
+// about 1%, so that equal pods give an equal mix.
+func (l *workloadLearner) build() (*Workload, []publishedType) {
+	total := l.other
+	for _, c := range l.types {
+		total += c.Weight
+	}
+	type entry struct {
+		t   TaskType
+		pub publishedType
+	}
+	var devices []entry
+	var none *entry
+	var deviceWeight int64
+	for k, c := range l.types {
+		q := int64(math.Round(c.Weight / total / weightQuantum))
+		if q <= 0 || c.Weight <= 0 {
 			continue
 		}
-		devices = append(devices, t)
-		total += t.Weight
-	}
-	byWeight := func(a, b TaskType) int {
-		if a.Weight != b.Weight {
-			if a.Weight > b.Weight {
-				return -1
-			}
-			return 1
+		t := c.TaskType
+		t.Host = Host{CPUMilli: roundHost(c.cpuMilli / c.Weight), MemoryMiB: roundHost(c.memoryMiB / c.Weight)}
+		t.Weight = float64(q)
+		e := entry{t: t, pub: publishedType{key: k, weight: q, host: t.Host}}
+		if k == (shapeKey{}) {
+			none = &e
+			continue
 		}
-		return strings.Compare(fmt.Sprint(a), fmt.Sprint(b))
+		devices = append(devices, e)
+		deviceWeight += q
 	}
-	slices.SortFunc(devices, byWeight)
-	var covered float64
-	for i, t := range devices {
-		covered += t.Weight
-		if covered >= learnedCoverage*total || i+1 == maxLearnedTypes {
+	deviceWeight += int64(math.Round(l.other / total / weightQuantum))
+	slices.SortFunc(devices, func(a, b entry) int {
+		if a.pub.weight != b.pub.weight {
+			return cmp.Compare(b.pub.weight, a.pub.weight)
+		}
+		return compareTypes(&a.t, &b.t)
+	})
+	var covered int64
+	for i, e := range devices {
+		covered += e.pub.weight
+		if float64(covered) >= learnedCoverage*float64(deviceWeight) || i+1 == maxLearnedTypes {
 			devices = devices[:i+1]
 			break
 		}
 	}
-	out = append(out, devices...)
-	slices.SortFunc(out, byWeight)
-	w, err := NewWorkload(out)
-	if err != nil {
-		panic(fmt.Sprintf("learned workload is invalid: %v", err)) // counts are positive: a bug
+	if none != nil {
+		devices = append(devices, *none)
 	}
-	return w
+	tts := make([]TaskType, len(devices))
+	pub := make([]publishedType, len(devices))
+	for i, e := range devices {
+		tts[i], pub[i] = e.t, e.pub
+	}
+	w, err := NewWorkload(tts)
+	if err != nil {
+		panic(fmt.Sprintf("learned workload is invalid: %v", err)) // weights are positive: a bug
+	}
+	return w, pub
 }
 
-func selectorKey(s types.Selector) string {
-	return strings.Join(s.IncludeModels, "|") + ";" + strings.Join(s.ExcludeModels, "|") + ";" +
-		strings.Join(s.IncludeUUIDs, "|") + ";" + strings.Join(s.ExcludeUUIDs, "|")
+// roundHost rounds a mean host request to 7 significant bits (within 1%).
+func roundHost(x float64) int64 {
+	n := int64(math.Round(x))
+	if n <= 0 {
+		return 0
+	}
+	shift := max(0, bits.Len64(uint64(n))-7)
+	return (n >> shift) << shift
+}
+
+// compareTypes orders task types of equal weight, so that the published
+// mix does not depend on the order of a map.
+func compareTypes(a, b *TaskType) int {
+	if c := cmp.Compare(a.Count, b.Count); c != 0 {
+		return c
+	}
+	if a.Exclusive != b.Exclusive {
+		if a.Exclusive {
+			return -1
+		}
+		return 1
+	}
+	if c := cmp.Compare(a.Milli, b.Milli); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.MemoryMiB, b.MemoryMiB); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Host.CPUMilli, b.Host.CPUMilli); c != 0 {
+		return c
+	}
+	for _, pair := range [][2][]string{
+		{a.Selector.IncludeModels, b.Selector.IncludeModels}, {a.Selector.ExcludeModels, b.Selector.ExcludeModels},
+		{a.Selector.IncludeUUIDs, b.Selector.IncludeUUIDs}, {a.Selector.ExcludeUUIDs, b.Selector.ExcludeUUIDs},
+	} {
+		if c := slices.Compare(pair[0], pair[1]); c != 0 {
+			return c
+		}
+	}
+	return 0
 }

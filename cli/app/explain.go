@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/mix"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/plugins/nvidia"
@@ -121,29 +122,18 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		}
 	}
 	fmt.Fprintln(w)
-	// The workload mix the scheduler learns, approximated by the pods
-	// running now: those with devices, and those without on device nodes.
-	for _, list := range s.pods {
-		for _, pa := range list {
-			if pr, err := objects.PodRequest(pa.pod); err == nil {
-				cpu, mem := objects.HostRequest(pa.pod)
-				if rr, err := engine.NewRequest(pr, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}); err == nil {
-					engine.Observe(rr)
-				}
-			}
-		}
-	}
+	// The workload mix, learned from the pods running as the scheduler
+	// learns it when it starts.
+	var running []*corev1.Pod
+	hasDevices := map[string]bool{}
 	for _, n := range s.nodes {
-		if !n.hasInventory() {
-			continue
+		hasDevices[n.name] = n.hasInventory()
+		for _, pa := range s.pods[n.name] {
+			running = append(running, pa.pod)
 		}
-		for _, p := range s.withoutDevices[n.name] {
-			cpu, mem := objects.HostRequest(p)
-			if rr, err := engine.NewRequest(types.PodRequest{}, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}); err == nil {
-				engine.Observe(rr)
-			}
-		}
+		running = append(running, s.withoutDevices[n.name]...)
 	}
+	mix.Learn(engine, running, func(node string) bool { return hasDevices[node] })
 	rows := o.evaluate(engine, s, r, pod)
 	return printExplain(w, rows, o.topDevices)
 }

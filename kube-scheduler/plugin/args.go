@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -93,6 +94,14 @@ type Args struct {
 	// before key IDs did, so that nodes still running such versions can
 	// verify them. Only while upgrading from them; see the README.
 	SignWithoutKeyID bool `json:"signWithoutKeyID,omitempty"`
+	// WorkloadHalfLife is how fast the learned workload mix forgets: a pod
+	// created this long ago weighs half as much as one created now
+	// (default 24h). The mix holds the pods running; it is rebuilt from
+	// them when the scheduler starts or becomes leader.
+	WorkloadHalfLife *metav1.Duration `json:"workloadHalfLife,omitempty"`
+	// WorkloadMaxTypes bounds the task types (request shapes) the learned
+	// mix tracks (default 512); the lightest make room for new ones.
+	WorkloadMaxTypes int32 `json:"workloadMaxTypes,omitempty"`
 }
 
 // Values of Args.WriteAllocation.
@@ -178,6 +187,12 @@ func setDefaults(a *Args) {
 	if a.RecordQPS == 0 {
 		a.RecordQPS = DefaultRecordQPS
 	}
+	if a.WorkloadHalfLife == nil {
+		a.WorkloadHalfLife = &metav1.Duration{Duration: devicescheduler.DefaultHalfLife}
+	}
+	if a.WorkloadMaxTypes == 0 {
+		a.WorkloadMaxTypes = devicescheduler.DefaultMaxTypes
+	}
 }
 
 func validateArgs(a *Args, path *field.Path) field.ErrorList {
@@ -206,6 +221,12 @@ func validateArgs(a *Args, path *field.Path) field.ErrorList {
 	if a.HeartbeatStaleness.Duration < time.Second {
 		errs = append(errs, field.Invalid(path.Child("heartbeatStaleness"), a.HeartbeatStaleness.Duration.String(), "must be at least 1s"))
 	}
+	if a.WorkloadHalfLife.Duration < time.Minute {
+		errs = append(errs, field.Invalid(path.Child("workloadHalfLife"), a.WorkloadHalfLife.Duration.String(), "must be at least 1m"))
+	}
+	if _, err := devicescheduler.New(devicescheduler.Config{Learn: a.learnConfig()}); err != nil {
+		errs = append(errs, field.Invalid(path.Child("workloadMaxTypes"), a.WorkloadMaxTypes, err.Error()))
+	}
 	if strings.TrimSpace(a.SigningKeyFile) == "" {
 		errs = append(errs, field.Required(path.Child("signingKeyFile"), "the allocation signing key; see kube-scheduler/README.md"))
 	}
@@ -224,5 +245,15 @@ func (a *Args) DeepCopyObject() runtime.Object {
 		d := *a.HeartbeatStaleness
 		c.HeartbeatStaleness = &d
 	}
+	if a.WorkloadHalfLife != nil {
+		d := *a.WorkloadHalfLife
+		c.WorkloadHalfLife = &d
+	}
+	c.PluginSHA256 = maps.Clone(a.PluginSHA256)
 	return &c
+}
+
+// learnConfig is how the engine learns the workload mix.
+func (a *Args) learnConfig() devicescheduler.LearnConfig {
+	return devicescheduler.LearnConfig{HalfLife: a.WorkloadHalfLife.Duration, MaxTypes: int(a.WorkloadMaxTypes)}
 }

@@ -39,7 +39,7 @@ func BenchmarkCacheMemory(b *testing.B) {
 					}
 				}
 				var pl devicescheduler.Placement
-				in := c.evalInput("shape", wholeRequest(&testing.T{}, c, 1))
+				in := c.evalInput(shapeKey{1}, wholeRequest(&testing.T{}, c, 1))
 				for _, n := range objs {
 					_, _ = c.evaluate(n.Name, &in, noHost, noHost, &pl)
 				}

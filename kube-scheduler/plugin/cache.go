@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/mix"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
@@ -65,8 +66,15 @@ type deviceCache struct {
 	// freed devices or rebuilt an inventory (see waitSet).
 	liveWaiters, deviceWaiters *waitSet
 
+	// learning is set once the mix has been learned from the pods listed
+	// at start (see learnPods); from then on every bound pod is learned as
+	// it is seen.
+	learning atomic.Bool
+	// listPods lists the pods the scheduler's informer holds.
+	listPods func() ([]*corev1.Pod, error)
+
 	shapeMu sync.Mutex
-	shapes  map[string]uint32
+	shapes  map[shapeKey]uint32
 	// shapeEpoch counts the times the shape table was full and started
 	// over; memo results of an older epoch are not reused.
 	shapeEpoch uint64
@@ -134,7 +142,7 @@ type evalInput struct {
 }
 
 // evalInput prepares a cycle's evaluations of request r, whose shape is key.
-func (c *deviceCache) evalInput(key string, r *devicescheduler.Request) evalInput {
+func (c *deviceCache) evalInput(key shapeKey, r *devicescheduler.Request) evalInput {
 	c.shapeMu.Lock()
 	id, ok := c.shapes[key]
 	if !ok {
@@ -192,7 +200,7 @@ func newDeviceCache(engine *devicescheduler.Engine, keys *kubeinterface.KeySet, 
 		engine: engine, keys: keys, staleness: staleness, now: time.Now, started: time.Now(), metrics: m,
 		nodes: map[string]*nodeState{}, pods: map[ktypes.UID]*podState{},
 		activate: func(map[string]*corev1.Pod) {}, liveWaiters: newWaitSet(), deviceWaiters: newWaitSet(),
-		shapes: map[string]uint32{},
+		shapes: map[shapeKey]uint32{}, listPods: func() ([]*corev1.Pod, error) { return nil, nil },
 	}
 }
 
@@ -289,6 +297,10 @@ func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		c.forget(logger, pod.UID)
 		return
+	}
+	if c.learning.Load() {
+		// Bound by another scheduler, or by this one's previous leader.
+		mix.Observe(c.engine, pod, c.hasDevices(pod.Spec.NodeName))
 	}
 	seen := seenOf(pod)
 	c.mu.RLock()
@@ -424,6 +436,7 @@ func (c *deviceCache) apply(logger klog.Logger, uid ktypes.UID, ps *podState) {
 // forget releases a pod's devices, and wakes the pods waiting for devices
 // if it held any.
 func (c *deviceCache) forget(_ klog.Logger, uid ktypes.UID) {
+	c.engine.ForgetPod(string(uid))
 	c.mu.Lock()
 	freed := c.forgetLocked(uid)
 	c.mu.Unlock()

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -103,7 +105,7 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	r := wholeRequest(t, c, 4)
 
 	var p devicescheduler.Placement
-	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), noHost, noHost, &p); !errors.Is(err, errNoLease) {
+	if _, err := c.evaluate("n1", ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, errNoLease) {
 		t.Fatalf("evaluate without a Lease: %v", err)
 	}
 	var activated []string
@@ -118,16 +120,16 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	if !reflect.DeepEqual(activated, []string{"ns/waiting"}) {
 		t.Fatalf("activated %v when the node became live, want [ns/waiting]", activated)
 	}
-	if _, err := c.evaluate("missing", ptr(c.evalInput("4", r)), noHost, noHost, &p); !errors.Is(err, errNoInventory) {
+	if _, err := c.evaluate("missing", ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, errNoInventory) {
 		t.Fatalf("evaluate on an unknown node: %v", err)
 	}
 
 	// Filter results are remembered until the node changes.
-	first, err := c.evaluate("n1", ptr(c.evalInput("4", r)), noHost, noHost, &p)
+	first, err := c.evaluate("n1", ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := c.evaluate("n1", ptr(c.evalInput("4", r)), noHost, noHost, &p); err != nil || again != first {
+	if again, err := c.evaluate("n1", ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); err != nil || again != first {
 		t.Fatalf("second evaluate = %d, %v; want %d", again, err, first)
 	}
 
@@ -142,7 +144,7 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	if _, err := c.reserve(testPod("c"), "n1", r, noHost, noHost); err == nil {
 		t.Fatal("a third 4-GPU pod was reserved on an 8-GPU node")
 	}
-	if _, err := c.evaluate("n1", ptr(c.evalInput("4", r)), noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
+	if _, err := c.evaluate("n1", ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
 		t.Fatalf("evaluate on the full node = %v, want ErrDoesNotFit (a stale memo?)", err)
 	}
 	c.unreserve(b.UID)
@@ -246,7 +248,7 @@ func TestCacheNodeChanges(t *testing.T) {
 	c.updateLease(testLease("n1", testNow), false)
 	var p devicescheduler.Placement
 	r := wholeRequest(t, c, 4)
-	in := c.evalInput("4", r)
+	in := c.evalInput(shapeKey{4}, r)
 	if _, err := c.evaluate("n1", &in, noHost, noHost, &p); err != nil {
 		t.Fatal(err)
 	}
@@ -287,3 +289,72 @@ func TestCacheNodeChanges(t *testing.T) {
 
 // noHost leaves the node's host resources untracked.
 var noHost devicescheduler.Host
+
+// gpuPod is a pod whose container "main" asks for count GPUs, or slices of
+// cores percent when cores > 0.
+func gpuPod(name string, count, cores int64, created time.Time) *corev1.Pod {
+	p := testPod(name)
+	p.CreationTimestamp = metav1.NewTime(created)
+	limits := corev1.ResourceList{kubeinterface.ResourceGPU: *resource.NewQuantity(count, resource.DecimalSI)}
+	if cores > 0 {
+		limits[kubeinterface.ResourceGPUCores] = *resource.NewQuantity(cores, resource.DecimalSI)
+	}
+	p.Spec.Containers = []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{Limits: limits}}}
+	return p
+}
+
+// TestCacheLearnsTheSameMix: a scheduler that starts (or takes over) and
+// learns the mix from the pods running holds the mix of one that learned
+// it pod by pod as it scheduled them, pods since gone included; and a
+// pod's weight leaves the mix when the pod goes.
+func TestCacheLearnsTheSameMix(t *testing.T) {
+	ref, key := testCache(t)
+	logger := klog.Background()
+	ref.learning.Store(true)
+	n1 := testNode(t, "n1", "dgx1")
+	ref.updateNode(logger, n1)
+	ref.updateLease(testLease("n1", testNow), false)
+	var running []*corev1.Pod
+	for i := range 60 {
+		pod := gpuPod(fmt.Sprint("p", i), int64(1+i%2), int64(10*(i%3)), testNow.Add(time.Duration(i)*time.Hour))
+		req, err := objects.PodRequest(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := ref.engine.NewRequest(req, devicescheduler.Host{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As Reserve does.
+		ref.engine.ObservePod(string(pod.UID), r, pod.CreationTimestamp.Time)
+		alloc, err := ref.reserve(pod, "n1", r, noHost, noHost)
+		if err != nil {
+			// The node is full: the pod is unreserved.
+			ref.engine.ForgetPod(string(pod.UID))
+			continue
+		}
+		bound := boundWith(t, key, pod, alloc)
+		ref.updatePod(logger, bound)
+		if i%4 == 0 {
+			ref.forget(logger, pod.UID) // deleted
+			continue
+		}
+		running = append(running, bound)
+	}
+	if got, want := ref.engine.LearnedPods(), len(running); got != want {
+		t.Fatalf("the mix holds %d pods, want the %d running", got, want)
+	}
+	c, _ := testCache(t)
+	c.updateNode(logger, n1)
+	c.listPods = func() ([]*corev1.Pod, error) { return running, nil }
+	c.learnPods(logger)
+	if got, want := fmt.Sprint(c.engine.Workload().Types()), fmt.Sprint(ref.engine.Workload().Types()); got != want {
+		t.Errorf("mix learned at start =\n%s\nwant the mix learned pod by pod\n%s", got, want)
+	}
+	for _, p := range running {
+		c.forget(logger, p.UID)
+	}
+	if n := c.engine.LearnedPods(); n != 0 || len(c.engine.Workload().Types()) != 0 {
+		t.Errorf("after every pod went the mix holds %d pods and %d types, want none", n, len(c.engine.Workload().Types()))
+	}
+}

@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,7 +63,7 @@ func TestCacheEvaluatesWithHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := c.evalInput("host", r)
+	in := c.evalInput(shapeKey{5}, r)
 	capacity := devicescheduler.Host{CPUMilli: 32000, MemoryMiB: 64 << 10}
 	var p devicescheduler.Placement
 	if _, err := c.evaluate("n1", &in, capacity, capacity, &p); err != nil {
@@ -165,14 +164,14 @@ func TestShapeTableStartsOver(t *testing.T) {
 	c.updateNode(klog.Background(), testNode(t, "n1", "t4x4"))
 	c.updateLease(testLease("n1", testNow), false)
 	var p devicescheduler.Placement
-	tooBig := c.evalInput("8 GPUs", wholeRequest(t, c, 8))
+	tooBig := c.evalInput(shapeKey{8}, wholeRequest(t, c, 8))
 	if _, err := c.evaluate("n1", &tooBig, noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
 		t.Fatalf("8 GPUs on a T4x4: %v, want ErrDoesNotFit", err)
 	}
 	for i := len(c.shapes); i < maxShapeIDs; i++ {
-		c.evalInput(fmt.Sprint("filler-", i), nil)
+		c.evalInput(shapeKey{100, uint64(i)}, nil)
 	}
-	one := c.evalInput("1 GPU", wholeRequest(t, c, 1))
+	one := c.evalInput(shapeKey{1}, wholeRequest(t, c, 1))
 	if one.shape != tooBig.shape || one.epoch == tooBig.epoch {
 		t.Fatalf("after the table filled: shape %d epoch %d, want number %d again in a new epoch", one.shape, one.epoch, tooBig.shape)
 	}

@@ -10,7 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
+	"github.com/kubegpu/kubegpu/kube-scheduler/mix"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 )
 
@@ -83,6 +85,7 @@ func (c *deviceCache) warmUp(ctx context.Context, synced func() bool) {
 	if !toolscache.WaitForCacheSync(ctx.Done(), synced) {
 		return
 	}
+	c.learnPods(klog.FromContext(ctx))
 	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 		return c.warm(), nil
 	}); err != nil {
@@ -172,4 +175,19 @@ func (c *deviceCache) liveAt(ns *nodeState, now time.Time) error {
 		return fmt.Errorf("%w: node's Lease was last seen renewed %s ago (limit %s)", errStale, age.Round(time.Second), c.staleness)
 	}
 	return nil
+}
+
+// learnPods rebuilds the learned workload mix from the pods the cluster
+// holds, as `kubegpu explain` does, so that a restarted or newly elected
+// scheduler scores as one that had run all along; then has every pod seen
+// from now on learned as it comes.
+func (c *deviceCache) learnPods(logger klog.Logger) {
+	c.learning.Store(true)
+	pods, err := c.listPods()
+	if err != nil {
+		logger.Error(err, "Listing pods to learn the workload mix from; it is learned from the pods scheduled from now on")
+		return
+	}
+	n := mix.Learn(c.engine, pods, c.hasDevices)
+	logger.Info("Learned the workload mix from the pods running", "pods", n, "types", len(c.engine.Workload().Types()))
 }

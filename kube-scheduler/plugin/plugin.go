@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -115,7 +117,7 @@ func sharedState(ctx context.Context, args *Args, h fwk.Handle) (*shared, error)
 }
 
 func argsEqual(a, b *Args) bool {
-	return fmt.Sprintf("%+v", *a) == fmt.Sprintf("%+v", *b)
+	return reflect.DeepEqual(a, b)
 }
 
 func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
@@ -134,6 +136,7 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 		Policy:          args.NodePolicy,
 		DevicePolicy:    args.DevicePolicy,
 		DefaultTopology: args.DefaultTopology,
+		Learn:           args.learnConfig(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
@@ -155,6 +158,8 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 	// kube-node-lease: the scheduler's role may read Leases there and not
 	// cluster-wide (see kube-scheduler/deploy/rbac.yaml).
 	leases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(kubeinterface.LeaseNamespace))
+	podLister := factory.Core().V1().Pods().Lister()
+	c.listPods = func() ([]*corev1.Pod, error) { return podLister.List(labels.Everything()) }
 	synced, err := addHandlers(logger, c, factory, leases)
 	if err != nil {
 		return nil, err

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,14 +46,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		}
 		p.cache.notWaiting(pod.UID)
 	}
-	key, err := json.Marshal(struct {
-		Devices any
-		Host    devicescheduler.Host
-	}{req, r.Host})
-	if err != nil {
-		return nil, fwk.AsStatus(err)
-	}
-	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.evalInput(string(key), r)})
+	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.evalInput(requestShape(req, r.Host), r)})
 	return nil, nil
 }
 

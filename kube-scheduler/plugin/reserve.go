@@ -20,7 +20,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		if h := getHostOnly(cs); h != nil && p.cache.hasDevices(nodeName) {
 			// Pods without devices on device nodes are part of the mix:
 			// they take the CPU and memory that idle devices need.
-			p.engine.Observe(h.eval.request)
+			p.engine.ObservePod(string(pod.UID), h.eval.request, pod.CreationTimestamp.Time)
 		}
 		return nil
 	}
@@ -33,7 +33,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		}
 		return fwk.AsStatus(err)
 	}
-	p.engine.Observe(s.request)
+	p.engine.ObservePod(string(pod.UID), s.request, pod.CreationTimestamp.Time)
 	s.alloc = alloc
 	klog.FromContext(ctx).V(4).Info("Reserved devices", "pod", klog.KObj(pod), "node", nodeName, "allocation", alloc)
 	return nil
@@ -55,6 +55,7 @@ func (p *Plugin) reserveHost(ctx context.Context, nodeName string) (capacity, fr
 
 // Unreserve gives back the devices Reserve assumed.
 func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) {
+	p.engine.ForgetPod(string(pod.UID))
 	if getState(cs) == nil {
 		return
 	}
