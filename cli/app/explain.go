@@ -17,6 +17,7 @@ import (
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/mix"
+	"github.com/kubegpu/kubegpu/kube-scheduler/plugin"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/plugins/nvidia"
@@ -25,11 +26,13 @@ import (
 )
 
 type explainOptions struct {
-	key        *kubeinterface.KeySet
-	namespace  string
-	policy     string
-	staleness  time.Duration
-	topDevices int
+	key             *kubeinterface.KeySet
+	namespace       string
+	schedulerConfig string
+	profile         string
+	policy          string
+	staleness       time.Duration
+	topDevices      int
 }
 
 func newExplainCommand(client func() (kubernetes.Interface, error), namespace func() string, key func() (*kubeinterface.KeySet, error)) *cobra.Command {
@@ -56,8 +59,10 @@ and, where it does not fit, why.`,
 			return o.run(cmd, c, args[0])
 		},
 	}
-	cmd.Flags().StringVar(&o.policy, "policy", devicescheduler.PolicyKubegpu, "node policy to rank with: "+strings.Join(devicescheduler.Policies(), ", "))
-	cmd.Flags().DurationVar(&o.staleness, "heartbeat-staleness", 40*time.Second, "age of a node's last Lease renewal beyond which it gets no new pods (the scheduler's heartbeatStaleness); judged here by the node's clock")
+	cmd.Flags().StringVar(&o.schedulerConfig, "scheduler-config", "", "kubegpu-scheduler's KubeSchedulerConfiguration file: judge with its KubeGPU args (policies, default topology, heartbeatStaleness, learned mix); default: the plugin's defaults")
+	cmd.Flags().StringVar(&o.profile, "profile", "", "with --scheduler-config, the profile (schedulerName) whose KubeGPU args to use; default: the first that has them")
+	cmd.Flags().StringVar(&o.policy, "policy", "", "node policy to rank with, overriding the configuration's nodePolicy: "+strings.Join(devicescheduler.Policies(), ", "))
+	cmd.Flags().DurationVar(&o.staleness, "heartbeat-staleness", 0, "age of a node's last Lease renewal beyond which it gets no new pods, overriding the configuration's heartbeatStaleness; judged here by the node's clock")
 	cmd.Flags().IntVar(&o.topDevices, "top", 3, "show the devices the pod would get on this many best nodes")
 	return cmd
 }
@@ -89,7 +94,11 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, err)
 		return nil
 	}
-	engine, err := newEngine(ctx, o.policy)
+	args, err := o.args()
+	if err != nil {
+		return err
+	}
+	engine, err := newEngine(ctx, args)
 	if err != nil {
 		return err
 	}
@@ -262,9 +271,31 @@ func allocationDevices(a types.PodAllocation) string {
 	return strings.Join(parts, " ")
 }
 
-// newEngine builds the engine with the scheduler sides of the device
-// modules kubegpu ships, linked into this binary.
-func newEngine(ctx context.Context, policy string) (*devicescheduler.Engine, error) {
+// args are the scheduler plugin's arguments explain judges with: from the
+// scheduler's configuration file, or the plugin's defaults, with the flags'
+// overrides.
+func (o *explainOptions) args() (*plugin.Args, error) {
+	args := plugin.DefaultArgs()
+	if o.schedulerConfig != "" {
+		var err error
+		if args, err = plugin.ArgsFromFile(o.schedulerConfig, o.profile); err != nil {
+			return nil, err
+		}
+	}
+	if o.policy != "" {
+		args.NodePolicy = o.policy
+	}
+	if o.staleness != 0 {
+		args.HeartbeatStaleness.Duration = o.staleness
+	}
+	o.staleness = args.HeartbeatStaleness.Duration
+	return args, nil
+}
+
+// newEngine builds the engine the scheduler plugin runs with args, over
+// the scheduler sides of the device modules kubegpu ships, linked into
+// this binary.
+func newEngine(ctx context.Context, args *plugin.Args) (*devicescheduler.Engine, error) {
 	var plugins []types.SchedulerPlugin
 	for _, m := range []types.Module{simgpu.NewModule(), nvidia.NewModule()} {
 		sp, err := m.SchedulerPlugin(ctx, types.PluginConfig{})
@@ -273,5 +304,5 @@ func newEngine(ctx context.Context, policy string) (*devicescheduler.Engine, err
 		}
 		plugins = append(plugins, sp)
 	}
-	return devicescheduler.New(devicescheduler.Config{Plugins: plugins, Policy: policy})
+	return devicescheduler.New(args.EngineConfig(plugins))
 }

@@ -1,14 +1,21 @@
 package plugin
 
 import (
+	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // BenchmarkCacheMemory reports the device cache's heap per node: 1000 nodes
@@ -49,6 +56,65 @@ func BenchmarkCacheMemory(b *testing.B) {
 				runtime.KeepAlive(c)
 			}
 			b.ReportMetric(perNode, "B/node")
+		})
+	}
+}
+
+// largestPod is the largest GPU pod the request limits accept: 16 containers
+// of 64 slices each, and every model and UUID list at its 4096 characters
+// and 64 entries (include and exclude lists disjoint).
+func largestPod(b *testing.B, name string) *corev1.Pod {
+	list := func(prefix string) string {
+		entries := make([]string, objects.MaxListEntries)
+		width := (objects.MaxListChars+1)/objects.MaxListEntries - 1
+		for i := range entries {
+			e := fmt.Sprintf("%s%02d-", prefix, i)
+			entries[i] = e + strings.Repeat("x", width-len(e))
+		}
+		s := strings.Join(entries, ",")
+		if len(s) > objects.MaxListChars {
+			b.Fatalf("list of %d chars", len(s))
+		}
+		return s
+	}
+	pod := testPod(name)
+	pod.Annotations = map[string]string{
+		kubeinterface.AnnotationModelInclude: list("m"), kubeinterface.AnnotationModelExclude: list("n"),
+		kubeinterface.AnnotationUUIDInclude: list("u"), kubeinterface.AnnotationUUIDExclude: list("v"),
+	}
+	for i := range types.MaxDeviceContainers {
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: fmt.Sprint("c", i), Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+			kubeinterface.ResourceGPU:      *resource.NewQuantity(objects.MaxDevicesPerContainer, resource.DecimalSI),
+			kubeinterface.ResourceGPUCores: *resource.NewQuantity(10, resource.DecimalSI),
+		}}})
+	}
+	if _, err := objects.PodRequest(pod); err != nil {
+		b.Fatalf("the largest pod is refused: %v", err)
+	}
+	return pod
+}
+
+// BenchmarkPreFilter is PreFilter's cost for a 1-GPU pod and for the
+// largest pod the limits accept, whose cost is bounded by them.
+func BenchmarkPreFilter(b *testing.B) {
+	c, _ := testCache(&testing.T{})
+	c.warmed.Store(true)
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
+	p.ready.Store(true)
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+	}{
+		{"one-gpu", gpuPod("one", 1, 0, testNow)},
+		{"largest", largestPod(b, "largest")},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, st := p.PreFilter(context.Background(), framework.NewCycleState(), tc.pod, nil); !st.IsSuccess() {
+					b.Fatalf("PreFilter = %v", st)
+				}
+			}
 		})
 	}
 }

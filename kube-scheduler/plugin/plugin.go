@@ -131,13 +131,7 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 	if err != nil {
 		return nil, err
 	}
-	engine, err := devicescheduler.New(devicescheduler.Config{
-		Plugins:         plugins,
-		Policy:          args.NodePolicy,
-		DevicePolicy:    args.DevicePolicy,
-		DefaultTopology: args.DefaultTopology,
-		Learn:           args.learnConfig(),
-	})
+	engine, err := devicescheduler.New(args.EngineConfig(plugins))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
