@@ -48,6 +48,8 @@ SIM_PODS ?= openb_pod_list_default.csv
 SIM_SEEDS ?= 10
 SIM_POLICIES ?= random,dotproduct,gpuclustering,gpupacking,bestfit,fgd,kubegpu,kubegpu-online
 BENCH_COUNT ?= 6
+SCHED_MEMORY_NODES ?= 50
+SCHED_MEMORY_PODS ?= 10000
 GOTEST_FLAGS ?=
 FUZZTIME ?= 30s
 
@@ -147,6 +149,10 @@ SCHED_ROUNDS ?= 3
 .PHONY: bench-scheduler
 bench-scheduler: build plugins kube-binaries ## Scheduling throughput, kubegpu-scheduler vs stock kube-scheduler (SCHED_NODES, SCHED_ROUNDS)
 	$(GO) run ./test/schedbench --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) --nodes $(SCHED_NODES) --rounds $(SCHED_ROUNDS)
+
+.PHONY: bench-scheduler-memory
+bench-scheduler-memory: build plugins kube-binaries ## kubegpu-scheduler's heap across 10,000 adversarial pods created and deleted (SCHED_MEMORY_NODES, SCHED_MEMORY_PODS)
+	$(GO) run ./test/schedbench --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) --nodes $(SCHED_MEMORY_NODES) --adversarial-pods $(SCHED_MEMORY_PODS)
 
 .PHONY: sim
 sim: build ## Replay the openb trace under every policy (OPENB=dir, SIM_PODS=file, SIM_SEEDS=n, SIM_POLICIES=list)

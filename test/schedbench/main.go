@@ -42,6 +42,7 @@ import (
 type options struct {
 	binDir, pluginDir, preset string
 	nodes, pods, rounds       int
+	adversarial               int
 	keep                      bool
 }
 
@@ -54,6 +55,7 @@ func main() {
 	flag.IntVar(&o.pods, "pods", 0, "number of pods per run (default: enough for 70% of the GPUs, so that every pod fits)")
 	flag.IntVar(&o.rounds, "rounds", 2, "runs per scheduler, alternating")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory and logs")
+	flag.IntVar(&o.adversarial, "adversarial-pods", 0, "instead of throughput, measure kubegpu-scheduler's heap across creating and deleting this many adversarial pods")
 	flag.Parse()
 	if o.pods == 0 {
 		// The pods ask for 2 GPUs on average.
@@ -104,6 +106,9 @@ func run(ctx context.Context, o options) error {
 	renewCtx, stopRenewing := context.WithCancel(ctx)
 	defer stopRenewing()
 	go renewLeases(renewCtx, c, names)
+	if o.adversarial > 0 {
+		return runMemory(ctx, c, o, dir, keyFile)
+	}
 	var results []result
 	for round := 1; round <= o.rounds; round++ {
 		for _, sched := range []string{"kube-scheduler", "kubegpu-scheduler"} {
@@ -145,7 +150,7 @@ func createNodes(ctx context.Context, c *localcluster.Cluster, o options) ([]str
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			errs <- createNode(ctx, c, name, topo)
+			errs <- createNode(ctx, c, name, topo, o.slicesPerGPU())
 		}()
 	}
 	wg.Wait()
@@ -158,7 +163,17 @@ func createNodes(ctx context.Context, c *localcluster.Cluster, o options) ([]str
 	return names, nil
 }
 
-func createNode(ctx context.Context, c *localcluster.Cluster, name string, topo simgpu.Topology) error {
+// slicesPerGPU is how many nvidia.com/gpu each GPU counts: 1 for the
+// throughput runs, where the stock scheduler counts whole GPUs; 100, as
+// kubegpu-crishim publishes by default, for the adversarial pods' slices.
+func (o options) slicesPerGPU() int {
+	if o.adversarial > 0 {
+		return 100
+	}
+	return 1
+}
+
+func createNode(ctx context.Context, c *localcluster.Cluster, name string, topo simgpu.Topology, slices int) error {
 	if err := c.RegisterNode(ctx, name, localcluster.NodeCapacity("96", "768Gi", 110)); err != nil {
 		return err
 	}
@@ -167,7 +182,7 @@ func createNode(ctx context.Context, c *localcluster.Cluster, name string, topo 
 	if err != nil {
 		return err
 	}
-	if err := advertiser.PublishInventory(ctx, client, name, inv, advertiser.Capacity(inv, 1)); err != nil {
+	if err := advertiser.PublishInventory(ctx, client, name, inv, advertiser.Capacity(inv, slices)); err != nil {
 		return err
 	}
 	now := metav1.NewMicroTime(time.Now())
@@ -337,10 +352,11 @@ leaderElection:
 		}
 	}
 	s, err := c.StartScheduler(ctx, filepath.Join(o.binDir, sched), config, sched, "--v=1",
-		"--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*")
+		"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics,/debug/pprof/*")
 	if err != nil {
 		return nil, err
 	}
+	schedulerPort = s.Port
 	if os.Getenv("SCHEDBENCH_PROFILE") != "" {
 		go profile(dir, sched, s.Port, os.Getenv("SCHEDBENCH_PROFILE"))
 	}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubegpu/kubegpu/internal/localcluster"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// runMemory creates and deletes o.adversarial adversarial GPU pods, in
+// waves the nodes can hold, through kubegpu-scheduler, and reports the
+// scheduler's heap (after a forced GC) before, at the peak and after.
+func runMemory(ctx context.Context, c *localcluster.Cluster, o options, dir, keyFile string) error {
+	topo, err := simgpu.Preset(o.preset)
+	if err != nil {
+		return err
+	}
+	s, err := startScheduler(ctx, c, o, dir, keyFile, "kubegpu-scheduler")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = s.Stop() }()
+	ns := "adversarial"
+	if err := c.EnsureNamespace(ctx, ns); err != nil {
+		return err
+	}
+	heap := func() (float64, error) { return schedulerHeap(ctx, schedulerPort) }
+	// Let it sync and settle before the baseline.
+	time.Sleep(10 * time.Second)
+	before, err := heap()
+	if err != nil {
+		return err
+	}
+	// Each wave fills at most half of the GPUs: every pod has 16 slices
+	// of 1%.
+	wave := min(o.adversarial, o.nodes*8*100/16/2)
+	var peak float64
+	start := time.Now()
+	for done := 0; done < o.adversarial; done += wave {
+		n := min(wave, o.adversarial-done)
+		fmt.Fprintf(os.Stderr, "schedbench: adversarial pods %d..%d\n", done, done+n)
+		if err := createAll(ctx, c, ns, n, func(i int) *corev1.Pod { return adversarialPod(done+i, topo.Model) }); err != nil {
+			return err
+		}
+		if err := waitBound(ctx, c, ns); err != nil {
+			return err
+		}
+		if h, err := heap(); err == nil {
+			peak = max(peak, h)
+		}
+		if err := deleteAll(ctx, c, ns); err != nil {
+			return err
+		}
+	}
+	// The scheduler sees the deletions through its informers.
+	time.Sleep(5 * time.Second)
+	after, err := heap()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Scheduler heap, %d adversarial pods created, scheduled and deleted in waves of %d on %d nodes (%s) in %s\n\n",
+		o.adversarial, wave, o.nodes, o.preset, time.Since(start).Round(time.Second))
+	fmt.Printf("  %-28s %8.1f MiB\n  %-28s %8.1f MiB\n  %-28s %8.1f MiB\n  %-28s %+8.1f MiB\n",
+		"before", before/(1<<20), "peak (after a wave bound)", peak/(1<<20), "after every pod went", after/(1<<20), "after - before", (after-before)/(1<<20))
+	return nil
+}
+
+// schedulerPort is the secure port of the scheduler started last.
+var schedulerPort int
+
+// adversarialPod is the largest pod the request limits accept, each of a
+// shape of its own: 16 containers, every model and UUID list at its limit of
+// characters and entries, distinct per pod, and a CPU request of its own.
+func adversarialPod(i int, model string) *corev1.Pod {
+	list := func(prefix string, first string) string {
+		entries := []string{}
+		if first != "" {
+			entries = append(entries, first)
+		}
+		width := (objects.MaxListChars+1)/objects.MaxListEntries - 1
+		for k := len(entries); k < objects.MaxListEntries; k++ {
+			e := fmt.Sprintf("%s%d-%02d-", prefix, i, k)
+			entries = append(entries, e+strings.Repeat("x", max(0, width-len(e))))
+		}
+		s := strings.Join(entries, ",")
+		return s[:min(len(s), objects.MaxListChars)]
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("a-%05d", i), Annotations: map[string]string{
+		kubeinterface.AnnotationModelInclude: list("m", model), kubeinterface.AnnotationModelExclude: list("n", ""),
+		kubeinterface.AnnotationUUIDExclude: list("u", ""),
+	}}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](1)}}
+	for k := range types.MaxDeviceContainers {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: fmt.Sprint("c", k), Image: "busybox",
+			Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("1"), kubeinterface.ResourceGPUCores: resource.MustParse("1")},
+				Requests: corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(int64(1+i%97), resource.DecimalSI),
+					corev1.ResourceMemory: resource.MustParse("1Mi")},
+			}})
+	}
+	return p
+}
+
+func createAll(ctx context.Context, c *localcluster.Cluster, ns string, n int, pod func(int) *corev1.Pod) error {
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			_, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod(i), metav1.CreateOptions{})
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitBound waits until no pod of ns is left unbound; it lists at most one
+// pod at a time, as the pods are large.
+func waitBound(ctx context.Context, c *localcluster.Cluster, ns string) error {
+	return wait.PollUntilContextTimeout(ctx, 2*time.Second, 20*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=", Limit: 1})
+		return err == nil && len(l.Items) == 0, nil
+	})
+}
+
+func deleteAll(ctx context.Context, c *localcluster.Cluster, ns string) error {
+	if err := c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil && len(l.Items) == 0, nil
+	})
+}
+
+// schedulerHeap forces a garbage collection in the scheduler (through its
+// heap profile endpoint) and reads its live heap from /metrics.
+func schedulerHeap(ctx context.Context, port int) (float64, error) {
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback, self-signed
+	get := func(path string) (io.ReadCloser, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d%s", port, path), nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
+		}
+		return resp.Body, nil
+	}
+	body, err := get("/debug/pprof/heap?gc=1")
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, body)
+	body.Close()
+	if body, err = get("/metrics"); err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_alloc_bytes "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("no go_memstats_heap_alloc_bytes in the scheduler's /metrics")
+}
