@@ -203,6 +203,7 @@ type LearnConfig struct {
 // Defaults and bounds of LearnConfig.
 const (
 	DefaultHalfLife = 24 * time.Hour
+	MaxHalfLife     = 365 * 24 * time.Hour
 	DefaultMaxTypes = 512
 	MaxMaxTypes     = 4096
 )
@@ -210,6 +211,9 @@ const (
 func (c LearnConfig) withDefaults() (LearnConfig, error) {
 	if c.HalfLife == 0 {
 		c.HalfLife = DefaultHalfLife
+	}
+	if c.HalfLife > MaxHalfLife {
+		return c, fmt.Errorf("learned mix: halfLife must be at most %s, got %s", MaxHalfLife, c.HalfLife)
 	}
 	switch {
 	case c.MaxTypes == 0:
@@ -457,12 +461,10 @@ func (l *workloadLearner) forget(id string, dst *atomic.Pointer[Workload]) {
 			delete(l.types, c.key)
 		}
 	}
-	if len(l.pods) == 0 && len(l.types) <= 1 {
-		// Nothing left but anonymous observations, if any: start afresh
-		// from t0 so that weights stay in range.
-		if len(l.types) == 0 {
-			l.other, l.t0 = 0, time.Time{}
-		}
+	if len(l.pods) == 0 && len(l.types) == 0 {
+		// Nothing left: start afresh, without the other bucket's rounding
+		// crumbs, from the next pod's time.
+		l.other, l.t0 = 0, time.Time{}
 	}
 	l.publishLocked(dst)
 }
@@ -495,6 +497,13 @@ func (l *workloadLearner) build() (*Workload, []publishedType) {
 	total := l.other
 	for _, c := range l.types {
 		total += c.Weight
+	}
+	if !(total > 0) {
+		w, err := NewWorkload(nil)
+		if err != nil {
+			panic(fmt.Sprintf("empty workload: %v", err))
+		}
+		return w, nil
 	}
 	type entry struct {
 		t   TaskType

@@ -221,10 +221,9 @@ func validateArgs(a *Args, path *field.Path) field.ErrorList {
 	if a.HeartbeatStaleness.Duration < time.Second {
 		errs = append(errs, field.Invalid(path.Child("heartbeatStaleness"), a.HeartbeatStaleness.Duration.String(), "must be at least 1s"))
 	}
-	if a.WorkloadHalfLife.Duration < time.Minute {
-		errs = append(errs, field.Invalid(path.Child("workloadHalfLife"), a.WorkloadHalfLife.Duration.String(), "must be at least 1m"))
-	}
-	if _, err := devicescheduler.New(devicescheduler.Config{Learn: a.learnConfig()}); err != nil {
+	if d := a.WorkloadHalfLife.Duration; d < time.Minute || d > devicescheduler.MaxHalfLife {
+		errs = append(errs, field.Invalid(path.Child("workloadHalfLife"), d.String(), "must be 1m..8760h"))
+	} else if _, err := devicescheduler.New(devicescheduler.Config{Learn: a.learnConfig()}); err != nil {
 		errs = append(errs, field.Invalid(path.Child("workloadMaxTypes"), a.WorkloadMaxTypes, err.Error()))
 	}
 	if strings.TrimSpace(a.SigningKeyFile) == "" {

@@ -33,6 +33,14 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "short staleness", raw: `{"signingKeyFile":"/k","heartbeatStaleness":"10ms"}`, wantErr: "must be at least 1s"},
 		{name: "bad option", raw: `{"signingKeyFile":"/k","pluginOptions":["preset=dgx1"]}`, wantErr: "pluginOptions"},
 		{name: "not an object", raw: `[1]`, wantErr: "decode KubeGPU args"},
+		{name: "learned mix", raw: `{"signingKeyFile":"/k","workloadHalfLife":"168h","workloadMaxTypes":1024}`, check: func(t *testing.T, a *Args) {
+			if c := a.learnConfig(); c.HalfLife != 168*time.Hour || c.MaxTypes != 1024 {
+				t.Errorf("learned mix args not read: %+v", c)
+			}
+		}},
+		{name: "short half-life", raw: `{"signingKeyFile":"/k","workloadHalfLife":"1s"}`, wantErr: "workloadHalfLife"},
+		{name: "long half-life", raw: `{"signingKeyFile":"/k","workloadHalfLife":"100000h"}`, wantErr: "workloadHalfLife"},
+		{name: "too many types", raw: `{"signingKeyFile":"/k","workloadMaxTypes":100000}`, wantErr: "workloadMaxTypes"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a, err := decodeArgs(&runtime.Unknown{Raw: []byte(tt.raw), ContentType: runtime.ContentTypeJSON})
