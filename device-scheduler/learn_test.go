@@ -172,3 +172,63 @@ func simPlugins(t testing.TB) []types.SchedulerPlugin {
 	}
 	return []types.SchedulerPlugin{sp}
 }
+
+// TestLearnerKeepsTypesOfRunningPods: a much newer pod of a shape that
+// older running pods share comes and goes; the shape stays, with the older
+// pods' weight.
+func TestLearnerKeepsTypesOfRunningPods(t *testing.T) {
+	e := newEngine(t, PolicyKubegpu) // 24h half-life
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	sl, wh := request(t, e, slice(30, 0)), request(t, e, whole(1))
+	for i := range 100 {
+		e.ObservePod(fmt.Sprint("svc-", i), sl, at)
+	}
+	for i := range 10 {
+		e.ObservePod(fmt.Sprint("train-", i), wh, at)
+	}
+	e.ObservePod("ci", sl, at.Add(40*24*time.Hour))
+	e.ForgetPod("ci")
+	ts := e.Workload().Types()
+	if len(ts) != 2 || ts[0].Exclusive || math.Abs(ts[0].Weight-100.0/110) > 0.01 {
+		t.Errorf("mix = %+v, want the 100 slices' type at 100/110 and the whole GPUs'", ts)
+	}
+}
+
+// TestLearnerTypeLeavesAndComes: a type pushed out of a full table and
+// tracked again later; its old pods' weight, counted in the other bucket
+// since, leaves the other bucket when they go, not the new type.
+func TestLearnerTypeLeavesAndComes(t *testing.T) {
+	e, err := New(Config{Plugins: simPlugins(t), Learn: LearnConfig{MaxTypes: 64, HalfLife: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	sl := request(t, e, slice(30, 0))
+	for i := range 10 {
+		e.ObservePod(fmt.Sprint("old-", i), sl, at)
+	}
+	// 64 heavier shapes push the slices' type out.
+	for i := range 64 {
+		r := request(t, e, types.ContainerRequest{Name: "c", Count: 1, ComputePercent: 10, Selector: types.Selector{IncludeModels: []string{fmt.Sprint("m", i)}}})
+		e.ObservePod(fmt.Sprint("flood-", i), r, at.Add(4*time.Hour))
+	}
+	e.ForgetPod("flood-0")
+	e.ObservePod("new", sl, at.Add(4*time.Hour)) // tracked again
+	for i := 1; i < 64; i++ {
+		e.ForgetPod(fmt.Sprint("flood-", i))
+	}
+	e.ObservePod("whole", request(t, e, whole(2)), at.Add(4*time.Hour))
+	for i := range 10 {
+		e.ForgetPod(fmt.Sprint("old-", i))
+	}
+	ts := e.Workload().Types()
+	if len(ts) != 2 || math.Abs(ts[0].Weight-0.5) > 0.01 || math.Abs(ts[1].Weight-0.5) > 0.01 {
+		t.Errorf("mix = %+v, want the two live pods' types at 1/2 each", ts)
+	}
+	e.learner.mu.Lock()
+	other := e.learner.other
+	e.learner.mu.Unlock()
+	if other > 1e-9 {
+		t.Errorf("other bucket holds %v with no pod in it", other)
+	}
+}

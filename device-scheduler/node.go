@@ -60,7 +60,7 @@ type Node struct {
 	// fragCache is the node's fragmentation in its current state, with the
 	// host resources it tracks or those an EvaluateHost caller gave.
 	fragCache struct {
-		workload               *Workload
+		workload               uint64 // the workload's ID: a node keeps no old mix alive
 		version                uint64
 		host                   Host
 		cpuTracked, memTracked bool

@@ -4,7 +4,10 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"hash"
+	"hash/fnv"
 	"hash/maphash"
+	"io"
 	"math"
 	"math/bits"
 	"slices"
@@ -105,25 +108,30 @@ func NewWorkload(tts []TaskType) (*Workload, error) {
 	return w, nil
 }
 
+// ID identifies the workload among those of this process.
+func (w *Workload) ID() uint64 { return w.id }
+
 // Types returns the workload's task types with normalised weights.
 func (w *Workload) Types() []TaskType { return slices.Clone(w.types) }
 
 // compatCache holds, for one workload, the devices of a node each task type
 // may use by its selector.
 type compatCache struct {
-	workload *Workload
+	// workload is the ID of the workload the masks are for: not the
+	// workload itself, which a node would otherwise keep alive.
+	workload uint64
 	masks    []uint64
 }
 
 // compatFor returns node n's selector masks for workload w, computing them
 // once per workload.
 func (n *Node) compatFor(w *Workload) []uint64 {
-	if c := n.compat.Load(); c != nil && c.workload == w {
+	if c := n.compat.Load(); c != nil && c.workload == w.id {
 		return c.masks
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if c := n.compat.Load(); c != nil && c.workload == w {
+	if c := n.compat.Load(); c != nil && c.workload == w.id {
 		return c.masks
 	}
 	masks := make([]uint64, len(w.types))
@@ -134,7 +142,7 @@ func (n *Node) compatFor(w *Workload) []uint64 {
 			}
 		}
 	}
-	n.compat.Store(&compatCache{workload: w, masks: masks})
+	n.compat.Store(&compatCache{workload: w.id, masks: masks})
 	return masks
 }
 
@@ -256,11 +264,18 @@ type shapeKey [2]uint64
 type learnedType struct {
 	TaskType
 	cpuMilli, memoryMiB float64
+	// pods counts the contributions the type holds: it goes when they do.
+	pods int
+	// order breaks ties between types of equal weight, the same in every
+	// process: an unseeded hash of the type.
+	order uint64
 }
 
-// contribution is what one container of a pod added to one type.
+// contribution is what one container of a pod added: to type lt, or to the
+// other bucket if lt is nil or no longer tracked.
 type contribution struct {
 	key           shapeKey
+	lt            *learnedType
 	weight        float64
 	cpuMilli, mib float64
 }
@@ -338,32 +353,39 @@ func (l *workloadLearner) rescale(t time.Time) {
 // key hashes a task type. The hash is seeded per learner: nobody can make
 // two types collide on purpose.
 func (l *workloadLearner) key(t *TaskType) shapeKey {
-	var h maphash.Hash
 	var out shapeKey
 	for i := range out {
+		var h maphash.Hash
 		h.SetSeed(l.seeds[i])
-		var b [8]byte
-		for _, n := range []int64{int64(t.Count), int64(t.Milli), t.MemoryMiB, t.Host.CPUMilli} {
-			binary.LittleEndian.PutUint64(b[:], uint64(n))
-			h.Write(b[:])
-		}
-		if t.Exclusive {
-			h.WriteByte(1)
-		} else {
-			h.WriteByte(0)
-		}
-		for _, list := range [][]string{t.Selector.IncludeModels, t.Selector.ExcludeModels, t.Selector.IncludeUUIDs, t.Selector.ExcludeUUIDs} {
-			binary.LittleEndian.PutUint64(b[:], uint64(len(list)))
-			h.Write(b[:])
-			for _, s := range list {
-				binary.LittleEndian.PutUint64(b[:], uint64(len(s)))
-				h.Write(b[:])
-				h.WriteString(s)
-			}
-		}
+		hashType(&h, t)
 		out[i] = h.Sum64()
 	}
 	return out
+}
+
+// hashType writes what identifies a task type to h, each field's length
+// first so that no two types write the same bytes.
+func hashType(h hash.Hash64, t *TaskType) {
+	var b [8]byte
+	num := func(n int64) {
+		binary.LittleEndian.PutUint64(b[:], uint64(n))
+		h.Write(b[:])
+	}
+	for _, n := range []int64{int64(t.Count), int64(t.Milli), t.MemoryMiB, t.Host.CPUMilli} {
+		num(n)
+	}
+	if t.Exclusive {
+		num(1)
+	} else {
+		num(0)
+	}
+	for _, list := range [][]string{t.Selector.IncludeModels, t.Selector.ExcludeModels, t.Selector.IncludeUUIDs, t.Selector.ExcludeUUIDs} {
+		num(int64(len(list)))
+		for _, s := range list {
+			num(int64(len(s)))
+			io.WriteString(h, s)
+		}
+	}
 }
 
 // observe counts r for pod id ("": anonymous, never forgotten) and
@@ -387,7 +409,7 @@ func (l *workloadLearner) observe(id string, r *Request, at time.Time, dst *atom
 	var cs []contribution
 	add := func(key shapeKey, t TaskType, host Host) {
 		c := contribution{key: key, weight: w, cpuMilli: w * float64(host.CPUMilli), mib: w * float64(host.MemoryMiB)}
-		l.add(c, t)
+		c.lt = l.add(c, t)
 		cs = append(cs, c)
 	}
 	if len(r.Containers) == 0 {
@@ -406,13 +428,17 @@ func (l *workloadLearner) observe(id string, r *Request, at time.Time, dst *atom
 	l.publishLocked(dst)
 }
 
-// add counts c in its type, making room for it if the table is full.
-func (l *workloadLearner) add(c contribution, t TaskType) {
+// add counts c in its type, making room for it if the table is full, and
+// returns the type; nil if c went to the other bucket.
+func (l *workloadLearner) add(c contribution, t TaskType) *learnedType {
 	lt, ok := l.types[c.key]
 	if !ok {
 		if len(l.types) >= l.cfg.MaxTypes {
 			// Full: the lightest type makes room if it weighs less than
-			// c, otherwise c goes to the other bucket.
+			// c, otherwise c goes to the other bucket. Either way the
+			// weight stays in the total; the contributions of a type
+			// that left are taken from the other bucket when their pods
+			// go (see forget).
 			var minKey shapeKey
 			minWeight := math.Inf(1)
 			for k, x := range l.types {
@@ -422,18 +448,22 @@ func (l *workloadLearner) add(c contribution, t TaskType) {
 			}
 			if minWeight >= c.weight {
 				l.other += c.weight
-				return
+				return nil
 			}
 			l.other += minWeight
 			delete(l.types, minKey)
 		}
 		t.Weight = 0
-		lt = &learnedType{TaskType: t}
+		h := fnv.New64a()
+		hashType(h, &t)
+		lt = &learnedType{TaskType: t, order: h.Sum64()}
 		l.types[c.key] = lt
 	}
 	lt.Weight += c.weight
 	lt.cpuMilli += c.cpuMilli
 	lt.memoryMiB += c.mib
+	lt.pods++
+	return lt
 }
 
 // forget removes what pod id added, and publishes the mix to dst if it
@@ -447,19 +477,21 @@ func (l *workloadLearner) forget(id string, dst *atomic.Pointer[Workload]) {
 	}
 	delete(l.pods, id)
 	for _, c := range cs {
-		lt, ok := l.types[c.key]
-		if !ok {
+		lt := l.types[c.key]
+		if c.lt == nil || lt != c.lt {
+			// Counted in the other bucket, or in a type that has left
+			// the table since.
 			l.other = max(0, l.other-c.weight)
 			continue
 		}
-		lt.Weight -= c.weight
-		lt.cpuMilli -= c.cpuMilli
-		lt.memoryMiB -= c.mib
-		// What is left of a type is rounding error once it is a tiny part
-		// of what was added.
-		if lt.Weight <= c.weight*1e-9 {
+		lt.pods--
+		if lt.pods == 0 {
 			delete(l.types, c.key)
+			continue
 		}
+		lt.Weight = max(0, lt.Weight-c.weight)
+		lt.cpuMilli = max(0, lt.cpuMilli-c.cpuMilli)
+		lt.memoryMiB = max(0, lt.memoryMiB-c.mib)
 	}
 	if len(l.pods) == 0 && len(l.types) == 0 {
 		// Nothing left: start afresh, without the other bucket's rounding
@@ -472,42 +504,47 @@ func (l *workloadLearner) forget(id string, dst *atomic.Pointer[Workload]) {
 func (l *workloadLearner) snapshot() *Workload {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	w, _ := l.build()
-	return w
+	tts, _ := l.mix()
+	return newLearnedWorkload(tts)
 }
 
 // publishLocked stores a new Workload in dst if the quantised mix differs
 // from the one published last.
 func (l *workloadLearner) publishLocked(dst *atomic.Pointer[Workload]) {
-	w, pub := l.build()
+	tts, pub := l.mix()
 	if dst.Load() != nil && slices.Equal(pub, l.published) {
 		return
 	}
 	l.published = pub
-	dst.Store(w)
+	dst.Store(newLearnedWorkload(tts))
 }
 
-// build makes the mix from the types tracked: the weightiest device types
+func newLearnedWorkload(tts []TaskType) *Workload {
+	w, err := NewWorkload(tts)
+	if err != nil {
+		panic(fmt.Sprintf("learned workload is invalid: %v", err)) // weights are positive: a bug
+	}
+	return w
+}
+
+// mix makes the mix from the types tracked: the weightiest device types
 // that together cover learnedCoverage of the weight of all device types
 // (FGD's "typical pods"; the other bucket counts as device types), at most
 // maxLearnedTypes of them, and the type of the pods without devices.
 // Weights are quantised to weightQuantum of the total and host requests to
 // about 1%, so that equal pods give an equal mix.
-func (l *workloadLearner) build() (*Workload, []publishedType) {
+func (l *workloadLearner) mix() ([]TaskType, []publishedType) {
 	total := l.other
 	for _, c := range l.types {
 		total += c.Weight
 	}
 	if !(total > 0) {
-		w, err := NewWorkload(nil)
-		if err != nil {
-			panic(fmt.Sprintf("empty workload: %v", err))
-		}
-		return w, nil
+		return nil, nil
 	}
 	type entry struct {
-		t   TaskType
-		pub publishedType
+		t     TaskType
+		pub   publishedType
+		order uint64
 	}
 	var devices []entry
 	var none *entry
@@ -520,7 +557,7 @@ func (l *workloadLearner) build() (*Workload, []publishedType) {
 		t := c.TaskType
 		t.Host = Host{CPUMilli: roundHost(c.cpuMilli / c.Weight), MemoryMiB: roundHost(c.memoryMiB / c.Weight)}
 		t.Weight = float64(q)
-		e := entry{t: t, pub: publishedType{key: k, weight: q, host: t.Host}}
+		e := entry{t: t, pub: publishedType{key: k, weight: q, host: t.Host}, order: c.order}
 		if k == (shapeKey{}) {
 			none = &e
 			continue
@@ -532,6 +569,9 @@ func (l *workloadLearner) build() (*Workload, []publishedType) {
 	slices.SortFunc(devices, func(a, b entry) int {
 		if a.pub.weight != b.pub.weight {
 			return cmp.Compare(b.pub.weight, a.pub.weight)
+		}
+		if a.order != b.order {
+			return cmp.Compare(a.order, b.order)
 		}
 		return compareTypes(&a.t, &b.t)
 	})
@@ -551,11 +591,7 @@ func (l *workloadLearner) build() (*Workload, []publishedType) {
 	for i, e := range devices {
 		tts[i], pub[i] = e.t, e.pub
 	}
-	w, err := NewWorkload(tts)
-	if err != nil {
-		panic(fmt.Sprintf("learned workload is invalid: %v", err)) // weights are positive: a bug
-	}
-	return w, pub
+	return tts, pub
 }
 
 // roundHost rounds a mean host request to 7 significant bits (within 1%).

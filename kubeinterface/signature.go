@@ -375,7 +375,7 @@ func (s *KeySet) Verify(a Allocation) error {
 	default:
 		return fmt.Errorf("%w: want ALGORITHM:KEYID:BASE64", ErrBadSignature)
 	}
-	sig, err := base64.StdEncoding.DecodeString(encoded)
+	sig, err := base64.StdEncoding.Strict().DecodeString(encoded)
 	if err != nil {
 		return fmt.Errorf("%w: signature is not base64", ErrBadSignature)
 	}

@@ -185,3 +185,24 @@ func TestSkewInventoryAndVersions(t *testing.T) {
 		t.Errorf("DecodeAllocation(re-formatted) = nil, want an error")
 	}
 }
+
+// TestSignatureNotMalleable: the unused bits of the signature's last
+// base64 character are not free to change: each signature has one spelling,
+// so a pod's annotation cannot be rewritten to another string that verifies.
+func TestSignatureNotMalleable(t *testing.T) {
+	value := readSkew(t, "allocation-current.json")
+	i := strings.LastIndex(value, `=="}`) - 1
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	v := strings.IndexByte(alphabet, value[i])
+	if i < 0 || v < 0 {
+		t.Fatalf("fixture's signature does not end in a padded base64 character: %q", value[max(0, i-4):])
+	}
+	changed := value[:i] + string(alphabet[v^1]) + value[i+1:]
+	a, err := DecodeAllocation(changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := NewKeySet(skewKey().Public()).Verify(a); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("Verify with the signature's padding bits changed = %v, want ErrBadSignature", err)
+	}
+}

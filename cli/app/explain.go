@@ -142,7 +142,8 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		}
 		running = append(running, s.withoutDevices[n.name]...)
 	}
-	mix.Learn(engine, running, func(node string) bool { return hasDevices[node] })
+	// Every pod listed with devices holds a verified allocation.
+	mix.Learn(engine, running, func(node string) bool { return hasDevices[node] }, func(*corev1.Pod) bool { return true })
 	rows := o.evaluate(engine, s, r, pod)
 	return printExplain(w, rows, o.topDevices)
 }

@@ -11,11 +11,13 @@ import (
 	"github.com/kubegpu/kubegpu/types"
 )
 
-// Request is what pod adds to the mix: its device request, or, for a pod
-// without devices on a node with devices, its CPU and memory (it takes what
-// idle devices beside it need). ok is false for a pod that adds nothing: one
-// not bound, finished, or whose request is invalid (it holds no devices).
-func Request(e *devicescheduler.Engine, pod *corev1.Pod, nodeHasDevices bool) (r *devicescheduler.Request, ok bool) {
+// Request is what pod adds to the mix: its device request if it holds
+// devices (holdsDevices: the scheduler counts a verified allocation of it),
+// or, for a pod without devices on a node with devices, its CPU and memory
+// (it takes what idle devices beside it need). ok is false for a pod that
+// adds nothing: one not bound, finished, asking for devices it does not
+// hold, or whose request is invalid.
+func Request(e *devicescheduler.Engine, pod *corev1.Pod, nodeHasDevices, holdsDevices bool) (r *devicescheduler.Request, ok bool) {
 	if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return nil, false
 	}
@@ -23,6 +25,9 @@ func Request(e *devicescheduler.Engine, pod *corev1.Pod, nodeHasDevices bool) (r
 	host := devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}
 	req := types.PodRequest{}
 	if objects.WantsDevices(pod) {
+		if !holdsDevices {
+			return nil, false
+		}
 		var err error
 		if req, err = objects.PodRequest(pod); err != nil {
 			return nil, false
@@ -36,12 +41,12 @@ func Request(e *devicescheduler.Engine, pod *corev1.Pod, nodeHasDevices bool) (r
 
 // Observe adds pod to e's mix, weighed by its creation time, unless the
 // mix already holds it. It reports whether the mix holds it.
-func Observe(e *devicescheduler.Engine, pod *corev1.Pod, nodeHasDevices bool) bool {
+func Observe(e *devicescheduler.Engine, pod *corev1.Pod, nodeHasDevices, holdsDevices bool) bool {
 	id := string(pod.UID)
 	if e.HasPod(id) {
 		return true
 	}
-	r, ok := Request(e, pod, nodeHasDevices)
+	r, ok := Request(e, pod, nodeHasDevices, holdsDevices)
 	if ok {
 		e.ObservePod(id, r, pod.CreationTimestamp.Time)
 	}
@@ -49,8 +54,9 @@ func Observe(e *devicescheduler.Engine, pod *corev1.Pod, nodeHasDevices bool) bo
 }
 
 // Learn adds pods to e's mix, oldest first; hasDevices reports whether a
-// node publishes devices. It returns how many pods the mix holds.
-func Learn(e *devicescheduler.Engine, pods []*corev1.Pod, hasDevices func(node string) bool) int {
+// node publishes devices, holds whether a pod holds devices. It returns how
+// many pods the mix holds.
+func Learn(e *devicescheduler.Engine, pods []*corev1.Pod, hasDevices func(node string) bool, holds func(*corev1.Pod) bool) int {
 	pods = slices.Clone(pods)
 	slices.SortFunc(pods, func(a, b *corev1.Pod) int {
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
@@ -59,7 +65,7 @@ func Learn(e *devicescheduler.Engine, pods []*corev1.Pod, hasDevices func(node s
 		return cmp.Compare(a.UID, b.UID)
 	})
 	for _, p := range pods {
-		Observe(e, p, p.Spec.NodeName != "" && hasDevices(p.Spec.NodeName))
+		Observe(e, p, p.Spec.NodeName != "" && hasDevices(p.Spec.NodeName), holds(p))
 	}
 	return e.LearnedPods()
 }

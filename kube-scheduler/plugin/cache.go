@@ -66,10 +66,11 @@ type deviceCache struct {
 	// freed devices or rebuilt an inventory (see waitSet).
 	liveWaiters, deviceWaiters *waitSet
 
-	// learning is set once the mix has been learned from the pods listed
-	// at start (see learnPods); from then on every bound pod is learned as
-	// it is seen.
-	learning atomic.Bool
+	// learnMu guards learnState and gone: the pods forgotten while the mix
+	// is learned from the pods listed at start (see learnPods).
+	learnMu    sync.Mutex
+	learnState learnState
+	gone       map[ktypes.UID]struct{}
 	// listPods lists the pods the scheduler's informer holds.
 	listPods func() ([]*corev1.Pod, error)
 
@@ -104,9 +105,11 @@ type nodeState struct {
 // pod changes, so pods of the same shapes (a Job's, a Deployment's) are
 // evaluated once per node change rather than once per node per cycle.
 type filterMemo struct {
-	mu       sync.Mutex
-	version  uint64
-	workload *devicescheduler.Workload
+	mu      sync.Mutex
+	version uint64
+	// workload is the ID of the workload mix the results are for (not
+	// the mix itself: a node's memo must not keep an old mix alive).
+	workload uint64
 	// epoch is the shape table's epoch the results' shapes belong to.
 	epoch uint64
 	// capacity and free are the node's host resources the results were
@@ -291,16 +294,25 @@ func (c *deviceCache) deleteNode(name string) {
 // (which its tenant may change) or its status (which its node may change):
 // its containers hold those devices.
 func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
+	c.updatePodDevices(logger, pod)
+	c.learnMu.Lock()
+	state := c.learnState
+	c.learnMu.Unlock()
+	if state != notLearning && pod.Spec.NodeName != "" {
+		// Bound by another replica, another scheduler, or before this
+		// one started: learned once the cache counts its devices.
+		mix.Observe(c.engine, pod, c.hasDevices(pod.Spec.NodeName), c.holds(pod.UID))
+	}
+}
+
+// updatePodDevices takes in a pod's devices (see updatePod).
+func (c *deviceCache) updatePodDevices(logger klog.Logger, pod *corev1.Pod) {
 	if pod.Spec.NodeName == "" {
 		return
 	}
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		c.forget(logger, pod.UID)
 		return
-	}
-	if c.learning.Load() {
-		// Bound by another scheduler, or by this one's previous leader.
-		mix.Observe(c.engine, pod, c.hasDevices(pod.Spec.NodeName))
 	}
 	seen := seenOf(pod)
 	c.mu.RLock()
@@ -436,6 +448,13 @@ func (c *deviceCache) apply(logger klog.Logger, uid ktypes.UID, ps *podState) {
 // forget releases a pod's devices, and wakes the pods waiting for devices
 // if it held any.
 func (c *deviceCache) forget(_ klog.Logger, uid ktypes.UID) {
+	c.learnMu.Lock()
+	if c.learnState == learning {
+		// learnPods may be observing it from its list: forgotten again
+		// once it is done.
+		c.gone[uid] = struct{}{}
+	}
+	c.learnMu.Unlock()
 	c.engine.ForgetPod(string(uid))
 	c.mu.Lock()
 	freed := c.forgetLocked(uid)
@@ -505,12 +524,12 @@ func (c *deviceCache) evaluateLocked(ns *nodeState, in *evalInput, capacity, fre
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	version := ns.devices.Version()
-	stale := m.version != version || m.workload != in.workload || m.capacity != capacity || m.free != free
+	stale := m.version != version || m.workload != in.workload.ID() || m.capacity != capacity || m.free != free
 	if in.shape != 0 && m.epoch != in.epoch {
 		stale = true
 	}
 	if stale {
-		m.version, m.workload, m.capacity, m.free, m.n = version, in.workload, capacity, free, 0
+		m.version, m.workload, m.capacity, m.free, m.n = version, in.workload.ID(), capacity, free, 0
 		if in.shape != 0 {
 			m.epoch = in.epoch
 		}
@@ -531,6 +550,14 @@ func (c *deviceCache) evaluateLocked(ns *nodeState, in *evalInput, capacity, fre
 		m.n = min(m.n+1, maxMemoShapes)
 	}
 	return res.score, res.err
+}
+
+// holds reports whether the cache counts (or assumes) devices for pod uid.
+func (c *deviceCache) holds(uid ktypes.UID) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	_, ok := c.pods[uid]
+	return ok
 }
 
 // hasDevices reports whether node name publishes devices.

@@ -310,7 +310,7 @@ func gpuPod(name string, count, cores int64, created time.Time) *corev1.Pod {
 func TestCacheLearnsTheSameMix(t *testing.T) {
 	ref, key := testCache(t)
 	logger := klog.Background()
-	ref.learning.Store(true)
+	ref.learnState = learned
 	n1 := testNode(t, "n1", "dgx1")
 	ref.updateNode(logger, n1)
 	ref.updateLease(testLease("n1", testNow), false)
@@ -344,9 +344,16 @@ func TestCacheLearnsTheSameMix(t *testing.T) {
 	if got, want := ref.engine.LearnedPods(), len(running); got != want {
 		t.Fatalf("the mix holds %d pods, want the %d running", got, want)
 	}
+	// A pod bound without a valid allocation holds no devices: not learned.
+	forged := gpuPod("forged", 8, 0, testNow)
+	forged.Spec.NodeName = "n1"
 	c, _ := testCache(t)
 	c.updateNode(logger, n1)
-	c.listPods = func() ([]*corev1.Pod, error) { return running, nil }
+	// The informers' initial lists, then the mix from the pods listed.
+	for _, p := range append(running, forged) {
+		c.updatePod(logger, p)
+	}
+	c.listPods = func() ([]*corev1.Pod, error) { return append(running, forged), nil }
 	c.learnPods(logger)
 	if got, want := fmt.Sprint(c.engine.Workload().Types()), fmt.Sprint(ref.engine.Workload().Types()); got != want {
 		t.Errorf("mix learned at start =\n%s\nwant the mix learned pod by pod\n%s", got, want)
@@ -356,5 +363,30 @@ func TestCacheLearnsTheSameMix(t *testing.T) {
 	}
 	if n := c.engine.LearnedPods(); n != 0 || len(c.engine.Workload().Types()) != 0 {
 		t.Errorf("after every pod went the mix holds %d pods and %d types, want none", n, len(c.engine.Workload().Types()))
+	}
+}
+
+// TestCacheForgetsPodsGoneWhileLearning: a pod deleted while the mix is
+// learned from a list that still holds it is not left in the mix.
+func TestCacheForgetsPodsGoneWhileLearning(t *testing.T) {
+	c, key := testCache(t)
+	logger := klog.Background()
+	c.updateNode(logger, testNode(t, "n1", "dgx1"))
+	c.updateLease(testLease("n1", testNow), false)
+	pod := gpuPod("p", 1, 0, testNow)
+	r := wholeRequest(t, c, 1)
+	alloc, err := c.reserve(pod, "n1", r, noHost, noHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := boundWith(t, key, pod, alloc)
+	c.updatePod(logger, bound)
+	c.listPods = func() ([]*corev1.Pod, error) {
+		c.forget(logger, bound.UID) // the informer's delete, meanwhile
+		return []*corev1.Pod{bound}, nil
+	}
+	c.learnPods(logger)
+	if c.engine.HasPod(string(bound.UID)) || c.engine.LearnedPods() != 0 {
+		t.Errorf("the mix holds %d pods after the only one went while it was learned", c.engine.LearnedPods())
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -177,17 +178,39 @@ func (c *deviceCache) liveAt(ns *nodeState, now time.Time) error {
 	return nil
 }
 
+// learnState is how far the cache is with learning the workload mix.
+type learnState int
+
+const (
+	// notLearning: the informers have not synced; pods are not learned.
+	notLearning learnState = iota
+	// learning: learnPods is learning the pods listed; pods seen bound are
+	// learned, and pods forgotten are remembered in gone.
+	learning
+	// learned: every bound pod seen is learned, and forgotten when it goes.
+	learned
+)
+
 // learnPods rebuilds the learned workload mix from the pods the cluster
-// holds, as `kubegpu explain` does, so that a restarted or newly elected
-// scheduler scores as one that had run all along; then has every pod seen
-// from now on learned as it comes.
+// holds, as `kubegpu explain` does, so that a restarted scheduler, or a
+// standby (which learns as the leader does), scores as one that had run
+// all along; then has every pod seen from now on learned as it comes.
 func (c *deviceCache) learnPods(logger klog.Logger) {
-	c.learning.Store(true)
+	c.learnMu.Lock()
+	c.learnState, c.gone = learning, map[ktypes.UID]struct{}{}
+	c.learnMu.Unlock()
 	pods, err := c.listPods()
 	if err != nil {
 		logger.Error(err, "Listing pods to learn the workload mix from; it is learned from the pods scheduled from now on")
-		return
 	}
-	n := mix.Learn(c.engine, pods, c.hasDevices)
-	logger.Info("Learned the workload mix from the pods running", "pods", n, "types", len(c.engine.Workload().Types()))
+	mix.Learn(c.engine, pods, c.hasDevices, func(p *corev1.Pod) bool { return c.holds(p.UID) })
+	c.learnMu.Lock()
+	gone := c.gone
+	c.learnState, c.gone = learned, nil
+	c.learnMu.Unlock()
+	// Pods that went while they were learned from the list.
+	for uid := range gone {
+		c.engine.ForgetPod(string(uid))
+	}
+	logger.Info("Learned the workload mix from the pods running", "pods", c.engine.LearnedPods(), "types", len(c.engine.Workload().Types()))
 }

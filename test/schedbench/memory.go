@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -42,7 +43,7 @@ func runMemory(ctx context.Context, c *localcluster.Cluster, o options, dir, key
 	if err := c.EnsureNamespace(ctx, ns); err != nil {
 		return err
 	}
-	heap := func() (float64, error) { return schedulerHeap(ctx, schedulerPort) }
+	heap := func() (float64, error) { return schedulerHeap(ctx, schedulerPort, "") }
 	// Let it sync and settle before the baseline.
 	time.Sleep(10 * time.Second)
 	before, err := heap()
@@ -72,7 +73,12 @@ func runMemory(ctx context.Context, c *localcluster.Cluster, o options, dir, key
 	}
 	// The scheduler sees the deletions through its informers.
 	time.Sleep(5 * time.Second)
-	after, err := heap()
+	save := ""
+	if o.keep {
+		// The heap's profile, for go tool pprof.
+		save = filepath.Join(dir, "kubegpu-scheduler-heap-after.pprof")
+	}
+	after, err := schedulerHeap(ctx, schedulerPort, save)
 	if err != nil {
 		return err
 	}
@@ -157,8 +163,9 @@ func deleteAll(ctx context.Context, c *localcluster.Cluster, ns string) error {
 }
 
 // schedulerHeap forces a garbage collection in the scheduler (through its
-// heap profile endpoint) and reads its live heap from /metrics.
-func schedulerHeap(ctx context.Context, port int) (float64, error) {
+// heap profile endpoint, saved to save if not empty) and reads its live
+// heap from /metrics.
+func schedulerHeap(ctx context.Context, port int, save string) (float64, error) {
 	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback, self-signed
 	get := func(path string) (io.ReadCloser, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d%s", port, path), nil)
@@ -179,8 +186,21 @@ func schedulerHeap(ctx context.Context, port int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	_, _ = io.Copy(io.Discard, body)
+	var sink io.Writer = io.Discard
+	if save != "" {
+		f, err := os.Create(save)
+		if err != nil {
+			body.Close()
+			return 0, err
+		}
+		defer f.Close()
+		sink = f
+	}
+	_, err = io.Copy(sink, body)
 	body.Close()
+	if err != nil {
+		return 0, err
+	}
 	if body, err = get("/metrics"); err != nil {
 		return 0, err
 	}
