@@ -77,6 +77,12 @@ type PodRef struct {
 type Allocation struct {
 	Pod PodRef `json:"pod"`
 	types.PodAllocation
+	// Critical names fields that a reader must understand to use the
+	// allocation. A newer scheduler lists there the fields it adds that
+	// change what a container may get (a reader that ignored them would give
+	// more), and a reader that does not know one refuses the allocation.
+	// This version knows none; it writes none.
+	Critical []string `json:"critical,omitempty"`
 	// Signature is the scheduler's signature over SigningBytes, base64.
 	Signature string `json:"signature,omitempty"`
 	// signed holds the exact bytes Signature covers when the allocation was
@@ -184,6 +190,10 @@ func DecodeAllocation(value string) (Allocation, error) {
 	}
 	if err := p.Validate(); err != nil {
 		return Allocation{}, err
+	}
+	if len(p.Critical) > 0 {
+		return Allocation{}, &FieldError{Field: AnnotationAllocation + " critical", Value: strings.Join(p.Critical, ","),
+			Want: "fields this version knows (none): the allocation was written by a newer kubegpu-scheduler; upgrade this component"}
 	}
 	if p.Signature != "" {
 		member := signatureMember(p.Signature)

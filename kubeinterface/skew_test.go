@@ -59,7 +59,12 @@ func TestSkewFixtures(t *testing.T) {
 		`"containers":[{"name":"main","devices":[{"id":"gpu0","uuid":"GPU-0","exclusive":true,"memoryMiB":16384,"computePercent":100,"migProfile":"7g.80gb"}],"restartPolicy":"Always"}],`+
 		`"issuedAt":"2027-01-01T00:00:00Z"}`)
 	inventoryNewer := `{"apiVersion":"kubegpu.io/v1","kind":"NodeInventory","devices":[{"id":"gpu0","index":0,"uuid":"GPU-0","vendor":"nvidia.com","model":"NVIDIA A100-SXM4-40GB","memoryMiB":40960,"computeUnits":108,"health":"Healthy","eccErrors":0,"powerLimitW":400}],"links":[],"driver":{"version":"999.1"}}`
+	critical := signExact(t, k, `{"apiVersion":"kubegpu.io/v1","kind":"PodAllocation",`+
+		`"pod":{"namespace":"default","name":"train","uid":"uid-1"},"node":"node-a",`+
+		`"containers":[{"name":"main","devices":[{"id":"gpu0","uuid":"GPU-0","memoryMiB":9856,"computePercent":14,"migProfile":"1g.10gb"}]}],`+
+		`"critical":["migProfile"]}`)
 	fixtures := map[string]string{
+		"allocation-newer-critical.json":  critical,
 		"allocation-current.json":         current,
 		"allocation-newer.json":           newer,
 		"inventory-newer.json":            inventoryNewer,
@@ -164,6 +169,16 @@ func TestSkewOlderScheduler(t *testing.T) {
 	// cannot verify: why nodes are upgraded before the scheduler.
 	if err := legacyVerify(keys, readSkew(t, "allocation-newer.json")); !errors.Is(err, ErrBadSignature) {
 		t.Errorf("re-encoding check of a newer allocation = %v, want ErrBadSignature", err)
+	}
+}
+
+// TestSkewCriticalFields: a newer scheduler's field that changes what a
+// container may get, listed as critical, makes this version refuse the
+// allocation rather than ignore the field.
+func TestSkewCriticalFields(t *testing.T) {
+	_, err := DecodeAllocation(readSkew(t, "allocation-newer-critical.json"))
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "migProfile") || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("DecodeAllocation(critical migProfile) = %v, want a refusal naming the field", err)
 	}
 }
 
