@@ -72,9 +72,9 @@
 # called as `$KUBEGPU_SYSTEMCTL daemon-reload|enable UNIT|start UNIT|
 # restart UNIT|disable --now UNIT`. For tests only:
 # KUBEGPU_INSTALL_FAIL_AFTER=PATTERN makes the script fail right after it
-# has swapped in a node path that matches the shell pattern (e.g.
-# /usr/lib/kubegpu/current or '/usr/lib/kubegpu/releases/*'), to check
-# that a failure rolls back.
+# has swapped in (or moved aside) a node path that matches the shell
+# pattern (e.g. /usr/lib/kubegpu/current or '/usr/lib/kubegpu/releases/*'),
+# to check that a failure rolls back.
 set -euo pipefail
 # Byte-wise patterns and sorting, whatever the operator's locale.
 export LC_ALL=C
@@ -158,12 +158,15 @@ swap_in() {
 		mv -T "$new" "$dst"
 	fi
 	changed=1
-	if [ -n "${KUBEGPU_INSTALL_FAIL_AFTER:-}" ]; then
-		# shellcheck disable=SC2254 # a pattern, on purpose
-		case ${dst#"$R"} in
-		$KUBEGPU_INSTALL_FAIL_AFTER) die "failing after ${dst#"$R"} as KUBEGPU_INSTALL_FAIL_AFTER asks (tests only)" ;;
-		esac
-	fi
+	fail_after "$dst"
+}
+# fail_after DST fails where KUBEGPU_INSTALL_FAIL_AFTER (tests only) asks.
+fail_after() {
+	[ -n "${KUBEGPU_INSTALL_FAIL_AFTER:-}" ] || return 0
+	# shellcheck disable=SC2254 # a pattern, on purpose
+	case ${1#"$R"} in
+	$KUBEGPU_INSTALL_FAIL_AFTER) die "failing after ${1#"$R"} as KUBEGPU_INSTALL_FAIL_AFTER asks (tests only)" ;;
+	esac
 }
 # take_out DST moves DST aside (kept until commit), logged as a swap.
 take_out() {
@@ -173,6 +176,7 @@ take_out() {
 	mv -T "$dst" "$dst.kubegpu-old"
 	swapped+=("$dst")
 	changed=1
+	fail_after "$dst"
 }
 rollback() {
 	set +e
