@@ -183,9 +183,9 @@ func (u *installedNode) startShim(ctx context.Context) {
 }
 
 // unitCommand is the installed unit's ExecStart with $KUBEGPU_CRISHIM_ARGS
-// from the installed /etc/default file (split on white space, as systemd
-// does), its paths under the root, and the test's own socket, runtime,
-// metrics address, node name and interval.
+// from the installed /etc/default file (read and split as systemd does),
+// its paths under the root, and the test's own socket, runtime, metrics
+// address, node name and interval.
 func (u *installedNode) unitCommand() []string {
 	u.t.Helper()
 	unit, err := os.ReadFile(filepath.Join(u.root, "etc/systemd/system/kubegpu-crishim.service"))
@@ -208,30 +208,46 @@ func (u *installedNode) unitCommand() []string {
 			break
 		}
 	}
-	defaults, err := os.ReadFile(filepath.Join(u.root, "etc/default/kubegpu-crishim"))
-	if err != nil {
-		u.t.Fatal(err)
-	}
-	value, ok := strings.CutPrefix(strings.TrimSpace(string(defaults)), "KUBEGPU_CRISHIM_ARGS=")
-	if !ok {
-		u.t.Fatalf("installed /etc/default/kubegpu-crishim: %q", defaults)
-	}
-	exec = strings.ReplaceAll(exec, "$KUBEGPU_CRISHIM_ARGS", strings.Trim(value, `"`))
+	args := installedArgs(u.t, u.root)
 	ours := map[string]string{"--listen": u.sock, "--runtime-endpoint": u.n.Endpoint(), "--metrics-bind-address": u.metrics}
 	var argv []string
 	for i, f := range strings.Fields(exec) {
-		name, v, _ := strings.Cut(f, "=")
+		if f == "$KUBEGPU_CRISHIM_ARGS" {
+			argv = append(argv, args...)
+			continue
+		}
+		name, _, _ := strings.Cut(f, "=")
 		switch {
 		case i == 0:
 			f = filepath.Join(u.root, f)
 		case ours[name] != "":
 			f = name + "=" + ours[name]
-		case slices.Contains([]string{"--plugin-dir", "--allocation-key", "--kubeconfig", "--gpu-allowlist"}, name):
-			f = name + "=" + filepath.Join(u.root, v)
 		}
 		argv = append(argv, f)
 	}
+	for i, f := range argv {
+		name, v, _ := strings.Cut(f, "=")
+		if slices.Contains([]string{"--plugin-dir", "--allocation-key", "--kubeconfig", "--gpu-allowlist"}, name) {
+			argv[i] = name + "=" + filepath.Join(u.root, v)
+		}
+	}
 	return append(argv, "--node-name="+u.name, "--interval=1s", "--v=2")
+}
+
+// installedArgs is $KUBEGPU_CRISHIM_ARGS of the /etc/default file
+// installed under root, as systemd passes it to ExecStart.
+func installedArgs(t *testing.T, root string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "etc/default/kubegpu-crishim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := systemdEnvFile(string(b))
+	v, ok := env["KUBEGPU_CRISHIM_ARGS"]
+	if !ok {
+		t.Fatalf("installed /etc/default/kubegpu-crishim sets no KUBEGPU_CRISHIM_ARGS: %q", b)
+	}
+	return systemdSplit(v)
 }
 
 // restartKubelet (re)starts kubelet on the endpoint its installed
@@ -276,11 +292,24 @@ func (u *installedNode) kubeletEndpoint() string {
 func (u *installedNode) installed() string {
 	u.t.Helper()
 	out, err := exec.Command("sha256sum", filepath.Join(u.root, "usr/local/bin/kubegpu-crishim"),
-		filepath.Join(u.root, "usr/lib/kubegpu/plugins/simgpu.so")).CombinedOutput()
+		filepath.Join(u.pluginDir(), "simgpu.so")).CombinedOutput()
 	if err != nil {
 		u.t.Fatalf("sha256sum: %v: %s", err, out)
 	}
 	return string(out)
+}
+
+// pluginDir is the installed release's plugin directory (the
+// --plugin-dir of its options) under the root.
+func (u *installedNode) pluginDir() string {
+	u.t.Helper()
+	for _, a := range installedArgs(u.t, u.root) {
+		if v, ok := strings.CutPrefix(a, "--plugin-dir="); ok {
+			return filepath.Join(u.root, v)
+		}
+	}
+	u.t.Fatal("the installed options name no --plugin-dir")
+	return ""
 }
 
 // get returns the status code and body of a GET of the shim's metrics
@@ -605,7 +634,7 @@ func TestShimModuleFailsToLoad(t *testing.T) {
 	u.act(ctx, calls)
 
 	code, body := u.get("/healthz")
-	if want := "simgpu.so: load device plugin: plugin " + filepath.Join(u.root, "usr/lib/kubegpu/plugins/simgpu.so") + ": not a kubegpu device module"; code != http.StatusServiceUnavailable || !strings.Contains(body, want) {
+	if want := "simgpu.so: load device plugin: plugin " + filepath.Join(u.pluginDir(), "simgpu.so") + ": not a kubegpu device module"; code != http.StatusServiceUnavailable || !strings.Contains(body, want) {
 		t.Errorf("/healthz with a module that did not load: %d %q, want 503 and %q", code, body, want)
 	}
 	if _, body := u.get("/metrics"); !strings.Contains(body, `kubegpu_crishim_modules_failed{module="simgpu.so"} 1`) || !strings.Contains(body, "kubegpu_crishim_modules 0") {
