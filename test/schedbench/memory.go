@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,29 +27,61 @@ import (
 	"github.com/kubegpu/kubegpu/types"
 )
 
+// heapResult is one scheduler's heap across the adversarial pods.
+type heapResult struct {
+	scheduler           string
+	before, peak, after float64
+	took                time.Duration
+}
+
 // runMemory creates and deletes o.adversarial adversarial GPU pods, in
-// waves the nodes can hold, through kubegpu-scheduler, and reports the
-// scheduler's heap (after a forced GC) before, at the peak and after.
+// waves the nodes can hold, through the stock kube-scheduler and then
+// kubegpu-scheduler, and reports each one's heap (after a forced GC)
+// before, at the peak and after: the stock scheduler's is the baseline of
+// what the API objects alone cost a scheduler.
 func runMemory(ctx context.Context, c *localcluster.Cluster, o options, dir, keyFile string) error {
+	var results []heapResult
+	for _, sched := range []string{"kube-scheduler", "kubegpu-scheduler"} {
+		r, err := runMemoryOnce(ctx, c, o, dir, keyFile, sched)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sched, err)
+		}
+		results = append(results, r)
+	}
+	wave := min(o.adversarial, o.nodes*8*100/16/2)
+	fmt.Printf("Scheduler heap (live, after a forced GC): %d adversarial GPU pods (16 containers, every model and UUID list at its limit, a shape each) created, scheduled and deleted in waves of %d on %d nodes (%s)\n\n",
+		o.adversarial, wave, o.nodes, o.preset)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scheduler\tbefore MiB\tpeak MiB\tafter MiB\tafter - before MiB\tseconds\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%+.1f\t%.0f\t\n", r.scheduler, r.before/(1<<20), r.peak/(1<<20), r.after/(1<<20), (r.after-r.before)/(1<<20), r.took.Seconds())
+	}
+	tw.Flush()
+	stock, ours := results[0], results[1]
+	fmt.Printf("\nkubegpu-scheduler keeps %+.1f MiB more than the stock scheduler after the pods went\n", ((ours.after-ours.before)-(stock.after-stock.before))/(1<<20))
+	return nil
+}
+
+func runMemoryOnce(ctx context.Context, c *localcluster.Cluster, o options, dir, keyFile, sched string) (heapResult, error) {
 	topo, err := simgpu.Preset(o.preset)
 	if err != nil {
-		return err
+		return heapResult{}, err
 	}
-	s, err := startScheduler(ctx, c, o, dir, keyFile, "kubegpu-scheduler")
+	s, err := startScheduler(ctx, c, o, dir, keyFile, sched)
 	if err != nil {
-		return err
+		return heapResult{}, err
 	}
 	defer func() { _ = s.Stop() }()
-	ns := "adversarial"
+	ns := "adversarial-" + sched
 	if err := c.EnsureNamespace(ctx, ns); err != nil {
-		return err
+		return heapResult{}, err
 	}
 	heap := func() (float64, error) { return schedulerHeap(ctx, schedulerPort, "") }
 	// Let it sync and settle before the baseline.
 	time.Sleep(10 * time.Second)
 	before, err := heap()
 	if err != nil {
-		return err
+		return heapResult{}, err
 	}
 	// Each wave fills at most half of the GPUs: every pod has 16 slices
 	// of 1%.
@@ -57,18 +90,18 @@ func runMemory(ctx context.Context, c *localcluster.Cluster, o options, dir, key
 	start := time.Now()
 	for done := 0; done < o.adversarial; done += wave {
 		n := min(wave, o.adversarial-done)
-		fmt.Fprintf(os.Stderr, "schedbench: adversarial pods %d..%d\n", done, done+n)
+		fmt.Fprintf(os.Stderr, "schedbench: %s, adversarial pods %d..%d\n", sched, done, done+n)
 		if err := createAll(ctx, c, ns, n, func(i int) *corev1.Pod { return adversarialPod(done+i, topo.Model) }); err != nil {
-			return err
+			return heapResult{}, err
 		}
 		if err := waitBound(ctx, c, ns); err != nil {
-			return err
+			return heapResult{}, err
 		}
 		if h, err := heap(); err == nil {
 			peak = max(peak, h)
 		}
 		if err := deleteAll(ctx, c, ns); err != nil {
-			return err
+			return heapResult{}, err
 		}
 	}
 	// The scheduler sees the deletions through its informers.
@@ -76,17 +109,13 @@ func runMemory(ctx context.Context, c *localcluster.Cluster, o options, dir, key
 	save := ""
 	if o.keep {
 		// The heap's profile, for go tool pprof.
-		save = filepath.Join(dir, "kubegpu-scheduler-heap-after.pprof")
+		save = filepath.Join(dir, sched+"-heap-after.pprof")
 	}
 	after, err := schedulerHeap(ctx, schedulerPort, save)
 	if err != nil {
-		return err
+		return heapResult{}, err
 	}
-	fmt.Printf("Scheduler heap, %d adversarial pods created, scheduled and deleted in waves of %d on %d nodes (%s) in %s\n\n",
-		o.adversarial, wave, o.nodes, o.preset, time.Since(start).Round(time.Second))
-	fmt.Printf("  %-28s %8.1f MiB\n  %-28s %8.1f MiB\n  %-28s %8.1f MiB\n  %-28s %+8.1f MiB\n",
-		"before", before/(1<<20), "peak (after a wave bound)", peak/(1<<20), "after every pod went", after/(1<<20), "after - before", (after-before)/(1<<20))
-	return nil
+	return heapResult{scheduler: sched, before: before, peak: peak, after: after, took: time.Since(start)}, nil
 }
 
 // schedulerPort is the secure port of the scheduler started last.
