@@ -109,11 +109,12 @@ func systemdEnvFile(content string) map[string]string {
 				v.WriteByte(c)
 			}
 		case double:
-			if c == '"' {
+			switch c {
+			case '"':
 				state = preValue
-			} else if c == '\\' {
+			case '\\':
 				state = doubleEscape
-			} else {
+			default:
 				v.WriteByte(c)
 			}
 		case doubleEscape:

@@ -215,7 +215,7 @@ func schedulerHeap(ctx context.Context, port int, save string) (float64, error) 
 	if err != nil {
 		return 0, err
 	}
-	var sink io.Writer = io.Discard
+	sink := io.Discard
 	if save != "" {
 		f, err := os.Create(save)
 		if err != nil {
