@@ -693,3 +693,27 @@ func mixEngine(t *testing.T, tts ...TaskType) (*Engine, *Workload) {
 	}
 	return e, w
 }
+
+// TestNodeClone: a clone's state changes apart from the node's.
+func TestNodeClone(t *testing.T) {
+	e := newEngine(t, PolicyKubegpu)
+	n := simNode(t, e, "dgx1")
+	var p Placement
+	if err := e.Evaluate(n, request(t, e, whole(4)), &p); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.AssumePlacement("a", &p, Host{}); err != nil {
+		t.Fatal(err)
+	}
+	c := n.Clone()
+	c.Release("a")
+	if !n.Holds("a") || c.Holds("a") {
+		t.Fatalf("releasing in the clone: node holds a %v, clone %v; want true, false", n.Holds("a"), c.Holds("a"))
+	}
+	if err := e.Evaluate(c, request(t, e, whole(8)), &p); err != nil {
+		t.Errorf("8 GPUs on the clone without a: %v", err)
+	}
+	if err := e.Evaluate(n, request(t, e, whole(8)), &p); err == nil {
+		t.Error("8 GPUs fit on the node that still holds a")
+	}
+}

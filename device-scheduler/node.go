@@ -266,6 +266,24 @@ func (n *Node) Release(key string) {
 	}
 }
 
+// Clone returns a copy of the node whose state changes apart from n's: to
+// ask what fits if some pods went (preemption) or others came (pods
+// nominated to the node). The devices are shared; the caller must not
+// change n while cloning.
+func (n *Node) Clone() *Node {
+	c := &Node{
+		name: n.name, inv: n.inv, n: n.n, ids: n.ids, uuids: n.uuids, models: n.models,
+		memCap: n.memCap, vendor: n.vendor, healthy: n.healthy, parents: n.parents, parentOf: n.parentOf,
+		weight: n.weight, fastAdj: n.fastAdj, host: n.host, tieBreak: n.tieBreak,
+		state: n.state, pods: make(map[string]podUsage, len(n.pods)), version: n.version,
+	}
+	for k, u := range n.pods {
+		c.pods[k] = u // a podUsage's shares are never changed in place
+	}
+	c.compat.Store(n.compat.Load())
+	return c
+}
+
 // Holds reports whether pod key is assumed on the node.
 func (n *Node) Holds(key string) bool {
 	_, ok := n.pods[key]

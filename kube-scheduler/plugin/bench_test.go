@@ -40,7 +40,7 @@ func BenchmarkCacheMemory(b *testing.B) {
 					c.updateNode(logger, n)
 					c.updateLease(testLease(n.Name, testNow), false)
 					for k := 0; k < 4; k++ {
-						if _, err := c.reserve(testPod(fmt.Sprintf("%d-%d", j, k)), n.Name, r, noHost, noHost); err != nil {
+						if _, err := c.reserve(testPod(fmt.Sprintf("%d-%d", j, k)), n.Name, r, noHost, noHost, nil); err != nil {
 							b.Fatal(err)
 						}
 					}

@@ -23,6 +23,10 @@ import (
 // errNoInventory is why a node that publishes no devices gets no GPU pods.
 var errNoInventory = errors.New("node publishes no kubegpu device inventory (is kubegpu-crishim running there?)")
 
+// errNeverFits is joined to the reason a pod does not fit on a node when it
+// would not fit there even with every pod gone: preemption cannot help.
+var errNeverFits = errors.New("does not fit even on the idle node")
+
 // deviceCache is the scheduler's view of every node's devices and of the
 // devices that pods hold, built from informer events only: node inventories
 // (annotation), liveness (the nodes' Leases and Ready conditions) and pods'
@@ -91,6 +95,9 @@ type nodeState struct {
 	built        bool
 	// devices is nil when the node has no valid inventory; err says why.
 	devices *devicescheduler.Node
+	// idle is the node's devices with no pod: whether a pod could fit at
+	// all, were pods evicted.
+	idle *devicescheduler.Node
 	err     error
 	// live is what the scheduler has seen of the node's liveness.
 	live liveness
@@ -182,6 +189,9 @@ type podState struct {
 	// applied is true when alloc is counted in the node's state; false
 	// while the node is unknown or its devices no longer match alloc.
 	applied bool
+	// terminating is set once the pod is being deleted: it holds its
+	// devices until it is gone, but preemption counts them as freed.
+	terminating bool
 }
 
 // podSeen is what a pod says of its allocation: its annotation, which its
@@ -240,13 +250,16 @@ func (c *deviceCache) updateNode(logger klog.Logger, node *corev1.Node) {
 // rebuildNode builds the node's devices from its inventory annotation and
 // counts its pods again; must hold c.mu.
 func (c *deviceCache) rebuildNode(logger klog.Logger, ns *nodeState, node *corev1.Node, value string, has bool) {
-	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err = true, has, value, nil, errNoInventory
+	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.idle, ns.err = true, has, value, nil, nil, errNoInventory
 	// A rebuilt Node starts its version again: forget its Filter results.
 	ns.memo.n = 0
 	if has {
 		inv, err := objects.NodeInventory(node)
 		if err == nil {
 			ns.devices, err = c.engine.NewNode(node.Name, inv, devicescheduler.Host{})
+		}
+		if err == nil {
+			ns.idle = ns.devices.Clone()
 		}
 		if err != nil {
 			ns.err = fmt.Errorf("node's device inventory is unusable: %w", err)
@@ -295,6 +308,13 @@ func (c *deviceCache) deleteNode(name string) {
 // its containers hold those devices.
 func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 	c.updatePodDevices(logger, pod)
+	if pod.DeletionTimestamp != nil {
+		c.mu.Lock()
+		if ps, ok := c.pods[pod.UID]; ok {
+			ps.terminating = true
+		}
+		c.mu.Unlock()
+	}
 	c.learnMu.Lock()
 	state := c.learnState
 	c.learnMu.Unlock()
@@ -540,8 +560,11 @@ func (c *deviceCache) evaluateLocked(ns *nodeState, in *evalInput, capacity, fre
 		}
 	}
 	res := memoResult{shape: in.shape}
+	var nf *devicescheduler.NotFitError
 	if res.err = c.engine.EvaluateHost(ns.devices, in.request, capacity, free, p); res.err == nil {
 		res.score = p.Score()
+	} else if errors.As(res.err, &nf) && ns.idle != nil && c.engine.EvaluateHost(ns.idle, in.request, capacity, capacity, p) != nil {
+		res.err = errors.Join(errNeverFits, res.err)
 	}
 	if in.shape != 0 {
 		// Keep the most recent shapes: the oldest is overwritten.
@@ -574,7 +597,7 @@ func (c *deviceCache) hasDevices(name string) bool {
 //
 // capacity and free are the node's host resources as Filter and Score saw
 // them, so that the devices chosen are those the node was scored for.
-func (c *deviceCache) reserve(pod *corev1.Pod, name string, r *devicescheduler.Request, capacity, free devicescheduler.Host) (types.PodAllocation, error) {
+func (c *deviceCache) reserve(pod *corev1.Pod, name string, r *devicescheduler.Request, capacity, free devicescheduler.Host, nominated []addedPod) (types.PodAllocation, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ns, ok := c.nodes[name]
@@ -585,14 +608,33 @@ func (c *deviceCache) reserve(pod *corev1.Pod, name string, r *devicescheduler.R
 		return types.PodAllocation{}, err
 	}
 	var p devicescheduler.Placement
-	if err := c.engine.EvaluateHost(ns.devices, r, capacity, free, &p); err != nil {
-		return types.PodAllocation{}, err
+	var alloc types.PodAllocation
+	if len(nominated) == 0 {
+		if err := c.engine.EvaluateHost(ns.devices, r, capacity, free, &p); err != nil {
+			return types.PodAllocation{}, err
+		}
+		c.forgetLocked(pod.UID)
+		if err := ns.devices.AssumePlacement(string(pod.UID), &p, devicescheduler.Host{}); err != nil {
+			return types.PodAllocation{}, err
+		}
+		alloc = p.Allocation()
+	} else {
+		// The nominated pods' devices first, on a copy; the pod's from
+		// what they leave, then on the node.
+		n := ns.devices.Clone()
+		h := holder{c: c, n: n, terminating: c.terminatingOn(ns)}
+		for _, a := range nominated {
+			h.place(a, capacity, free, &p)
+		}
+		if err := c.engine.EvaluateHost(n, r, capacity, free, &p); err != nil {
+			return types.PodAllocation{}, err
+		}
+		alloc = p.Allocation()
+		c.forgetLocked(pod.UID)
+		if err := ns.devices.Assume(string(pod.UID), alloc, devicescheduler.Host{}); err != nil {
+			return types.PodAllocation{}, err
+		}
 	}
-	c.forgetLocked(pod.UID)
-	if err := ns.devices.AssumePlacement(string(pod.UID), &p, devicescheduler.Host{}); err != nil {
-		return types.PodAllocation{}, err
-	}
-	alloc := p.Allocation()
 	alloc.Node = name
 	c.pods[pod.UID] = &podState{pod: ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, node: name, alloc: alloc, assumed: true, applied: true}
 	ns.pods[pod.UID] = struct{}{}

@@ -134,14 +134,14 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	}
 
 	a, b := testPod("a"), testPod("b")
-	allocA, err := c.reserve(a, "n1", r, noHost, noHost)
+	allocA, err := c.reserve(a, "n1", r, noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.reserve(b, "n1", r, noHost, noHost); err != nil {
+	if _, err := c.reserve(b, "n1", r, noHost, noHost, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.reserve(testPod("c"), "n1", r, noHost, noHost); err == nil {
+	if _, err := c.reserve(testPod("c"), "n1", r, noHost, noHost, nil); err == nil {
 		t.Fatal("a third 4-GPU pod was reserved on an 8-GPU node")
 	}
 	if _, err := c.evaluate("n1", ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
@@ -168,7 +168,7 @@ func TestCacheIgnoresForgedAndMismatched(t *testing.T) {
 	logger := klog.Background()
 	c.updateNode(logger, testNode(t, "n1", "dgx1"))
 	c.updateLease(testLease("n1", testNow), false)
-	alloc, err := c.reserve(testPod("x"), "n1", wholeRequest(t, c, 8), noHost, noHost)
+	alloc, err := c.reserve(testPod("x"), "n1", wholeRequest(t, c, 8), noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestCacheRebuildsTheSameState(t *testing.T) {
 	for i, r := range []*devicescheduler.Request{wholeRequest(t, ref, 2), slice, slice, wholeRequest(t, ref, 1), wholeRequest(t, ref, 4)} {
 		pod := testPod(string(rune('a' + i)))
 		node := []string{"n1", "n2"}[i%2]
-		alloc, err := ref.reserve(pod, node, r, noHost, noHost)
+		alloc, err := ref.reserve(pod, node, r, noHost, noHost, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +268,7 @@ func TestCacheNodeChanges(t *testing.T) {
 
 	c.updateNode(logger, testNode(t, "n2", "t4x4"))
 	c.updateLease(testLease("n2", testNow), false)
-	alloc, err := c.reserve(testPod("a"), "n2", wholeRequest(t, c, 2), noHost, noHost)
+	alloc, err := c.reserve(testPod("a"), "n2", wholeRequest(t, c, 2), noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestCacheLearnsTheSameMix(t *testing.T) {
 		}
 		// As Reserve does.
 		ref.engine.ObservePod(string(pod.UID), r, pod.CreationTimestamp.Time)
-		alloc, err := ref.reserve(pod, "n1", r, noHost, noHost)
+		alloc, err := ref.reserve(pod, "n1", r, noHost, noHost, nil)
 		if err != nil {
 			// The node is full: the pod is unreserved.
 			ref.engine.ForgetPod(string(pod.UID))
@@ -375,7 +375,7 @@ func TestCacheForgetsPodsGoneWhileLearning(t *testing.T) {
 	c.updateLease(testLease("n1", testNow), false)
 	pod := gpuPod("p", 1, 0, testNow)
 	r := wholeRequest(t, c, 1)
-	alloc, err := c.reserve(pod, "n1", r, noHost, noHost)
+	alloc, err := c.reserve(pod, "n1", r, noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,10 +24,19 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	pl := placements.Get().(*devicescheduler.Placement)
 	defer placements.Put(pl)
 	var nf *devicescheduler.NotFitError
-	_, err := p.cache.evaluate(name, &s.eval, capacity, free, pl)
+	var err error
+	if o := overlayOf(cs, name); !o.empty() {
+		// Preemption's dry run, or pods nominated to the node.
+		_, err = p.cache.evaluateWith(name, o, &s.eval, capacity, free, pl)
+	} else {
+		_, err = p.cache.evaluate(name, &s.eval, capacity, free, pl)
+	}
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &nf) && errors.Is(err, errNeverFits):
+		// Evicting pods would not help: preemption skips the node.
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+nf.Reason)
 	case errors.As(err, &nf):
 		if s.waitsForDevices.CompareAndSwap(false, true) {
 			p.cache.waitForDevices(pod)

@@ -99,7 +99,7 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 		c.updateLease(testLease(name, testNow), false)
 		infos = append(infos, nodeInfo(n))
 	}
-	if _, err := c.reserve(testPod("gpus"), "busy", wholeRequest(t, c, 3), noHost, noHost); err != nil {
+	if _, err := c.reserve(testPod("gpus"), "busy", wholeRequest(t, c, 3), noHost, noHost, nil); err != nil {
 		t.Fatal(err)
 	}
 	infos = append(infos, nodeInfo(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu-only"}}))

@@ -81,7 +81,3 @@ func nodeHost(ni fwk.NodeInfo) (capacity, free devicescheduler.Host) {
 	}
 	return capacity, free
 }
-
-// PreFilterExtensions returns nil: the plugin does not model what removing
-// a victim pod would free, so preemption never evicts pods for devices.
-func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }

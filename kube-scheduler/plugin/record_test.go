@@ -39,7 +39,7 @@ func TestCacheCountsByRecord(t *testing.T) {
 	c.updateNode(logger, testNode(t, "n1", "dgx1"))
 	c.updateLease(testLease("n1", testNow), false)
 	holder := testPod("holder")
-	alloc, err := c.reserve(holder, "n1", wholeRequest(t, c, 4), noHost, noHost)
+	alloc, err := c.reserve(holder, "n1", wholeRequest(t, c, 4), noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestCacheCountsByRecord(t *testing.T) {
 		if got := fresh.snapshot(); !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s, restarted: %+v, want %+v", name, got, want)
 		}
-		next, err := fresh.reserve(testPod("next"), "n1", wholeRequest(t, fresh, 4), noHost, noHost)
+		next, err := fresh.reserve(testPod("next"), "n1", wholeRequest(t, fresh, 4), noHost, noHost, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func TestCacheRecordsAtOnceWhenTheAnnotationChanges(t *testing.T) {
 	c.updateNode(logger, testNode(t, "n1", "dgx1"))
 	c.updateLease(testLease("n1", testNow), false)
 	holder := testPod("holder")
-	alloc, err := c.reserve(holder, "n1", wholeRequest(t, c, 2), noHost, noHost)
+	alloc, err := c.reserve(holder, "n1", wholeRequest(t, c, 2), noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestDevicesFreedWakeWaiters(t *testing.T) {
 	c.updateNode(logger, testNode(t, "n1", "t4x4"))
 	c.updateLease(testLease("n1", testNow), false)
 	holder := testPod("holder")
-	alloc, err := c.reserve(holder, "n1", wholeRequest(t, c, 4), noHost, noHost)
+	alloc, err := c.reserve(holder, "n1", wholeRequest(t, c, 4), noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

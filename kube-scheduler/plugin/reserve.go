@@ -5,10 +5,12 @@ import (
 	"errors"
 
 	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
 // Reserve chooses the pod's devices on the chosen node afresh and assumes
@@ -25,7 +27,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		return nil
 	}
 	capacity, free := p.reserveHost(ctx, nodeName)
-	alloc, err := p.cache.reserve(pod, nodeName, s.request, capacity, free)
+	alloc, err := p.cache.reserve(pod, nodeName, s.request, capacity, free, p.nominated(pod, nodeName))
 	if err != nil {
 		var nf *devicescheduler.NotFitError
 		if errors.As(err, &nf) {
@@ -37,6 +39,32 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	s.alloc = alloc
 	klog.FromContext(ctx).V(4).Info("Reserved devices", "pod", klog.KObj(pod), "node", nodeName, "allocation", alloc)
 	return nil
+}
+
+// nominated are the pods nominated to node (preemptors waiting for their
+// victims to go) that come before pod, as the scheduler ranks them: of
+// at least pod's priority. Their devices are held for them: pod's are
+// chosen from what they leave.
+func (p *Plugin) nominated(pod *corev1.Pod, node string) []addedPod {
+	if p.handle == nil {
+		return nil
+	}
+	var out []addedPod
+	prio := corev1helpers.PodPriority(pod)
+	for _, pi := range p.handle.NominatedPodsForNode(node) {
+		np := pi.GetPod()
+		if np.UID == pod.UID || corev1helpers.PodPriority(np) < prio || !objects.WantsDevices(np) || p.cache.holdsOn(np.UID, node) {
+			continue
+		}
+		req, err := objects.PodRequest(np)
+		if err != nil {
+			continue
+		}
+		if r, err := p.engine.NewRequest(req, podHost(np)); err == nil {
+			out = append(out, addedPod{uid: np.UID, request: r})
+		}
+	}
+	return out
 }
 
 // reserveHost is the node's host resources in this cycle's snapshot, as

@@ -31,11 +31,32 @@ func policyProbe() *corev1.Pod {
 	return p
 }
 
+// policyRefuses reports whether the API server refuses a dry run of
+// probe with policy now.
+func policyRefuses(ctx context.Context, probe *corev1.Pod, policy string) bool {
+	_, err := cluster.Client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	return err != nil && strings.Contains(err.Error(), policy)
+}
+
+// requestProbe is refused by kubegpu-gpu-request while the policies are in
+// force: more GPUs than a container may ask for.
+func requestProbe() *corev1.Pod {
+	p := gpuPod("policy-probe", 400, 0, 0, nil)
+	p.Namespace = metav1.NamespaceDefault
+	return p
+}
+
 // policiesInForce reports whether the API server applies kubegpu's
-// policies now.
+// policies now: both probes refused. (The API server takes in each policy
+// on its own: one may be in force while another is not yet, or no longer.)
 func policiesInForce(ctx context.Context) bool {
-	_, err := cluster.Client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, policyProbe(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	return err != nil && strings.Contains(err.Error(), "kubegpu-allocation")
+	return policyRefuses(ctx, policyProbe(), "kubegpu-allocation") && policyRefuses(ctx, requestProbe(), "kubegpu-gpu-request")
+}
+
+// policiesGone reports whether the API server applies none of the probed
+// policies now.
+func policiesGone(ctx context.Context) bool {
+	return !policyRefuses(ctx, policyProbe(), "kubegpu-allocation") && !policyRefuses(ctx, requestProbe(), "kubegpu-gpu-request")
 }
 
 // withoutPolicies removes kubegpu's admission policies for the rest of the
@@ -60,7 +81,7 @@ func withoutPolicies(ctx context.Context, t *testing.T) {
 		}
 	})
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return !policiesInForce(ctx), nil
+		return policiesGone(ctx), nil
 	}); err != nil {
 		t.Fatalf("kubegpu's admission policies still in force after their removal: %v", err)
 	}

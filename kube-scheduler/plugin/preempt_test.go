@@ -1,0 +1,75 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+)
+
+// TestPreemptionView: Filter sees a node with the pods RemovePod took off
+// and AddPod put back, as preemption's dry run asks, apart from the node
+// itself and from other clones of the cycle state.
+func TestPreemptionView(t *testing.T) {
+	c, key := testCache(t)
+	logger := klog.Background()
+	node := testNode(t, "n1", "dgx1")
+	c.updateNode(logger, node)
+	c.updateLease(testLease("n1", testNow), false)
+	c.warmed.Store(true)
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
+	p.ready.Store(true)
+	var lows []*corev1.Pod
+	for i := range 8 {
+		pod := gpuPod(fmt.Sprint("low-", i), 1, 0, testNow)
+		alloc, err := c.reserve(pod, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound := boundWith(t, key, pod, alloc)
+		c.updatePod(logger, bound)
+		lows = append(lows, bound)
+	}
+	high := gpuPod("high", 4, 0, testNow)
+	high.Annotations = map[string]string{kubeinterface.AnnotationTopology: "required"}
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(context.Background(), cs, high, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter = %v", st)
+	}
+	ni := framework.NewNodeInfo()
+	ni.SetNode(node)
+	if st := p.Filter(context.Background(), cs, high, ni); st.IsSuccess() {
+		t.Fatal("4 GPUs fit on a full node")
+	}
+	dry := cs.Clone()
+	for _, l := range lows {
+		pi, _ := framework.NewPodInfo(l)
+		if st := p.RemovePod(context.Background(), dry, high, pi, ni); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+	}
+	if st := p.Filter(context.Background(), dry, high, ni); !st.IsSuccess() {
+		t.Fatalf("with every pod removed: %v", st)
+	}
+	reprieved := 0
+	for _, l := range lows {
+		pi, _ := framework.NewPodInfo(l)
+		_ = p.AddPod(context.Background(), dry, high, pi, ni)
+		if st := p.Filter(context.Background(), dry, high, ni); st.IsSuccess() {
+			reprieved++
+			continue
+		}
+		_ = p.RemovePod(context.Background(), dry, high, pi, ni)
+	}
+	if reprieved != 4 {
+		t.Errorf("%d pods reprieved, want 4 (those of one NVLink quad are the victims)", reprieved)
+	}
+	if st := p.Filter(context.Background(), cs, high, ni); st.IsSuccess() {
+		t.Error("the cycle's own state sees the dry run's removals")
+	}
+}

@@ -1,0 +1,181 @@
+package integration
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+)
+
+// priorityClass creates a PriorityClass for the test (cluster-admin
+// installs them, as it would on a real cluster).
+func priorityClass(ctx context.Context, t *testing.T, name string, value int32) {
+	t.Helper()
+	_, err := cluster.Client.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+// finishTerminating plays the kubelet of nodes without one: it removes the
+// pods of ns being deleted, as a kubelet does once their containers
+// stopped, while running is set.
+func finishTerminating(ctx context.Context, t *testing.T, ns string, running *atomic.Bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go func() {
+		for ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			if !running.Load() {
+				continue
+			}
+			list, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				continue
+			}
+			// One at a time, as containers stop: pods scheduled meanwhile
+			// see some of a preemptor's GPUs free and some not yet.
+			for _, p := range list.Items {
+				if p.DeletionTimestamp != nil {
+					_ = cluster.Client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+					break
+				}
+			}
+		}
+	}()
+}
+
+// TestSchedulerPreemptsForDevices: low-priority pods fill a DGX-1, one GPU
+// each. A high-priority 4-GPU pod that needs an NVLink quad preempts
+// exactly the four pods of one quad and runs on that quad; a low-priority
+// pod that comes meanwhile does not take the freed GPUs. A pod that no
+// eviction could help (a GPU model the node lacks) evicts nothing and
+// says why.
+func TestSchedulerPreemptsForDevices(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	addNodes(ctx, t, "preempt", "dgx1", 1)
+	ns := namespace(ctx, t, "preempt")
+	priorityClass(ctx, t, "kubegpu-test-low", 10)
+	priorityClass(ctx, t, "kubegpu-test-high", 1000)
+	var finishing atomic.Bool
+	finishing.Store(true)
+	finishTerminating(ctx, t, ns, &finishing)
+	onNode := func(p *corev1.Pod, class string) *corev1.Pod {
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "preempt-0"}
+		p.Spec.PriorityClassName = class
+		return p
+	}
+	for i := range 8 {
+		createPods(ctx, t, ns, onNode(gpuPod("low-"+string(rune('a'+i)), 1, 0, 0, nil), "kubegpu-test-low"))
+	}
+	lows := settle(ctx, t, ns, time.Second, time.Minute)
+	if bound(lows) != 8 {
+		t.Fatalf("%d of 8 low-priority pods bound", bound(lows))
+	}
+	gpuOf := map[string]string{}
+	for i := range lows {
+		gpuOf[lows[i].Name] = devicesOf(t, &lows[i])[0]
+	}
+
+	// The preemptor; its victims are removed only once a latecomer
+	// has come, to see that it does not take the preemptor's GPUs.
+	finishing.Store(false)
+	createPods(ctx, t, ns, onNode(gpuPod("high", 4, 0, 0, map[string]string{kubeinterface.AnnotationTopology: "required"}), "kubegpu-test-high"))
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "high", metav1.GetOptions{})
+		return err == nil && p.Status.NominatedNodeName == "preempt-0", nil
+	}); err != nil {
+		t.Fatal("the 4-GPU pod was not nominated to the node:", err)
+	}
+	createPods(ctx, t, ns, onNode(gpuPod("latecomer", 1, 0, 0, nil), "kubegpu-test-low"))
+	time.Sleep(time.Second)
+	finishing.Store(true)
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "high", metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName != "", nil
+	}); err != nil {
+		t.Fatal("the 4-GPU pod did not run after preempting:", err)
+	}
+	list, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evicted, high []string
+	left := map[string]bool{}
+	for i := range list.Items {
+		p := &list.Items[i]
+		left[p.Name] = true
+		switch {
+		case p.Name == "high":
+			high = devicesOf(t, p)
+			slices.Sort(high)
+		case p.Name == "latecomer" && p.Spec.NodeName != "":
+			t.Errorf("the latecomer was bound to %s while the preemptor waited for its GPUs", strings.Join(devicesOf(t, p), ","))
+		}
+	}
+	if !left["latecomer"] {
+		t.Error("the latecomer is gone: it was bound to the preemptor's GPUs and preempted again")
+	}
+	for name, gpu := range gpuOf {
+		if !left[name] {
+			evicted = append(evicted, gpu)
+		}
+	}
+	slices.Sort(evicted)
+	quads := [][]string{{"gpu0", "gpu1", "gpu2", "gpu3"}, {"gpu4", "gpu5", "gpu6", "gpu7"}}
+	if !slices.ContainsFunc(quads, func(q []string) bool { return slices.Equal(q, evicted) }) {
+		t.Errorf("preemption evicted the pods on %v, want exactly those of one NVLink quad", evicted)
+	}
+	if !slices.Equal(high, evicted) {
+		t.Errorf("the preemptor got %v, want the GPUs its victims held (%v)", high, evicted)
+	}
+
+	// No eviction helps a pod that asks for a model the node lacks.
+	createPods(ctx, t, ns, onNode(gpuPod("hopeless", 1, 0, 0, map[string]string{kubeinterface.AnnotationModelInclude: "NoSuchGPU"}), "kubegpu-test-high"))
+	var msg string
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "hopeless", metav1.GetOptions{})
+		if err != nil || !unschedulable(p) {
+			return false, nil
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled {
+				msg = c.Message
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatal("the hopeless pod was not marked unschedulable:", err)
+	}
+	if !strings.Contains(msg, "GPUs:") || !strings.Contains(strings.ToLower(msg), "preemption") {
+		t.Errorf("hopeless pod's condition %q, want the GPU reason and why preemption does not help", msg)
+	}
+	time.Sleep(2 * time.Second)
+	after, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range after.Items {
+		if p.DeletionTimestamp != nil || !left[p.Name] && p.Name != "hopeless" {
+			t.Errorf("pod %s went after the hopeless pod came: preemption evicted it", p.Name)
+		}
+	}
+	if len(after.Items) != len(list.Items)+1 {
+		t.Errorf("%d pods after the hopeless one came, want %d", len(after.Items), len(list.Items)+1)
+	}
+	t.Logf("victims on %v; the preemptor got %v; the hopeless pod: %s", evicted, high, msg)
+}
