@@ -98,7 +98,7 @@ type nodeState struct {
 	// idle is the node's devices with no pod: whether a pod could fit at
 	// all, were pods evicted.
 	idle *devicescheduler.Node
-	err     error
+	err  error
 	// live is what the scheduler has seen of the node's liveness.
 	live liveness
 	pods map[ktypes.UID]struct{}

@@ -26,7 +26,9 @@ func priorityClass(ctx context.Context, t *testing.T, name string, value int32) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cluster.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cluster.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }
 
 // finishTerminating plays the kubelet of nodes without one: it removes the
