@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -180,4 +181,67 @@ func TestSchedulerPreemptsForDevices(t *testing.T) {
 		t.Errorf("%d pods after the hopeless one came, want %d", len(after.Items), len(list.Items)+1)
 	}
 	t.Logf("victims on %v; the preemptor got %v; the hopeless pod: %s", evicted, high, msg)
+}
+
+// TestSchedulerPreemptsSlices: low-priority 25% slices fill a 4×T4 node.
+// A high-priority pod asking for half a GPU evicts exactly two slices, on
+// the GPU it then gets.
+func TestSchedulerPreemptsSlices(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	addNodes(ctx, t, "preslice", "t4x4", 1)
+	ns := namespace(ctx, t, "preslice")
+	priorityClass(ctx, t, "kubegpu-test-slice-low", 10)
+	priorityClass(ctx, t, "kubegpu-test-slice-high", 1000)
+	var finishing atomic.Bool
+	finishing.Store(true)
+	finishTerminating(ctx, t, ns, &finishing)
+	onNode := func(p *corev1.Pod, class string) *corev1.Pod {
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "preslice-0"}
+		p.Spec.PriorityClassName = class
+		return p
+	}
+	for i := range 16 {
+		createPods(ctx, t, ns, onNode(gpuPod(fmt.Sprintf("slice-%02d", i), 1, 25, 0, nil), "kubegpu-test-slice-low"))
+	}
+	lows := settle(ctx, t, ns, time.Second, time.Minute)
+	if bound(lows) != 16 {
+		t.Fatalf("%d of 16 slices bound", bound(lows))
+	}
+	gpuOf := map[string]string{}
+	for i := range lows {
+		gpuOf[lows[i].Name] = devicesOf(t, &lows[i])[0]
+	}
+	createPods(ctx, t, ns, onNode(gpuPod("half", 1, 50, 0, nil), "kubegpu-test-slice-high"))
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "half", metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName != "", nil
+	}); err != nil {
+		t.Fatal("the half-GPU pod did not run after preempting:", err)
+	}
+	list, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]bool{}
+	var got string
+	for i := range list.Items {
+		left[list.Items[i].Name] = true
+		if list.Items[i].Name == "half" {
+			got = devicesOf(t, &list.Items[i])[0]
+		}
+	}
+	var evicted []string
+	for name, gpu := range gpuOf {
+		if !left[name] {
+			evicted = append(evicted, name+"@"+gpu)
+			if gpu != got {
+				t.Errorf("slice %s on %s was evicted, but the half-GPU pod got %s", name, gpu, got)
+			}
+		}
+	}
+	if len(evicted) != 2 {
+		t.Errorf("evicted %v, want exactly two slices of one GPU", evicted)
+	}
+	t.Logf("evicted %v; the half-GPU pod got %s", evicted, got)
 }
