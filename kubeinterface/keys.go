@@ -13,6 +13,12 @@ const (
 	// ResourceGPUCores is the percentage (1..100) of a GPU's compute each
 	// slice needs.
 	ResourceGPUCores = Domain + "gpu-cores"
+	// ResourceGPUShare is what a container's GPUs are worth in per cent of
+	// a GPU, for ResourceQuota: 100 per whole GPU, and a slice's
+	// ResourceGPUCores per slice. The admission policy kubegpu-gpu-share
+	// sets it on every GPU container at creation; nodes publish 100 per
+	// GPU. The scheduler and the shim do not read it.
+	ResourceGPUShare = Domain + "gpu-share"
 )
 
 // Pod annotations a user sets to constrain the pod's devices. Lists are

@@ -23,7 +23,7 @@ const DefaultSlicesPerDevice = 100
 type ResourceList map[string]resource.Quantity
 
 // resourceNames are the extended resources the advertiser publishes.
-var resourceNames = []string{kubeinterface.ResourceGPU, kubeinterface.ResourceGPUCores, kubeinterface.ResourceGPUMemory}
+var resourceNames = []string{kubeinterface.ResourceGPU, kubeinterface.ResourceGPUCores, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUShare}
 
 // Capacity is the extended-resource capacity the node publishes for inv.
 //
@@ -33,7 +33,9 @@ var resourceNames = []string{kubeinterface.ResourceGPU, kubeinterface.ResourceGP
 // allocatable device counts slicesPerDevice, so that shared slices (each one
 // nvidia.com/gpu) never exhaust the node before its devices are full.
 // kubegpu.io/gpu-cores is 100 per device and kubegpu.io/gpu-memory the
-// devices' memory in MiB. MIG parents count through their slices only.
+// devices' memory in MiB. kubegpu.io/gpu-share, what the pods' GPUs are
+// worth for quota (see kubeinterface.ResourceGPUShare), is 100 per device.
+// MIG parents count through their slices only.
 func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
 	var devices, memMiB int64
 	parents := map[string]bool{}
@@ -53,6 +55,7 @@ func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
 		kubeinterface.ResourceGPU:       *resource.NewQuantity(devices*int64(slicesPerDevice), resource.DecimalSI),
 		kubeinterface.ResourceGPUCores:  *resource.NewQuantity(devices*int64(types.MaxComputePercent), resource.DecimalSI),
 		kubeinterface.ResourceGPUMemory: *resource.NewQuantity(memMiB, resource.DecimalSI),
+		kubeinterface.ResourceGPUShare:  *resource.NewQuantity(devices*int64(types.MaxComputePercent), resource.DecimalSI),
 	}
 }
 

@@ -13,6 +13,14 @@ const wantsDevices = `{{define "wantsDevices"}}({{.O}}.spec.?initContainers.orVa
           sign(quantity(string(c.?resources.?limits[?r].orValue('0')))) != 0 ||
           sign(quantity(string(c.?resources.?requests[?r].orValue('0')))) != 0)){{end}}`
 
+// ctrShare is the CEL of what container c's GPUs are worth in per cent of
+// a GPU: its GPU count times its slices' cores, or 100 for whole GPUs, or
+// 0 for slices of memory only; values that are not integers count 0.
+const ctrShare = `{{define "ctrShare"}}([string(c.?resources.?limits[?{{str .GPU}}].orValue('0'))].map(v, isQuantity(v) && quantity(v).isInteger() ? quantity(v).asInteger() : 0)[0] *
+          (c.?resources.?limits[?{{str .Cores}}].hasValue() ?
+            [string(c.resources.limits[{{str .Cores}}])].map(v, isQuantity(v) && quantity(v).isInteger() ? quantity(v).asInteger() : 0)[0] :
+            (c.?resources.?limits[?{{str .Memory}}].hasValue() ? 0 : 100))){{end}}`
+
 // binding binds the policy named . with validationActions Deny.
 const binding = `{{define "binding"}}apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
@@ -24,7 +32,7 @@ spec:
   policyName: {{.}}
   validationActions: [Deny]{{end}}`
 
-const policiesTemplate = wantsDevices + binding + `{{$r := rules}}` + header + `#
+const policiesTemplate = wantsDevices + ctrShare + binding + `{{$r := rules}}` + header + `#
 # kubegpu's admission policies; see the "Security model" section of the
 # README. Apply with: kubectl apply --server-side -f deploy/admission/kubegpu-policies.yaml
 #
@@ -290,6 +298,67 @@ spec:
     reason: Forbidden
 ---
 {{template "binding" "kubegpu-graceful-delete"}}
+---
+# kubegpu-gpu-share: every GPU container gets, at creation, what its GPUs
+# are worth in per cent of a GPU as {{$r.Share}} (limit and request),
+# so that a ResourceQuota on requests.{{$r.Share}} caps a namespace in GPU
+# equivalents: 100 per whole GPU, a slice's {{$r.Cores}} per slice.
+# Slices that ask only for memory are worth 0 here; cap them with
+# requests.{{$r.Memory}}. Values that are not integers count 0:
+# kubegpu-gpu-request refuses such pods after this policy ran. A value the
+# user set is replaced. Nodes publish {{$r.Share}} as 100 per GPU.
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: kubegpu-gpu-share
+  labels:
+    app.kubernetes.io/part-of: kubegpu
+spec:
+  failurePolicy: Fail
+  reinvocationPolicy: Never
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  matchConditions:
+  - name: gpu-pod
+    expression: >-
+      {{template "wantsDevices" (obj "object" $r)}}
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >-
+        Object{
+          spec: Object.spec{
+            containers: object.spec.containers.filter(c, {{template "ctrShare" $r}} > 0).map(c,
+              Object.spec.containers{
+                name: c.name,
+                resources: Object.spec.containers.resources{
+                  limits: {{"{"}}{{str $r.Share}}: string({{template "ctrShare" $r}})},
+                  requests: {{"{"}}{{str $r.Share}}: string({{template "ctrShare" $r}})}
+                }
+              }),
+            initContainers: object.spec.?initContainers.orValue([]).filter(c, {{template "ctrShare" $r}} > 0).map(c,
+              Object.spec.initContainers{
+                name: c.name,
+                resources: Object.spec.initContainers.resources{
+                  limits: {{"{"}}{{str $r.Share}}: string({{template "ctrShare" $r}})},
+                  requests: {{"{"}}{{str $r.Share}}: string({{template "ctrShare" $r}})}
+                }
+              })
+          }
+        }
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: kubegpu-gpu-share
+  labels:
+    app.kubernetes.io/part-of: kubegpu
+spec:
+  policyName: kubegpu-gpu-share
 ---
 # Bind to the operators (users, groups or ServiceAccounts) who may create GPU
 # pods with spec.nodeName. Such pods get no GPUs.

@@ -1,0 +1,83 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+)
+
+// shareOf is the kubegpu.io/gpu-share request of a pod's containers.
+func shareOf(p *corev1.Pod) int64 {
+	var sum int64
+	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+		q := c.Resources.Requests[kubeinterface.ResourceGPUShare]
+		sum += q.Value()
+	}
+	return sum
+}
+
+// TestQuotaInGPUEquivalents: kubegpu-gpu-share gives every GPU pod, at
+// creation, its worth in per cent of a GPU (100 per whole GPU, a slice's
+// cores per slice; a value the tenant set is replaced), so that a standard
+// ResourceQuota on requests.kubegpu.io/gpu-share caps the namespace at "8
+// GPUs' worth"; the pod over it is refused with the standard quota message,
+// and the pods within it are scheduled on nodes that publish the resource.
+func TestQuotaInGPUEquivalents(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	addNodes(ctx, t, "quota", "dgx1", 2)
+	ns := namespace(ctx, t, "quota")
+	if _, err := cluster.Client.CoreV1().ResourceQuotas(ns).Create(ctx, &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpus"},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"requests." + kubeinterface.ResourceGPUShare: resource.MustParse("800")}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The quota controller must have counted the namespace before the
+	// quota admits anything.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		q, err := cluster.Client.CoreV1().ResourceQuotas(ns).Get(ctx, "gpus", metav1.GetOptions{})
+		return err == nil && q.Status.Hard != nil, nil
+	}); err != nil {
+		t.Fatal("quota not counted:", err)
+	}
+	lying := gpuPod("four", 4, 0, 0, nil)
+	lying.Spec.Containers[0].Resources.Limits[kubeinterface.ResourceGPUShare] = resource.MustParse("1")
+	lying.Spec.Containers[0].Resources.Requests[kubeinterface.ResourceGPUShare] = resource.MustParse("1")
+	pods := []*corev1.Pod{
+		lying,                             // 4 whole GPUs: 400, whatever the tenant wrote
+		gpuPod("two", 2, 0, 0, nil),       // 200
+		gpuPod("slices", 2, 50, 0, nil),   // two slices of 50%: 100
+		gpuPod("memory", 1, 0, 4096, nil), // memory only: 0
+	}
+	want := map[string]int64{"four": 400, "two": 200, "slices": 100, "memory": 0}
+	createPods(ctx, t, ns, pods...)
+	for name, w := range want {
+		p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := shareOf(p); got != w {
+			t.Errorf("pod %s carries %s %d, want %d", name, kubeinterface.ResourceGPUShare, got, w)
+		}
+	}
+	// 700 used: a whole GPU more is 800, and then a 25% slice is over.
+	createPods(ctx, t, ns, gpuPod("one", 1, 0, 0, nil))
+	_, err := tenant(t, ns).CoreV1().Pods(ns).Create(ctx, gpuPod("over", 1, 25, 0, nil), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "exceeded quota: gpus") || !strings.Contains(err.Error(), "requested: requests."+kubeinterface.ResourceGPUShare+"=25") {
+		t.Errorf("a 25%% slice beyond 8 GPUs' worth: %v, want refused by the quota", err)
+	}
+	for _, p := range settle(ctx, t, ns, time.Second, time.Minute) {
+		if p.Spec.NodeName == "" {
+			t.Errorf("pod %s within the quota was not scheduled", p.Name)
+		}
+	}
+}
