@@ -21,6 +21,10 @@ const ctrShare = `{{define "ctrShare"}}([string(c.?resources.?limits[?{{str .GPU
             [string(c.resources.limits[{{str .Cores}}])].map(v, isQuantity(v) && quantity(v).isInteger() ? quantity(v).asInteger() : 0)[0] :
             (c.?resources.?limits[?{{str .Memory}}].hasValue() ? 0 : 100))){{end}}`
 
+// hasShare is the CEL test that container c asks for the GPU share
+// resource itself.
+const hasShare = `{{define "hasShare"}}(c.?resources.?limits[?{{str .Share}}].hasValue() || c.?resources.?requests[?{{str .Share}}].hasValue()){{end}}`
+
 // binding binds the policy named . with validationActions Deny.
 const binding = `{{define "binding"}}apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
@@ -32,7 +36,7 @@ spec:
   policyName: {{.}}
   validationActions: [Deny]{{end}}`
 
-const policiesTemplate = wantsDevices + ctrShare + binding + `{{$r := rules}}` + header + `#
+const policiesTemplate = wantsDevices + ctrShare + hasShare + binding + `{{$r := rules}}` + header + `#
 # kubegpu's admission policies; see the "Security model" section of the
 # README. Apply with: kubectl apply --server-side -f deploy/admission/kubegpu-policies.yaml
 #
@@ -306,7 +310,8 @@ spec:
 # Slices that ask only for memory are worth 0 here; cap them with
 # requests.{{$r.Memory}}. Values that are not integers count 0:
 # kubegpu-gpu-request refuses such pods after this policy ran. A value the
-# user set is replaced. Nodes publish {{$r.Share}} as 100 per GPU.
+# user set is replaced, on every container. Nodes publish {{$r.Share}} as
+# 100 per GPU.
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicy
 metadata:
@@ -332,7 +337,7 @@ spec:
       expression: >-
         Object{
           spec: Object.spec{
-            containers: object.spec.containers.filter(c, {{template "ctrShare" $r}} > 0).map(c,
+            containers: object.spec.containers.filter(c, {{template "ctrShare" $r}} > 0 || {{template "hasShare" $r}}).map(c,
               Object.spec.containers{
                 name: c.name,
                 resources: Object.spec.containers.resources{
@@ -340,7 +345,7 @@ spec:
                   requests: {{"{"}}{{str $r.Share}}: string({{template "ctrShare" $r}})}
                 }
               }),
-            initContainers: object.spec.?initContainers.orValue([]).filter(c, {{template "ctrShare" $r}} > 0).map(c,
+            initContainers: object.spec.?initContainers.orValue([]).filter(c, {{template "ctrShare" $r}} > 0 || {{template "hasShare" $r}}).map(c,
               Object.spec.initContainers{
                 name: c.name,
                 resources: Object.spec.initContainers.resources{
@@ -359,6 +364,36 @@ metadata:
     app.kubernetes.io/part-of: kubegpu
 spec:
   policyName: kubegpu-gpu-share
+---
+# kubegpu-gpu-share (validating): a pod that asks for no GPU must not ask
+# for {{$r.Share}} either: it would hold a GPU node's share capacity,
+# which kubegpu-scheduler and kubelet count, without using any GPU.
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: kubegpu-gpu-share
+  labels:
+    app.kubernetes.io/part-of: kubegpu
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  matchConditions:
+  - name: not-a-gpu-pod
+    expression: >-
+      !({{template "wantsDevices" (obj "object" $r)}})
+  validations:
+  - expression: >-
+      !(object.spec.?initContainers.orValue([]) + object.spec.containers).exists(c, {{template "hasShare" $r}})
+    message: >-
+      {{$r.Share}} is set by kubegpu on GPU containers only: remove it, or ask for GPUs with {{$r.GPU}}
+    reason: Forbidden
+---
+{{template "binding" "kubegpu-gpu-share"}}
 ---
 # Bind to the operators (users, groups or ServiceAccounts) who may create GPU
 # pods with spec.nodeName. Such pods get no GPUs.

@@ -58,6 +58,9 @@ func TestQuotaInGPUEquivalents(t *testing.T) {
 		gpuPod("slices", 2, 50, 0, nil),   // two slices of 50%: 100
 		gpuPod("memory", 1, 0, 4096, nil), // memory only: 0
 	}
+	// A memory-only slice's container that claims a share of its own.
+	pods[3].Spec.Containers[0].Resources.Limits[kubeinterface.ResourceGPUShare] = resource.MustParse("800")
+	pods[3].Spec.Containers[0].Resources.Requests[kubeinterface.ResourceGPUShare] = resource.MustParse("800")
 	want := map[string]int64{"four": 400, "two": 200, "slices": 100, "memory": 0}
 	createPods(ctx, t, ns, pods...)
 	for name, w := range want {
@@ -75,6 +78,14 @@ func TestQuotaInGPUEquivalents(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "exceeded quota: gpus") || !strings.Contains(err.Error(), "requested: requests."+kubeinterface.ResourceGPUShare+"=25") {
 		t.Errorf("a 25%% slice beyond 8 GPUs' worth: %v, want refused by the quota", err)
 	}
+	// A pod without GPUs cannot hold GPU share.
+	squat := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "squat"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox",
+		Resources: corev1.ResourceRequirements{
+			Limits:   corev1.ResourceList{kubeinterface.ResourceGPUShare: resource.MustParse("800")},
+			Requests: corev1.ResourceList{kubeinterface.ResourceGPUShare: resource.MustParse("800")},
+		}}}}}
+	_, err = tenant(t, ns).CoreV1().Pods(ns).Create(ctx, squat, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	refused(t, "a pod without GPUs asking for "+kubeinterface.ResourceGPUShare, err, "kubegpu-gpu-share", "set by kubegpu on GPU containers only")
 	for _, p := range settle(ctx, t, ns, time.Second, time.Minute) {
 		if p.Spec.NodeName == "" {
 			t.Errorf("pod %s within the quota was not scheduled", p.Name)
