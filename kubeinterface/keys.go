@@ -16,8 +16,9 @@ const (
 	// ResourceGPUShare is what a container's GPUs are worth in per cent of
 	// a GPU, for ResourceQuota: 100 per whole GPU, and a slice's
 	// ResourceGPUCores per slice. The admission policy kubegpu-gpu-share
-	// sets it on every GPU container at creation; nodes publish 100 per
-	// GPU. The scheduler and the shim do not read it.
+	// sets it on every GPU container at creation. Nodes publish it inflated
+	// as nvidia.com/gpu is (100 per GPU times the slices per GPU), so that
+	// only quota counts it. The scheduler and the shim do not read it.
 	ResourceGPUShare = Domain + "gpu-share"
 )
 

@@ -34,8 +34,11 @@ var resourceNames = []string{kubeinterface.ResourceGPU, kubeinterface.ResourceGP
 // nvidia.com/gpu) never exhaust the node before its devices are full.
 // kubegpu.io/gpu-cores is 100 per device and kubegpu.io/gpu-memory the
 // devices' memory in MiB. kubegpu.io/gpu-share, what the pods' GPUs are
-// worth for quota (see kubeinterface.ResourceGPUShare), is 100 per device.
-// MIG parents count through their slices only.
+// worth for quota (see kubeinterface.ResourceGPUShare), is 100 per device
+// times slicesPerDevice, inflated as nvidia.com/gpu is: it exists for
+// ResourceQuota, and neither kubelet nor NodeResourcesFit must refuse on
+// it what kubegpu's plugin places (or before the plugin says why a pod does
+// not fit). MIG parents count through their slices only.
 func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
 	var devices, memMiB int64
 	parents := map[string]bool{}
@@ -55,7 +58,7 @@ func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
 		kubeinterface.ResourceGPU:       *resource.NewQuantity(devices*int64(slicesPerDevice), resource.DecimalSI),
 		kubeinterface.ResourceGPUCores:  *resource.NewQuantity(devices*int64(types.MaxComputePercent), resource.DecimalSI),
 		kubeinterface.ResourceGPUMemory: *resource.NewQuantity(memMiB, resource.DecimalSI),
-		kubeinterface.ResourceGPUShare:  *resource.NewQuantity(devices*int64(types.MaxComputePercent), resource.DecimalSI),
+		kubeinterface.ResourceGPUShare:  *resource.NewQuantity(devices*int64(types.MaxComputePercent)*int64(slicesPerDevice), resource.DecimalSI),
 	}
 }
 

@@ -310,8 +310,8 @@ spec:
 # Slices that ask only for memory are worth 0 here; cap them with
 # requests.{{$r.Memory}}. Values that are not integers count 0:
 # kubegpu-gpu-request refuses such pods after this policy ran. A value the
-# user set is replaced, on every container. Nodes publish {{$r.Share}} as
-# 100 per GPU.
+# user set is replaced, on every container. Nodes publish {{$r.Share}}
+# inflated as nvidia.com/gpu is, so that only quota counts it.
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicy
 metadata:
