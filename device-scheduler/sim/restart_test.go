@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -51,15 +50,7 @@ func TestRestartedSchedulerScoresAlike(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays part of the openb trace")
 	}
-	dir := openbDir(t)
-	nodes, err := ReadNodes(filepath.Join(dir, "openb_node_list_gpu_node.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods, err := ReadPods(filepath.Join(dir, "openb_pod_list_default.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodes, pods := readOpenb(t, "openb_pod_list_default.csv")
 	x, err := NewExperiment(nodes, pods, 42, 1.3)
 	if err != nil {
 		t.Fatal(err)

@@ -199,6 +199,21 @@ func openbDir(t *testing.T) string {
 	return dir
 }
 
+// readOpenb reads the openb GPU nodes and the pod list named, or skips.
+func readOpenb(t *testing.T, podList string) ([]NodeSpec, []PodSpec) {
+	t.Helper()
+	dir := openbDir(t)
+	nodes, err := ReadNodes(filepath.Join(dir, "openb_node_list_gpu_node.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := ReadPods(filepath.Join(dir, podList))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nodes, pods
+}
+
 // TestOpenbFaithful replays one seed of the openb trace and checks that the
 // baselines land near the FGD paper's figures and that the engine stays in
 // FGD's league. (Which of the two wins varies from seed to seed; the means
@@ -207,15 +222,7 @@ func TestOpenbFaithful(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays the openb trace (about 10 s)")
 	}
-	dir := openbDir(t)
-	nodes, err := ReadNodes(filepath.Join(dir, "openb_node_list_gpu_node.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods, err := ReadPods(filepath.Join(dir, "openb_pod_list_default.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodes, pods := readOpenb(t, "openb_pod_list_default.csv")
 	sums, err := Simulate(context.Background(), nodes, pods, Options{
 		Policies: []string{PolicyRandom, PolicyBestFit, PolicyFGD, PolicyKubegpu}, Seeds: []int64{42}, Inflate: 1.3})
 	if err != nil {

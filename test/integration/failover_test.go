@@ -71,23 +71,8 @@ func TestSchedulerFailover(t *testing.T) {
 		t.Fatal("the first replica did not become leader:", err)
 	}
 	startReplica(ctx, t)
-	created := make(chan error, 1)
-	go func() {
-		var err error
-		for _, p := range mixedPods("f", 120) {
-			if _, err = tenant(t, ns).CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		created <- err
-	}()
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		return err == nil && bound(list.Items) >= 30, nil
-	}); err != nil {
-		t.Fatal("30 pods were not bound:", err)
-	}
+	created := streamPods(ctx, t, ns, mixedPods("f", 120), 50*time.Millisecond)
+	waitBoundAtLeast(ctx, t, ns, 30)
 	if err := leader.Kill(); err != nil {
 		t.Fatal(err)
 	}

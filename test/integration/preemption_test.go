@@ -61,6 +61,47 @@ func finishTerminating(ctx context.Context, t *testing.T, ns string, running *at
 	}()
 }
 
+// preemptionNode is a one-node setup for preemption: the node (prefix-0,
+// of preset), a namespace, PriorityClasses prefix-low (10) and prefix-high
+// (1000), terminating pods finished while finishing is set, and the low
+// pods made by low(i) for i < n placed there, with the GPU each got.
+type preemptionNode struct {
+	ns        string
+	finishing *atomic.Bool
+	gpuOf     map[string]string
+	node      string
+	prefix    string
+}
+
+func setUpPreemption(ctx context.Context, t *testing.T, prefix, preset string, n int, low func(i int) *corev1.Pod) *preemptionNode {
+	t.Helper()
+	startScheduler(ctx, t)
+	addNodes(ctx, t, prefix, preset, 1)
+	pn := &preemptionNode{ns: namespace(ctx, t, prefix), finishing: &atomic.Bool{}, gpuOf: map[string]string{}, node: prefix + "-0", prefix: prefix}
+	priorityClass(ctx, t, "kubegpu-test-"+prefix+"-low", 10)
+	priorityClass(ctx, t, "kubegpu-test-"+prefix+"-high", 1000)
+	pn.finishing.Store(true)
+	finishTerminating(ctx, t, pn.ns, pn.finishing)
+	for i := range n {
+		createPods(ctx, t, pn.ns, pn.onNode(low(i), "low"))
+	}
+	lows := settle(ctx, t, pn.ns, time.Second, time.Minute)
+	if bound(lows) != n {
+		t.Fatalf("%d of %d low-priority pods bound", bound(lows), n)
+	}
+	for i := range lows {
+		pn.gpuOf[lows[i].Name] = devicesOf(t, &lows[i])[0]
+	}
+	return pn
+}
+
+// onNode pins p to the node, with the low or high PriorityClass.
+func (pn *preemptionNode) onNode(p *corev1.Pod, class string) *corev1.Pod {
+	p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": pn.node}
+	p.Spec.PriorityClassName = "kubegpu-test-" + pn.prefix + "-" + class
+	return p
+}
+
 // TestSchedulerPreemptsForDevices: low-priority pods fill a DGX-1, one GPU
 // each. A high-priority 4-GPU pod that needs an NVLink quad preempts
 // exactly the four pods of one quad and runs on that quad; a low-priority
@@ -69,42 +110,20 @@ func finishTerminating(ctx context.Context, t *testing.T, ns string, running *at
 // says why.
 func TestSchedulerPreemptsForDevices(t *testing.T) {
 	ctx := context.Background()
-	startScheduler(ctx, t)
-	addNodes(ctx, t, "preempt", "dgx1", 1)
-	ns := namespace(ctx, t, "preempt")
-	priorityClass(ctx, t, "kubegpu-test-low", 10)
-	priorityClass(ctx, t, "kubegpu-test-high", 1000)
-	var finishing atomic.Bool
-	finishing.Store(true)
-	finishTerminating(ctx, t, ns, &finishing)
-	onNode := func(p *corev1.Pod, class string) *corev1.Pod {
-		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "preempt-0"}
-		p.Spec.PriorityClassName = class
-		return p
-	}
-	for i := range 8 {
-		createPods(ctx, t, ns, onNode(gpuPod("low-"+string(rune('a'+i)), 1, 0, 0, nil), "kubegpu-test-low"))
-	}
-	lows := settle(ctx, t, ns, time.Second, time.Minute)
-	if bound(lows) != 8 {
-		t.Fatalf("%d of 8 low-priority pods bound", bound(lows))
-	}
-	gpuOf := map[string]string{}
-	for i := range lows {
-		gpuOf[lows[i].Name] = devicesOf(t, &lows[i])[0]
-	}
+	pn := setUpPreemption(ctx, t, "preempt", "dgx1", 8, func(i int) *corev1.Pod { return gpuPod(fmt.Sprint("low-", i), 1, 0, 0, nil) })
+	ns, finishing, gpuOf, onNode := pn.ns, pn.finishing, pn.gpuOf, pn.onNode
 
 	// The preemptor; its victims are removed only once a latecomer
 	// has come, to see that it does not take the preemptor's GPUs.
 	finishing.Store(false)
-	createPods(ctx, t, ns, onNode(gpuPod("high", 4, 0, 0, map[string]string{kubeinterface.AnnotationTopology: "required"}), "kubegpu-test-high"))
+	createPods(ctx, t, ns, onNode(gpuPod("high", 4, 0, 0, map[string]string{kubeinterface.AnnotationTopology: "required"}), "high"))
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "high", metav1.GetOptions{})
 		return err == nil && p.Status.NominatedNodeName == "preempt-0", nil
 	}); err != nil {
 		t.Fatal("the 4-GPU pod was not nominated to the node:", err)
 	}
-	createPods(ctx, t, ns, onNode(gpuPod("latecomer", 1, 0, 0, nil), "kubegpu-test-low"))
+	createPods(ctx, t, ns, onNode(gpuPod("latecomer", 1, 0, 0, nil), "low"))
 	time.Sleep(time.Second)
 	finishing.Store(true)
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -148,7 +167,7 @@ func TestSchedulerPreemptsForDevices(t *testing.T) {
 	}
 
 	// No eviction helps a pod that asks for a model the node lacks.
-	createPods(ctx, t, ns, onNode(gpuPod("hopeless", 1, 0, 0, map[string]string{kubeinterface.AnnotationModelInclude: "NoSuchGPU"}), "kubegpu-test-high"))
+	createPods(ctx, t, ns, onNode(gpuPod("hopeless", 1, 0, 0, map[string]string{kubeinterface.AnnotationModelInclude: "NoSuchGPU"}), "high"))
 	var msg string
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "hopeless", metav1.GetOptions{})
@@ -188,31 +207,9 @@ func TestSchedulerPreemptsForDevices(t *testing.T) {
 // the GPU it then gets.
 func TestSchedulerPreemptsSlices(t *testing.T) {
 	ctx := context.Background()
-	startScheduler(ctx, t)
-	addNodes(ctx, t, "preslice", "t4x4", 1)
-	ns := namespace(ctx, t, "preslice")
-	priorityClass(ctx, t, "kubegpu-test-slice-low", 10)
-	priorityClass(ctx, t, "kubegpu-test-slice-high", 1000)
-	var finishing atomic.Bool
-	finishing.Store(true)
-	finishTerminating(ctx, t, ns, &finishing)
-	onNode := func(p *corev1.Pod, class string) *corev1.Pod {
-		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "preslice-0"}
-		p.Spec.PriorityClassName = class
-		return p
-	}
-	for i := range 16 {
-		createPods(ctx, t, ns, onNode(gpuPod(fmt.Sprintf("slice-%02d", i), 1, 25, 0, nil), "kubegpu-test-slice-low"))
-	}
-	lows := settle(ctx, t, ns, time.Second, time.Minute)
-	if bound(lows) != 16 {
-		t.Fatalf("%d of 16 slices bound", bound(lows))
-	}
-	gpuOf := map[string]string{}
-	for i := range lows {
-		gpuOf[lows[i].Name] = devicesOf(t, &lows[i])[0]
-	}
-	createPods(ctx, t, ns, onNode(gpuPod("half", 1, 50, 0, nil), "kubegpu-test-slice-high"))
+	pn := setUpPreemption(ctx, t, "preslice", "t4x4", 16, func(i int) *corev1.Pod { return gpuPod(fmt.Sprintf("slice-%02d", i), 1, 25, 0, nil) })
+	ns, gpuOf, onNode := pn.ns, pn.gpuOf, pn.onNode
+	createPods(ctx, t, ns, onNode(gpuPod("half", 1, 50, 0, nil), "high"))
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "half", metav1.GetOptions{})
 		return err == nil && p.Spec.NodeName != "", nil

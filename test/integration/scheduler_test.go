@@ -44,6 +44,36 @@ func mixedPods(prefix string, count int) []*corev1.Pod {
 	return pods
 }
 
+// streamPods creates pods as the namespace's tenant, one every gap, in the
+// background; the channel gets the first error, or nil once all exist.
+func streamPods(ctx context.Context, t *testing.T, ns string, pods []*corev1.Pod, gap time.Duration) <-chan error {
+	t.Helper()
+	client := tenant(t, ns)
+	created := make(chan error, 1)
+	go func() {
+		var err error
+		for _, p := range pods {
+			if _, err = client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				break
+			}
+			time.Sleep(gap)
+		}
+		created <- err
+	}()
+	return created
+}
+
+// waitBoundAtLeast waits until at least n pods of ns are bound.
+func waitBoundAtLeast(ctx context.Context, t *testing.T, ns string, n int) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && bound(list.Items) >= n, nil
+	}); err != nil {
+		t.Fatalf("%d pods were not bound: %v", n, err)
+	}
+}
+
 func bound(pods []corev1.Pod) int {
 	n := 0
 	for i := range pods {
@@ -139,22 +169,8 @@ func TestSchedulerRestartMidStream(t *testing.T) {
 	s := startScheduler(ctx, t)
 	nodes := addNodes(ctx, t, "restart", "dgx1", 8)
 	ns := namespace(ctx, t, "restart")
-	created := make(chan error, 1)
-	go func() {
-		var err error
-		for _, p := range mixedPods("r", 120) {
-			if _, err = tenant(t, ns).CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-				break
-			}
-		}
-		created <- err
-	}()
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		return err == nil && bound(list.Items) >= 30, nil
-	}); err != nil {
-		t.Fatal("30 pods were not bound:", err)
-	}
+	created := streamPods(ctx, t, ns, mixedPods("r", 120), 0)
+	waitBoundAtLeast(ctx, t, ns, 30)
 	if err := s.Kill(); err != nil {
 		t.Fatal(err)
 	}
