@@ -20,6 +20,10 @@ const (
 	// as nvidia.com/gpu is (100 per GPU times the slices per GPU), so that
 	// only quota counts it. The scheduler and the shim do not read it.
 	ResourceGPUShare = Domain + "gpu-share"
+	// ResourceGPUs is the node's physical GPUs, in its capacity for the
+	// tools that read it (kubectl describe, autoscalers): nvidia.com/gpu
+	// there counts slices. Pods do not ask for it.
+	ResourceGPUs = Domain + "gpus"
 )
 
 // Pod annotations a user sets to constrain the pod's devices. Lists are

@@ -23,7 +23,7 @@ const DefaultSlicesPerDevice = 100
 type ResourceList map[string]resource.Quantity
 
 // resourceNames are the extended resources the advertiser publishes.
-var resourceNames = []string{kubeinterface.ResourceGPU, kubeinterface.ResourceGPUCores, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUShare}
+var resourceNames = []string{kubeinterface.ResourceGPU, kubeinterface.ResourceGPUCores, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUShare, kubeinterface.ResourceGPUs}
 
 // Capacity is the extended-resource capacity the node publishes for inv.
 //
@@ -38,9 +38,11 @@ var resourceNames = []string{kubeinterface.ResourceGPU, kubeinterface.ResourceGP
 // times slicesPerDevice, inflated as nvidia.com/gpu is: it exists for
 // ResourceQuota, and neither kubelet nor NodeResourcesFit must refuse on
 // it what kubegpu's plugin places (or before the plugin says why a pod does
-// not fit). MIG parents count through their slices only.
+// not fit). MIG parents count through their slices only. kubegpu.io/gpus
+// is the physical GPUs, MIG mode or not: what tools that read capacity
+// should count.
 func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
-	var devices, memMiB int64
+	var devices, memMiB, physical int64
 	parents := map[string]bool{}
 	for _, d := range inv.Devices {
 		if d.Parent != "" {
@@ -48,6 +50,9 @@ func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
 		}
 	}
 	for _, d := range inv.Devices {
+		if d.Parent == "" {
+			physical++
+		}
 		if parents[d.ID] {
 			continue
 		}
@@ -59,6 +64,7 @@ func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
 		kubeinterface.ResourceGPUCores:  *resource.NewQuantity(devices*int64(types.MaxComputePercent), resource.DecimalSI),
 		kubeinterface.ResourceGPUMemory: *resource.NewQuantity(memMiB, resource.DecimalSI),
 		kubeinterface.ResourceGPUShare:  *resource.NewQuantity(devices*int64(types.MaxComputePercent)*int64(slicesPerDevice), resource.DecimalSI),
+		kubeinterface.ResourceGPUs:      *resource.NewQuantity(physical, resource.DecimalSI),
 	}
 }
 

@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
@@ -189,9 +191,14 @@ type podState struct {
 	// applied is true when alloc is counted in the node's state; false
 	// while the node is unknown or its devices no longer match alloc.
 	applied bool
-	// terminating is set once the pod is being deleted: it holds its
-	// devices until it is gone, but preemption counts them as freed.
-	terminating bool
+	// preempted is set once the scheduler evicts the pod for a preemptor
+	// (it is being deleted, with the DisruptionTarget condition the
+	// scheduler sets): it holds its devices until it is gone, but
+	// preemption's dry run counts them as freed, and nominated pods get
+	// the free devices they will need held meanwhile. priority is the
+	// pod's.
+	preempted bool
+	priority  int32
 }
 
 // podSeen is what a pod says of its allocation: its annotation, which its
@@ -308,10 +315,10 @@ func (c *deviceCache) deleteNode(name string) {
 // its containers hold those devices.
 func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 	c.updatePodDevices(logger, pod)
-	if pod.DeletionTimestamp != nil {
+	if pod.DeletionTimestamp != nil && preemptedByScheduler(pod) {
 		c.mu.Lock()
 		if ps, ok := c.pods[pod.UID]; ok {
-			ps.terminating = true
+			ps.preempted, ps.priority = true, corev1helpers.PodPriority(pod)
 		}
 		c.mu.Unlock()
 	}
@@ -575,6 +582,17 @@ func (c *deviceCache) evaluateLocked(ns *nodeState, in *evalInput, capacity, fre
 	return res.score, res.err
 }
 
+// preemptedByScheduler reports whether the scheduler evicted pod for a
+// preemptor: the DisruptionTarget condition it sets before deleting it.
+func preemptedByScheduler(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == corev1.PodReasonPreemptionByScheduler {
+			return true
+		}
+	}
+	return false
+}
+
 // holds reports whether the cache counts (or assumes) devices for pod uid.
 func (c *deviceCache) holds(uid ktypes.UID) bool {
 	c.mu.RLock()
@@ -622,7 +640,7 @@ func (c *deviceCache) reserve(pod *corev1.Pod, name string, r *devicescheduler.R
 		// The nominated pods' devices first, on a copy; the pod's from
 		// what they leave, then on the node.
 		n := ns.devices.Clone()
-		h := holder{c: c, n: n, terminating: c.terminatingOn(ns)}
+		h := holder{c: c, n: n, terminating: c.preemptedOn(ns, math.MaxInt32)}
 		for _, a := range nominated {
 			h.place(a, capacity, free, &p)
 		}

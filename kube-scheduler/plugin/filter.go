@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
@@ -27,7 +28,7 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	var err error
 	if o := overlayOf(cs, name); !o.empty() {
 		// Preemption's dry run, or pods nominated to the node.
-		_, err = p.cache.evaluateWith(name, o, &s.eval, capacity, free, pl)
+		_, err = p.cache.evaluateWith(name, o, &s.eval, corev1helpers.PodPriority(pod), capacity, free, pl)
 	} else {
 		_, err = p.cache.evaluate(name, &s.eval, capacity, free, pl)
 	}

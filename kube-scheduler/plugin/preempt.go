@@ -2,7 +2,9 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"maps"
+	"math"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -104,7 +106,9 @@ func (p *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, pod
 	if err != nil {
 		return nil // an invalid request gets no devices
 	}
-	r, err := p.engine.NewRequest(req, podHost(pod))
+	// Its devices only: the framework counts its CPU and memory (the
+	// NodeInfo has it added already).
+	r, err := p.engine.NewRequest(req, devicescheduler.Host{})
 	if err != nil {
 		return nil
 	}
@@ -145,7 +149,11 @@ func (c *deviceCache) holdsOn(uid ktypes.UID, node string) bool {
 // evaluateWith checks in's request against node name with overlay o applied
 // to a copy of its devices: o's removed pods gone, then its added pods
 // placed, in order, where they fit. Nothing is remembered.
-func (c *deviceCache) evaluateWith(name string, o *nodeOverlay, in *evalInput, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
+//
+// prio is the priority of the pod being scheduled: in a dry run, pods the
+// scheduler is evicting already (and so soon gone) count as gone if their
+// priority is below it.
+func (c *deviceCache) evaluateWith(name string, o *nodeOverlay, in *evalInput, prio int32, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
 	c.mu.RLock()
 	ns, ok := c.nodes[name]
 	if !ok {
@@ -156,11 +164,11 @@ func (c *deviceCache) evaluateWith(name string, o *nodeOverlay, in *evalInput, c
 		c.mu.RUnlock()
 		return 0, err
 	}
-	n := ns.devices.Clone()
-	terminating := c.terminatingOn(ns)
+	n, idle := ns.devices.Clone(), ns.idle
+	terminating := c.preemptedOn(ns, math.MaxInt32)
 	c.mu.RUnlock()
 	if o.dryRun {
-		for _, uid := range terminating {
+		for _, uid := range c.lockedPreemptedOn(name, prio) {
 			n.Release(string(uid))
 		}
 	}
@@ -174,20 +182,38 @@ func (c *deviceCache) evaluateWith(name string, o *nodeOverlay, in *evalInput, c
 		h.place(a, capacity, free, p)
 	}
 	if err := c.engine.EvaluateHost(n, in.request, capacity, free, p); err != nil {
+		var nf *devicescheduler.NotFitError
+		if errors.As(err, &nf) && idle != nil && c.engine.EvaluateHost(idle, in.request, capacity, capacity, p) != nil {
+			err = errors.Join(errNeverFits, err)
+		}
 		return 0, err
 	}
 	return p.Score(), nil
 }
 
-// terminatingOn lists the pods on ns being deleted; must hold c.mu.
-func (c *deviceCache) terminatingOn(ns *nodeState) []ktypes.UID {
+// preemptedOn lists the pods on ns that the scheduler is evicting for a
+// preemptor (being deleted, with the DisruptionTarget condition the
+// scheduler sets) whose priority is below prio; must hold c.mu. Pods
+// deleted otherwise may stay for as long as their grace period (or a
+// node) pleases: they count as held.
+func (c *deviceCache) preemptedOn(ns *nodeState, prio int32) []ktypes.UID {
 	var out []ktypes.UID
 	for uid := range ns.pods {
-		if ps := c.pods[uid]; ps != nil && ps.terminating {
+		if ps := c.pods[uid]; ps != nil && ps.preempted && ps.priority < prio {
 			out = append(out, uid)
 		}
 	}
 	return out
+}
+
+// lockedPreemptedOn is preemptedOn for node name, taking the read lock.
+func (c *deviceCache) lockedPreemptedOn(name string, prio int32) []ktypes.UID {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if ns, ok := c.nodes[name]; ok {
+		return c.preemptedOn(ns, prio)
+	}
+	return nil
 }
 
 // holder places nominated pods on a copy of a node's devices before the
@@ -234,7 +260,7 @@ func (h *holder) place(a addedPod, capacity, free devicescheduler.Host, p *devic
 		for _, ctr := range list {
 			for _, d := range ctr.Devices {
 				one := types.PodAllocation{Containers: []types.ContainerAllocation{{Name: ctr.Name, Devices: []types.DeviceShare{d}}}}
-				_ = h.n.Assume(string(a.uid)+"/"+d.ID, one, devicescheduler.Host{})
+				_ = h.n.Assume(string(a.uid)+"/"+ctr.Name+"/"+d.ID, one, devicescheduler.Host{})
 			}
 		}
 	}

@@ -60,7 +60,8 @@ func (p *Plugin) nominated(pod *corev1.Pod, node string) []addedPod {
 		if err != nil {
 			continue
 		}
-		if r, err := p.engine.NewRequest(req, podHost(np)); err == nil {
+		// Its devices only: its CPU and memory are the framework's to count.
+		if r, err := p.engine.NewRequest(req, devicescheduler.Host{}); err == nil {
 			out = append(out, addedPod{uid: np.UID, request: r})
 		}
 	}

@@ -116,7 +116,7 @@ type objectRules struct {
 
 // rules are the request rules' bounds and words, from kubeinterface/objects.
 type rules struct {
-	GPU, Memory, Cores, Share            string
+	GPU, Memory, Cores, Share, GPUs      string
 	MaxDevices, MaxMemory, MaxCores      int64
 	WantCount, WantMemory, WantCores     string
 	MaxListChars, MaxListEntries         int
@@ -146,6 +146,7 @@ type listRule struct {
 var theRules = func() rules {
 	r := rules{
 		GPU: kubeinterface.ResourceGPU, Memory: kubeinterface.ResourceGPUMemory, Cores: kubeinterface.ResourceGPUCores, Share: kubeinterface.ResourceGPUShare,
+		GPUs:       kubeinterface.ResourceGPUs,
 		MaxDevices: objects.MaxDevicesPerContainer, MaxMemory: objects.MaxSliceMemoryMiB, MaxCores: types.MaxComputePercent,
 		WantCount: objects.WantDeviceCount, WantMemory: objects.WantSliceMemory, WantCores: objects.WantSliceCores,
 		MaxListChars: objects.MaxListChars, MaxListEntries: objects.MaxListEntries,

@@ -25,6 +25,22 @@ const ctrShare = `{{define "ctrShare"}}([string(c.?resources.?limits[?{{str .GPU
 // resource itself.
 const hasShare = `{{define "hasShare"}}(c.?resources.?limits[?{{str .Share}}].hasValue() || c.?resources.?requests[?{{str .Share}}].hasValue()){{end}}`
 
+// shareVariables are the policies' variables for the GPU share: the init
+// containers' total, charged to the first app container, and that
+// container's name.
+const shareVariables = `{{define "shareVariables"}}  - name: initShare
+    expression: >-
+      object.spec.?initContainers.orValue([]).map(c, {{template "ctrShare" .}}).sum()
+  - name: first
+    expression: "object.spec.containers[0].name"{{end}}`
+
+// wantShare is the CEL of the share app container c must carry.
+const wantShare = `{{define "wantShare"}}({{template "ctrShare" .}} + (c.name == variables.first ? variables.initShare : 0)){{end}}`
+
+// gotShare is the CEL of the share container c requests (0 if none or not
+// an integer).
+const gotShare = `{{define "gotShare"}}[string(c.?resources.?requests[?{{str .Share}}].orValue('0'))].map(v, isQuantity(v) && quantity(v).isInteger() ? quantity(v).asInteger() : -1)[0]{{end}}`
+
 // binding binds the policy named . with validationActions Deny.
 const binding = `{{define "binding"}}apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
@@ -36,7 +52,7 @@ spec:
   policyName: {{.}}
   validationActions: [Deny]{{end}}`
 
-const policiesTemplate = wantsDevices + ctrShare + hasShare + binding + `{{$r := rules}}` + header + `#
+const policiesTemplate = wantsDevices + ctrShare + hasShare + shareVariables + wantShare + gotShare + binding + `{{$r := rules}}` + header + `#
 # kubegpu's admission policies; see the "Security model" section of the
 # README. Apply with: kubectl apply --server-side -f deploy/admission/kubegpu-policies.yaml
 #
@@ -306,7 +322,10 @@ spec:
 # kubegpu-gpu-share: every GPU container gets, at creation, what its GPUs
 # are worth in per cent of a GPU as {{$r.Share}} (limit and request),
 # so that a ResourceQuota on requests.{{$r.Share}} caps a namespace in GPU
-# equivalents: 100 per whole GPU, a slice's {{$r.Cores}} per slice.
+# equivalents: 100 per whole GPU, a slice's {{$r.Cores}} per slice. Init
+# containers' GPUs are held beside the app containers' for the pod's life,
+# but quota counts the largest init container only: their share is charged
+# to the first app container, and theirs is 0.
 # Slices that ask only for memory are worth 0 here; cap them with
 # requests.{{$r.Memory}}. Values that are not integers count 0:
 # kubegpu-gpu-request refuses such pods after this policy ran. A value the
@@ -320,7 +339,7 @@ metadata:
     app.kubernetes.io/part-of: kubegpu
 spec:
   failurePolicy: Fail
-  reinvocationPolicy: Never
+  reinvocationPolicy: IfNeeded
   matchConstraints:
     resourceRules:
     - apiGroups: [""]
@@ -331,26 +350,28 @@ spec:
   - name: gpu-pod
     expression: >-
       {{template "wantsDevices" (obj "object" $r)}}
+  variables:
+{{template "shareVariables" $r}}
   mutations:
   - patchType: ApplyConfiguration
     applyConfiguration:
       expression: >-
         Object{
           spec: Object.spec{
-            containers: object.spec.containers.filter(c, {{template "ctrShare" $r}} > 0 || {{template "hasShare" $r}}).map(c,
+            containers: object.spec.containers.filter(c, {{template "wantShare" $r}} > 0 || {{template "hasShare" $r}}).map(c,
               Object.spec.containers{
                 name: c.name,
                 resources: Object.spec.containers.resources{
-                  limits: {{"{"}}{{str $r.Share}}: string({{template "ctrShare" $r}})},
-                  requests: {{"{"}}{{str $r.Share}}: string({{template "ctrShare" $r}})}
+                  limits: {{"{"}}{{str $r.Share}}: string({{template "wantShare" $r}})},
+                  requests: {{"{"}}{{str $r.Share}}: string({{template "wantShare" $r}})}
                 }
               }),
-            initContainers: object.spec.?initContainers.orValue([]).filter(c, {{template "ctrShare" $r}} > 0 || {{template "hasShare" $r}}).map(c,
+            initContainers: object.spec.?initContainers.orValue([]).filter(c, {{template "hasShare" $r}}).map(c,
               Object.spec.initContainers{
                 name: c.name,
                 resources: Object.spec.initContainers.resources{
-                  limits: {{"{"}}{{str $r.Share}}: string({{template "ctrShare" $r}})},
-                  requests: {{"{"}}{{str $r.Share}}: string({{template "ctrShare" $r}})}
+                  limits: {{"{"}}{{str $r.Share}}: "0"},
+                  requests: {{"{"}}{{str $r.Share}}: "0"}
                 }
               })
           }
@@ -366,8 +387,9 @@ spec:
   policyName: kubegpu-gpu-share
 ---
 # kubegpu-gpu-share (validating): a pod that asks for no GPU must not ask
-# for {{$r.Share}} either: it would hold a GPU node's share capacity,
-# which kubegpu-scheduler and kubelet count, without using any GPU.
+# for {{$r.Share}} either, and no pod asks for {{$r.GPUs}} (the node's
+# physical GPUs, published for tools that read capacity): either would hold
+# a GPU node's capacity, which kubelet counts, without using any GPU.
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
 metadata:
@@ -382,15 +404,32 @@ spec:
       apiVersions: ["v1"]
       operations: ["CREATE"]
       resources: ["pods"]
-  matchConditions:
-  - name: not-a-gpu-pod
-    expression: >-
-      !({{template "wantsDevices" (obj "object" $r)}})
+  variables:
+{{template "shareVariables" $r}}
   validations:
   - expression: >-
+      !(object.spec.?initContainers.orValue([]) + object.spec.containers).exists(c,
+        c.?resources.?limits[?{{str $r.GPUs}}].hasValue() || c.?resources.?requests[?{{str $r.GPUs}}].hasValue())
+    message: >-
+      {{$r.GPUs}} is the number of a node's physical GPUs, not something a pod asks for: ask for GPUs with {{$r.GPU}}
+    reason: Forbidden
+  - expression: >-
+      ({{template "wantsDevices" (obj "object" $r)}}) ||
       !(object.spec.?initContainers.orValue([]) + object.spec.containers).exists(c, {{template "hasShare" $r}})
     message: >-
       {{$r.Share}} is set by kubegpu on GPU containers only: remove it, or ask for GPUs with {{$r.GPU}}
+    reason: Forbidden
+  # Fail closed: a GPU pod must carry the share the mutating policy sets,
+  # so that quota never counts it as nothing (the mutating policy missing,
+  # or a later mutation changing the pod's GPUs).
+  - expression: >-
+      !({{template "wantsDevices" (obj "object" $r)}}) ||
+      (object.spec.containers.all(c, {{template "gotShare" $r}} == {{template "wantShare" $r}}) &&
+       object.spec.?initContainers.orValue([]).all(c, {{template "gotShare" $r}} == 0))
+    message: >-
+      GPU containers must carry in {{$r.Share}} what their GPUs are worth, as the
+      MutatingAdmissionPolicy kubegpu-gpu-share sets it: is it installed
+      (deploy/admission/kubegpu-policies.yaml)?
     reason: Forbidden
 ---
 {{template "binding" "kubegpu-gpu-share"}}

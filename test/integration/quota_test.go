@@ -49,6 +49,21 @@ func TestQuotaInGPUEquivalents(t *testing.T) {
 	}); err != nil {
 		t.Fatal("quota not counted:", err)
 	}
+	// Init containers' GPUs are held beside the app's: their share is
+	// charged to the first app container (quota counts only the largest
+	// init container).
+	withInit := gpuPod("with-init", 4, 0, 0, nil)
+	withInit.Spec.InitContainers = []corev1.Container{{Name: "warmup", Image: "busybox", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("4")}}}}
+	dry, err := tenant(t, ns).CoreV1().Pods(ns).Create(ctx, withInit, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	initShare := dry.Spec.InitContainers[0].Resources.Requests[kubeinterface.ResourceGPUShare]
+	appShare := dry.Spec.Containers[0].Resources.Requests[kubeinterface.ResourceGPUShare]
+	if initShare.Value() != 0 || appShare.Value() != 800 {
+		t.Errorf("init container of 4 GPUs and app container of 4: shares %s and %s, want 0 and 800", initShare.String(), appShare.String())
+	}
 	lying := gpuPod("four", 4, 0, 0, nil)
 	lying.Spec.Containers[0].Resources.Limits[kubeinterface.ResourceGPUShare] = resource.MustParse("1")
 	lying.Spec.Containers[0].Resources.Requests[kubeinterface.ResourceGPUShare] = resource.MustParse("1")
@@ -74,7 +89,7 @@ func TestQuotaInGPUEquivalents(t *testing.T) {
 	}
 	// 700 used: a whole GPU more is 800, and then a 25% slice is over.
 	createPods(ctx, t, ns, gpuPod("one", 1, 0, 0, nil))
-	_, err := tenant(t, ns).CoreV1().Pods(ns).Create(ctx, gpuPod("over", 1, 25, 0, nil), metav1.CreateOptions{})
+	_, err = tenant(t, ns).CoreV1().Pods(ns).Create(ctx, gpuPod("over", 1, 25, 0, nil), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "exceeded quota: gpus") || !strings.Contains(err.Error(), "requested: requests."+kubeinterface.ResourceGPUShare+"=25") {
 		t.Errorf("a 25%% slice beyond 8 GPUs' worth: %v, want refused by the quota", err)
 	}
@@ -86,9 +101,53 @@ func TestQuotaInGPUEquivalents(t *testing.T) {
 		}}}}}
 	_, err = tenant(t, ns).CoreV1().Pods(ns).Create(ctx, squat, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	refused(t, "a pod without GPUs asking for "+kubeinterface.ResourceGPUShare, err, "kubegpu-gpu-share", "set by kubegpu on GPU containers only")
+	// Nor for the node's physical GPUs, GPU pod or not.
+	counting := gpuPod("counting", 1, 0, 0, nil)
+	counting.Spec.Containers[0].Resources.Limits[kubeinterface.ResourceGPUs] = resource.MustParse("8")
+	_, err = tenant(t, ns).CoreV1().Pods(ns).Create(ctx, counting, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	refused(t, "a pod asking for "+kubeinterface.ResourceGPUs, err, "kubegpu-gpu-share", "the number of a node's physical GPUs")
+	// Tools read the physical GPUs in the node's capacity.
+	node, err := viewer.Client.CoreV1().Nodes().Get(ctx, "quota-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := node.Status.Capacity[kubeinterface.ResourceGPUs]; q.Value() != 8 {
+		t.Errorf("a DGX-1's capacity has %s %s, want 8", kubeinterface.ResourceGPUs, q.String())
+	}
 	for _, p := range settle(ctx, t, ns, time.Second, time.Minute) {
 		if p.Spec.NodeName == "" {
 			t.Errorf("pod %s within the quota was not scheduled", p.Name)
 		}
 	}
+}
+
+// TestQuotaFailsClosed: without the mutating policy (not installed, or a
+// cluster that does not serve it), GPU pods are refused rather than counted
+// as nothing by quota.
+func TestQuotaFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(ctx, t, "quota-closed")
+	bindings := cluster.Client.AdmissionregistrationV1().MutatingAdmissionPolicyBindings()
+	if err := bindings.Delete(ctx, "kubegpu-gpu-share", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cluster.Apply(context.Background(), policies); err != nil {
+			t.Error(err)
+		}
+		if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := tenant(t, ns).CoreV1().Pods(ns).Create(ctx, gpuPod("probe", 1, 0, 0, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err == nil, nil
+		}); err != nil {
+			t.Errorf("kubegpu-gpu-share not back in force: %v", err)
+		}
+	})
+	var err error
+	if waitErr := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err = tenant(t, ns).CoreV1().Pods(ns).Create(ctx, gpuPod("unshared", 1, 0, 0, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil, nil
+	}); waitErr != nil {
+		t.Fatal("a GPU pod without its share was admitted with the mutating policy removed")
+	}
+	refused(t, "a GPU pod without the mutating policy", err, "kubegpu-gpu-share", "is it installed")
 }

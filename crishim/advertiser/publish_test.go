@@ -1,0 +1,39 @@
+package advertiser
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// TestCapacity: a node of two GPUs, one of them in MIG mode with three
+// slices, publishes 2 physical GPUs; the schedulable devices (the whole
+// GPU and the slices) count in nvidia.com/gpu, gpu-cores and gpu-share.
+func TestCapacity(t *testing.T) {
+	inv := types.Inventory{Devices: []types.Device{
+		{ID: "gpu0", UUID: "GPU-0", MemoryMiB: 40960},
+		{ID: "gpu1", UUID: "GPU-1", MemoryMiB: 40960},
+	}}
+	for i := range 3 {
+		inv.Devices = append(inv.Devices, types.Device{ID: fmt.Sprint("gpu1-mig", i), UUID: fmt.Sprint("MIG-", i), MemoryMiB: 9856, Parent: "gpu1"})
+	}
+	got := Capacity(inv, 100)
+	want := map[string]int64{
+		kubeinterface.ResourceGPU:       4 * 100,
+		kubeinterface.ResourceGPUCores:  4 * 100,
+		kubeinterface.ResourceGPUMemory: 40960 + 3*9856,
+		kubeinterface.ResourceGPUShare:  4 * 100 * 100,
+		kubeinterface.ResourceGPUs:      2,
+	}
+	for name, w := range want {
+		q, ok := got[name]
+		if !ok || q.Value() != w {
+			t.Errorf("%s = %v, want %d", name, q.String(), w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("capacity %v, want only %v", got, want)
+	}
+}
