@@ -130,6 +130,9 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 			fmt.Fprintf(w, "It is bound to %s without a usable allocation (%s): it runs with no GPUs.\n", pod.Spec.NodeName, sanitize(err.Error()))
 		}
 	}
+	if pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
+		fmt.Fprintln(w, nominationNote(s, pod))
+	}
 	fmt.Fprintln(w)
 	// The workload mix, learned from the pods running as the scheduler
 	// learns it when it starts.
@@ -306,4 +309,39 @@ func newEngine(ctx context.Context, args *plugin.Args) (*devicescheduler.Engine,
 		plugins = append(plugins, sp)
 	}
 	return devicescheduler.New(args.EngineConfig(plugins))
+}
+
+// nominationNote says what a pod nominated to a node by preemption waits
+// for: the pods the scheduler is evicting there (for it, or for another
+// preemptor), or nothing.
+func nominationNote(s *clusterState, pod *corev1.Pod) string {
+	node := pod.Status.NominatedNodeName
+	var leaving []string
+	check := func(p *corev1.Pod) {
+		if objects.PreemptedByScheduler(p) {
+			leaving = append(leaving, p.Namespace+"/"+p.Name)
+		}
+	}
+	for _, pa := range s.pods[node] {
+		check(pa.pod)
+	}
+	for _, p := range s.withoutDevices[node] {
+		check(p)
+	}
+	for _, u := range s.unverified {
+		if u.pod.Spec.NodeName == node {
+			check(u.pod)
+		}
+	}
+	if len(leaving) == 0 {
+		return fmt.Sprintf("It is nominated to %s by preemption; no pod evicted there is left: it is placed at its next attempt.", sanitize(node))
+	}
+	slices.Sort(leaving)
+	const shown = 5
+	more := ""
+	if len(leaving) > shown {
+		more = fmt.Sprintf(" and %d more", len(leaving)-shown)
+		leaving = leaving[:shown]
+	}
+	return fmt.Sprintf("It is nominated to %s by preemption and waits for the pods evicted there to leave: %s%s.", sanitize(node), sanitize(strings.Join(leaving, ", ")), more)
 }

@@ -315,7 +315,7 @@ func (c *deviceCache) deleteNode(name string) {
 // its containers hold those devices.
 func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 	c.updatePodDevices(logger, pod)
-	if pod.DeletionTimestamp != nil && preemptedByScheduler(pod) {
+	if objects.PreemptedByScheduler(pod) {
 		c.mu.Lock()
 		if ps, ok := c.pods[pod.UID]; ok {
 			ps.preempted, ps.priority = true, corev1helpers.PodPriority(pod)
@@ -580,17 +580,6 @@ func (c *deviceCache) evaluateLocked(ns *nodeState, in *evalInput, capacity, fre
 		m.n = min(m.n+1, maxMemoShapes)
 	}
 	return res.score, res.err
-}
-
-// preemptedByScheduler reports whether the scheduler evicted pod for a
-// preemptor: the DisruptionTarget condition it sets before deleting it.
-func preemptedByScheduler(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == corev1.PodReasonPreemptionByScheduler {
-			return true
-		}
-	}
-	return false
 }
 
 // holds reports whether the cache counts (or assumes) devices for pod uid.

@@ -79,3 +79,18 @@ func (c *collector) err() error {
 	}
 	return &kubeinterface.InvalidError{Object: c.object, Fields: c.fields}
 }
+
+// PreemptedByScheduler reports whether the scheduler is evicting pod for a
+// preemptor: the pod is being deleted and carries the DisruptionTarget
+// condition the scheduler sets before it deletes a victim.
+func PreemptedByScheduler(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == corev1.PodReasonPreemptionByScheduler {
+			return true
+		}
+	}
+	return false
+}
