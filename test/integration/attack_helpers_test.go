@@ -10,9 +10,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface"
@@ -32,31 +34,47 @@ func policyProbe() *corev1.Pod {
 }
 
 // policyRefuses reports whether the API server refuses a dry run of
-// probe with policy now.
-func policyRefuses(ctx context.Context, probe *corev1.Pod, policy string) bool {
-	_, err := cluster.Client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+// probe, created by c in ns, with policy now.
+func policyRefuses(ctx context.Context, c kubernetes.Interface, ns string, probe *corev1.Pod, policy string) bool {
+	_, err := c.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	return err != nil && strings.Contains(err.Error(), policy)
 }
 
-// requestProbe is refused by kubegpu-gpu-request while the policies are in
-// force: more GPUs than a container may ask for.
-func requestProbe() *corev1.Pod {
-	p := gpuPod("policy-probe", 400, 0, 0, nil)
-	p.Namespace = metav1.NamespaceDefault
-	return p
+// policyProbes are pods each refused by one of kubegpu's policies while it
+// is in force, keyed by the policy. They are created by a tenant: the
+// policies let operators (cluster-admin included) do some of these.
+func policyProbes() map[string]*corev1.Pod {
+	pinned := gpuPod("policy-probe", 1, 0, 0, nil)
+	pinned.Spec.NodeName = "no-such-node"
+	share := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "policy-probe"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox",
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{kubeinterface.ResourceGPUShare: resource.MustParse("1")}}}}}}
+	return map[string]*corev1.Pod{
+		"kubegpu-allocation":  policyProbe(),
+		"kubegpu-gpu-request": gpuPod("policy-probe", 400, 0, 0, nil), // more GPUs than a container may ask for
+		"kubegpu-node-name":   pinned,
+		"kubegpu-gpu-share":   share,
+	}
 }
 
 // policiesInForce reports whether the API server applies kubegpu's
-// policies now: both probes refused. (The API server takes in each policy
-// on its own: one may be in force while another is not yet, or no longer.)
+// allocation policy now (as cluster-admin sees it).
 func policiesInForce(ctx context.Context) bool {
-	return policyRefuses(ctx, policyProbe(), "kubegpu-allocation") && policyRefuses(ctx, requestProbe(), "kubegpu-gpu-request")
+	p := policyProbe()
+	return policyRefuses(ctx, cluster.Client, p.Namespace, p, "kubegpu-allocation")
 }
 
-// policiesGone reports whether the API server applies none of the probed
-// policies now.
-func policiesGone(ctx context.Context) bool {
-	return !policyRefuses(ctx, policyProbe(), "kubegpu-allocation") && !policyRefuses(ctx, requestProbe(), "kubegpu-gpu-request")
+// probePolicies reports whether every probed policy refuses its probe
+// (want true) or none does (want false), for the tenant c of ns. The API
+// server takes in each policy on its own: one may be in force while
+// another is not yet, or no longer.
+func probePolicies(ctx context.Context, c kubernetes.Interface, ns string, want bool) bool {
+	for policy, probe := range policyProbes() {
+		probe.Namespace = ""
+		if policyRefuses(ctx, c, ns, probe, policy) != want {
+			return false
+		}
+	}
+	return true
 }
 
 // withoutPolicies removes kubegpu's admission policies for the rest of the
@@ -65,6 +83,14 @@ func policiesGone(ctx context.Context) bool {
 // hold without them.
 func withoutPolicies(ctx context.Context, t *testing.T) {
 	t.Helper()
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(strings.TrimPrefix(t.Name(), "Test")))
+	ns := namespace(ctx, t, "probe-"+name[:min(len(name), 50)])
+	c := tenant(t, ns)
 	if err := cluster.Delete(ctx, policies); err != nil {
 		t.Fatal(err)
 	}
@@ -75,13 +101,13 @@ func withoutPolicies(ctx context.Context, t *testing.T) {
 			return
 		}
 		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			return policiesInForce(ctx), nil
+			return probePolicies(ctx, c, ns, true), nil
 		}); err != nil {
 			t.Errorf("kubegpu's admission policies not back in force: %v", err)
 		}
 	})
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return policiesGone(ctx), nil
+		return probePolicies(ctx, c, ns, false), nil
 	}); err != nil {
 		t.Fatalf("kubegpu's admission policies still in force after their removal: %v", err)
 	}
