@@ -191,6 +191,11 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--kubelet-client-certificate="+c.pki.kubeletClientCertFile,
 		"--kubelet-client-key="+c.pki.kubeletClientKeyFile,
 		"--enable-priority-and-fairness=false",
+		// Gang scheduling (PodGroups, scheduling.k8s.io/v1alpha2) is
+		// alpha in v1.36: served so that kubegpu-scheduler's all-or-
+		// nothing groups can be tested; inert for pods that name no group.
+		"--feature-gates=GenericWorkload=true,GangScheduling=true",
+		"--runtime-config=scheduling.k8s.io/v1alpha2=true",
 		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
 		"--v=1")
 	if err != nil {

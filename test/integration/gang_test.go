@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+)
+
+// startGangScheduler starts kubegpu-scheduler with the shipped
+// configuration and v1.36's gang scheduling (alpha) turned on: the upstream
+// GangScheduling plugin and pod-group scheduling cycles, with kubegpu's
+// plugin choosing each pod's devices.
+func startGangScheduler(ctx context.Context, t *testing.T) {
+	t.Helper()
+	config, err := cluster.ShippedSchedulerConfig(filepath.Join(repoRoot, "kube-scheduler/config/kubegpu-scheduler.yaml"),
+		schedulerID.Kubeconfig, pluginDir, keyFile, 500, "heartbeatStaleness: "+heartbeatStaleness.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cluster.StartScheduler(ctx, filepath.Join(binDir, "kubegpu-scheduler"), config, "kubegpu-scheduler-gang", "--v=2",
+		"--feature-gates=GenericWorkload=true,GangScheduling=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+}
+
+// gangJob is a PodGroup of size pods, all or none, and its pods of gpus
+// whole GPUs each.
+func gangJob(ctx context.Context, t *testing.T, ns, name string, size, gpus int) []*corev1.Pod {
+	t.Helper()
+	pg := &schedulingv1alpha2.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: schedulingv1alpha2.PodGroupSpec{SchedulingPolicy: schedulingv1alpha2.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: int32(size)}}},
+	}
+	if _, err := tenant(t, ns).SchedulingV1alpha2().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pods []*corev1.Pod
+	for i := range size {
+		p := gpuPod(fmt.Sprintf("%s-%d", name, i), gpus, 0, 0, nil)
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(name)}
+		p.Spec.NodeSelector = map[string]string{"kubegpu.io/test-gang": "true"}
+		pods = append(pods, p)
+	}
+	return pods
+}
+
+// TestSchedulerGangs: two jobs of 4 pods × 8 GPUs, all or nothing, on four
+// DGX-1s (room for one): one runs whole, the other waits whole, nothing is
+// half placed; when the first finishes, the second runs.
+func TestSchedulerGangs(t *testing.T) {
+	ctx := context.Background()
+	startGangScheduler(ctx, t)
+	nodes := addNodes(ctx, t, "gang", "dgx1", 4)
+	for _, n := range nodes.names {
+		patch := []byte(`{"metadata":{"labels":{"kubegpu.io/test-gang":"true"}}}`)
+		if _, err := cluster.Client.CoreV1().Nodes().Patch(ctx, n, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := namespace(ctx, t, "gang")
+	a, b := gangJob(ctx, t, ns, "job-a", 4, 8), gangJob(ctx, t, ns, "job-b", 4, 8)
+	// Interleaved, as two controllers would create them.
+	for i := range a {
+		createPods(ctx, t, ns, a[i], b[i])
+	}
+	boundOf := func(pods []corev1.Pod, prefix string) int {
+		n := 0
+		for _, p := range pods {
+			if p.Spec.NodeName != "" && len(p.Name) > len(prefix) && p.Name[:len(prefix)] == prefix {
+				n++
+			}
+		}
+		return n
+	}
+	var pods []corev1.Pod
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pods = list.Items
+		return boundOf(pods, "job-a") == 4 || boundOf(pods, "job-b") == 4, nil
+	}); err != nil {
+		t.Fatalf("no job ran whole: job-a %d of 4 bound, job-b %d of 4", boundOf(pods, "job-a"), boundOf(pods, "job-b"))
+	}
+	time.Sleep(3 * time.Second)
+	list, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := "job-a", "job-b"
+	if boundOf(list.Items, "job-b") == 4 {
+		first, second = second, first
+	}
+	if n := boundOf(list.Items, second); n != 0 {
+		t.Fatalf("%s ran whole and %s has %d of 4 pods bound: half placed", first, second, n)
+	}
+	checkAllocations(t, list.Items, nodes.invs)
+	// The first job finishes: its pods go.
+	for _, p := range list.Items {
+		if p.Spec.NodeName != "" {
+			if err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pods = list.Items
+		return boundOf(pods, second) == 4, nil
+	}); err != nil {
+		t.Fatalf("%s did not run after %s finished: %d of 4 bound", second, first, boundOf(pods, second))
+	}
+	checkAllocations(t, pods, nodes.invs)
+	t.Logf("%s ran whole, %s waited whole and ran when it finished", first, second)
+}
