@@ -133,6 +133,10 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	if pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
 		fmt.Fprintln(w, nominationNote(s, pod))
 	}
+	if g := pod.Spec.SchedulingGroup; pod.Spec.NodeName == "" && g != nil && g.PodGroupName != nil {
+		fmt.Fprintf(w, "It belongs to the pod group %s: it is placed together with the rest of its group, all or none (the nodes below are judged for this pod alone).\n",
+			sanitize(*g.PodGroupName))
+	}
 	fmt.Fprintln(w)
 	// The workload mix, learned from the pods running as the scheduler
 	// learns it when it starts.
