@@ -629,7 +629,7 @@ func (c *deviceCache) reserve(pod *corev1.Pod, name string, r *devicescheduler.R
 		// The nominated pods' devices first, on a copy; the pod's from
 		// what they leave, then on the node.
 		n := ns.devices.Clone()
-		h := holder{c: c, n: n, terminating: c.preemptedOn(ns, math.MaxInt32)}
+		h := holder{c: c, n: n, evicting: c.preemptedOn(ns, math.MaxInt32)}
 		for _, a := range nominated {
 			h.place(a, capacity, free, &p)
 		}

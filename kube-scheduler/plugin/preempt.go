@@ -37,9 +37,9 @@ type nodeOverlay struct {
 	removed map[ktypes.UID]struct{}
 	added   []addedPod
 	// dryRun is set once RemovePod was called: preemption is asking what
-	// evictions would free. Pods already terminating then count as gone,
-	// as they soon are: a preemptor whose victims are still terminating
-	// finds that it needs no more victims.
+	// evictions would free. Pods the scheduler is already evicting, below
+	// the preemptor's priority, then count as gone, as they soon are: a
+	// preemptor whose victims are still leaving needs no more victims.
 	dryRun bool
 }
 
@@ -165,17 +165,17 @@ func (c *deviceCache) evaluateWith(name string, o *nodeOverlay, in *evalInput, p
 		return 0, err
 	}
 	n, idle := ns.devices.Clone(), ns.idle
-	terminating := c.preemptedOn(ns, math.MaxInt32)
+	evicting, gone := c.preemptedOn(ns, math.MaxInt32), c.preemptedOn(ns, prio)
 	c.mu.RUnlock()
 	if o.dryRun {
-		for _, uid := range c.lockedPreemptedOn(name, prio) {
+		for _, uid := range gone {
 			n.Release(string(uid))
 		}
 	}
 	for uid := range o.removed {
 		n.Release(string(uid))
 	}
-	h := holder{c: c, n: n, terminating: terminating}
+	h := holder{c: c, n: n, evicting: evicting}
 	for _, a := range o.added {
 		// Host resources are the framework's to count (NodeResourcesFit
 		// has the nominated pods added too).
@@ -206,29 +206,20 @@ func (c *deviceCache) preemptedOn(ns *nodeState, prio int32) []ktypes.UID {
 	return out
 }
 
-// lockedPreemptedOn is preemptedOn for node name, taking the read lock.
-func (c *deviceCache) lockedPreemptedOn(name string, prio int32) []ktypes.UID {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if ns, ok := c.nodes[name]; ok {
-		return c.preemptedOn(ns, prio)
-	}
-	return nil
-}
-
 // holder places nominated pods on a copy of a node's devices before the
 // pod being scheduled gets its own, so that devices freed for a preemptor
 // are not given to another pod meanwhile.
 type holder struct {
-	c           *deviceCache
-	n           *devicescheduler.Node
-	terminating []ktypes.UID
-	// gone is n with the terminating pods gone, made when first needed.
+	c *deviceCache
+	n *devicescheduler.Node
+	// evicting are the pods the scheduler is evicting from the node.
+	evicting []ktypes.UID
+	// gone is n with the evicted pods gone, made when first needed.
 	gone *devicescheduler.Node
 }
 
 // place places nominated pod a on h.n. If it does not fit only because
-// pods are still terminating (a preemptor's victims), the free devices it
+// pods are still being evicted (a preemptor's victims), the free devices it
 // will get once they are gone are held for it now.
 func (h *holder) place(a addedPod, capacity, free devicescheduler.Host, p *devicescheduler.Placement) {
 	e := h.c.engine
@@ -240,12 +231,12 @@ func (h *holder) place(a addedPod, capacity, free devicescheduler.Host, p *devic
 		}
 		return
 	}
-	if len(h.terminating) == 0 {
+	if len(h.evicting) == 0 {
 		return
 	}
 	if h.gone == nil {
 		h.gone = h.n.Clone()
-		for _, uid := range h.terminating {
+		for _, uid := range h.evicting {
 			h.gone.Release(string(uid))
 		}
 	}
@@ -254,7 +245,7 @@ func (h *holder) place(a addedPod, capacity, free devicescheduler.Host, p *devic
 	}
 	alloc := p.Allocation()
 	_ = h.gone.AssumePlacement(string(a.uid), p, devicescheduler.Host{})
-	// Each device on its own: those still held by terminating pods are
+	// Each device on its own: those still held by evicted pods are
 	// not free to anyone anyway.
 	for _, list := range [][]types.ContainerAllocation{alloc.InitContainers, alloc.Containers} {
 		for _, ctr := range list {
