@@ -6,7 +6,7 @@
 // series, so the few counters and gauges it has are kept here with atomic
 // operations and written out by hand; the tests read the output with the
 // Prometheus parser. All methods are safe for concurrent use, and on a nil
-// *Counter, *Gauge or *CounterVec they do nothing, so that packages can
+// *Counter, *Gauge or *Vec they do nothing, so that packages can
 // take an optional *Shim.
 package metrics
 
@@ -66,48 +66,46 @@ func (g *Gauge) Value() int64 {
 	return g.v.Load()
 }
 
-// CounterVec is a counter per value of one label.
-type CounterVec struct {
+// Vec is a metric (*Counter or *Gauge) per value of one label.
+type Vec[M any] struct {
 	label  string
 	mu     sync.Mutex
-	values map[string]*Counter
+	values map[string]*M
 }
 
-// With returns the counter of one label value (created at 0).
-func (v *CounterVec) With(value string) *Counter {
-	if v == nil {
-		return nil
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	c, ok := v.values[value]
-	if !ok {
-		c = &Counter{}
-		v.values[value] = c
-	}
-	return c
-}
+// CounterVec is a counter per value of one label.
+type CounterVec = Vec[Counter]
 
 // GaugeVec is a gauge per value of one label.
-type GaugeVec struct {
-	label  string
-	mu     sync.Mutex
-	values map[string]*Gauge
-}
+type GaugeVec = Vec[Gauge]
 
-// With returns the gauge of one label value (created at 0).
-func (v *GaugeVec) With(value string) *Gauge {
+func newVec[M any](label string) Vec[M] { return Vec[M]{label: label, values: map[string]*M{}} }
+
+// With returns the metric of one label value (created at 0).
+func (v *Vec[M]) With(value string) *M {
 	if v == nil {
 		return nil
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	g, ok := v.values[value]
+	m, ok := v.values[value]
 	if !ok {
-		g = &Gauge{}
-		v.values[value] = g
+		m = new(M)
+		v.values[value] = m
 	}
-	return g
+	return m
+}
+
+// sorted returns the label values in order and their metrics.
+func (v *Vec[M]) sorted() ([]string, []*M) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	values := slices.Sorted(maps.Keys(v.values))
+	ms := make([]*M, len(values))
+	for i, k := range values {
+		ms[i] = v.values[k]
+	}
+	return values, ms
 }
 
 // Shim is every metric of kubegpu-crishim.
@@ -154,11 +152,11 @@ type Shim struct {
 // New returns the shim's metrics, all at zero.
 func New() *Shim {
 	return &Shim{
-		CreateContainer: CounterVec{label: "result", values: map[string]*Counter{}},
-		Publishes:       CounterVec{label: "result", values: map[string]*Counter{}},
-		Syncs:           CounterVec{label: "result", values: map[string]*Counter{}},
-		Allowlisted:     CounterVec{label: "namespace", values: map[string]*Counter{}},
-		ModulesFailed:   GaugeVec{label: "module", values: map[string]*Gauge{}},
+		CreateContainer: newVec[Counter]("result"),
+		Publishes:       newVec[Counter]("result"),
+		Syncs:           newVec[Counter]("result"),
+		Allowlisted:     newVec[Counter]("namespace"),
+		ModulesFailed:   newVec[Gauge]("module"),
 	}
 }
 
@@ -193,30 +191,21 @@ func gauge(b *bufio.Writer, name, help string, v int64) {
 }
 
 func vec(b *bufio.Writer, name, help string, v *CounterVec) {
-	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n", name, helpEscaper.Replace(help), name)
-	v.mu.Lock()
-	values := slices.Sorted(maps.Keys(v.values))
-	counters := make([]*Counter, len(values))
-	for i, k := range values {
-		counters[i] = v.values[k]
-	}
-	v.mu.Unlock()
-	for i, k := range values {
-		fmt.Fprintf(b, "%s{%s=\"%s\"} %d\n", name, v.label, labelEscaper.Replace(k), counters[i].Value())
-	}
+	values, counters := v.sorted()
+	writeVec(b, name, help, "counter", v.label, values, func(i int) string { return fmt.Sprint(counters[i].Value()) })
 }
 
 func gaugeVec(b *bufio.Writer, name, help string, v *GaugeVec) {
-	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, helpEscaper.Replace(help), name)
-	v.mu.Lock()
-	values := slices.Sorted(maps.Keys(v.values))
-	gauges := make([]*Gauge, len(values))
+	values, gauges := v.sorted()
+	writeVec(b, name, help, "gauge", v.label, values, func(i int) string { return fmt.Sprint(gauges[i].Value()) })
+}
+
+// writeVec writes one labelled metric family: value(i) is the sample of
+// label value values[i].
+func writeVec(b *bufio.Writer, name, help, kind, label string, values []string, value func(i int) string) {
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, helpEscaper.Replace(help), name, kind)
 	for i, k := range values {
-		gauges[i] = v.values[k]
-	}
-	v.mu.Unlock()
-	for i, k := range values {
-		fmt.Fprintf(b, "%s{%s=\"%s\"} %d\n", name, v.label, labelEscaper.Replace(k), gauges[i].Value())
+		fmt.Fprintf(b, "%s{%s=\"%s\"} %s\n", name, label, labelEscaper.Replace(k), value(i))
 	}
 }
 
