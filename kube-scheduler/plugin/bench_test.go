@@ -123,23 +123,7 @@ func BenchmarkPreFilter(b *testing.B) {
 // memo (the usual case), and with a nominated pod to place first (a copy of
 // the node's devices per call, as on nodes a preemptor waits for).
 func BenchmarkFilterNominated(b *testing.B) {
-	t := &testing.T{}
-	c, key := testCache(t)
-	logger := klog.Background()
-	node := testNode(t, "n1", "dgx1")
-	c.updateNode(logger, node)
-	c.updateLease(testLease("n1", testNow), false)
-	c.warmed.Store(true)
-	for i := range 4 {
-		pod := gpuPod(fmt.Sprint("low-", i), 1, 0, testNow)
-		alloc, err := c.reserve(pod, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		c.updatePod(logger, boundWith(t, key, pod, alloc))
-	}
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
-	p.ready.Store(true)
+	p, node, _ := fullDGX(b, 4)
 	pod := gpuPod("x", 1, 0, testNow)
 	ni := framework.NewNodeInfo()
 	ni.SetNode(node)

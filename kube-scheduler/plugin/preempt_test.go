@@ -16,25 +16,7 @@ import (
 // and AddPod put back, as preemption's dry run asks, apart from the node
 // itself and from other clones of the cycle state.
 func TestPreemptionView(t *testing.T) {
-	c, key := testCache(t)
-	logger := klog.Background()
-	node := testNode(t, "n1", "dgx1")
-	c.updateNode(logger, node)
-	c.updateLease(testLease("n1", testNow), false)
-	c.warmed.Store(true)
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
-	p.ready.Store(true)
-	var lows []*corev1.Pod
-	for i := range 8 {
-		pod := gpuPod(fmt.Sprint("low-", i), 1, 0, testNow)
-		alloc, err := c.reserve(pod, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bound := boundWith(t, key, pod, alloc)
-		c.updatePod(logger, bound)
-		lows = append(lows, bound)
-	}
+	p, node, lows := fullDGX(t, 8)
 	high := gpuPod("high", 4, 0, testNow)
 	high.Annotations = map[string]string{kubeinterface.AnnotationTopology: "required"}
 	cs := framework.NewCycleState()
@@ -72,4 +54,33 @@ func TestPreemptionView(t *testing.T) {
 	if st := p.Filter(context.Background(), cs, high, ni); st.IsSuccess() {
 		t.Error("the cycle's own state sees the dry run's removals")
 	}
+}
+
+// fullDGX is a warm plugin over one live DGX-1, n1, with n one-GPU pods
+// bound there.
+func fullDGX(t testing.TB, n int) (*Plugin, *corev1.Node, []*corev1.Pod) {
+	tt, ok := t.(*testing.T)
+	if !ok {
+		tt = &testing.T{}
+	}
+	c, key := testCache(tt)
+	logger := klog.Background()
+	node := testNode(tt, "n1", "dgx1")
+	c.updateNode(logger, node)
+	c.updateLease(testLease("n1", testNow), false)
+	c.warmed.Store(true)
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
+	p.ready.Store(true)
+	var pods []*corev1.Pod
+	for i := range n {
+		pod := gpuPod(fmt.Sprint("low-", i), 1, 0, testNow)
+		alloc, err := c.reserve(pod, "n1", wholeRequest(tt, c, 1), noHost, noHost, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound := boundWith(tt, key, pod, alloc)
+		c.updatePod(logger, bound)
+		pods = append(pods, bound)
+	}
+	return p, node, pods
 }

@@ -96,15 +96,7 @@ func TestSchedulerFailover(t *testing.T) {
 	}
 	t.Logf("leader killed with %d pods bound; the other replica held the lease after %s and bound its first pod after %s (leaseDuration %s)",
 		atKill, took.Round(100*time.Millisecond), firstBinding.Round(100*time.Millisecond), failoverLeaseDuration)
-	if err := <-created; err != nil {
-		t.Fatal(err)
-	}
-	pods := settle(ctx, t, ns, 3*time.Second, 2*time.Minute)
-	if len(pods) != 120 {
-		t.Fatalf("%d pods, want 120", len(pods))
-	}
-	allocs := checkAllocations(t, pods, nodes.invs)
-	assertNothingFits(t, pods, allocs, nodes.invs)
+	checkStream(ctx, t, ns, created, 120, nodes)
 	for _, reason := range failedSchedulingAll(ctx, t, ns) {
 		if strings.Contains(reason, "already") || strings.Contains(reason, "twice") {
 			t.Errorf("a scheduling attempt says %q", reason)

@@ -177,12 +177,21 @@ func TestSchedulerRestartMidStream(t *testing.T) {
 	list, _ := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	t.Logf("killed the scheduler with %d pods bound", bound(list.Items))
 	startScheduler(ctx, t)
+	checkStream(ctx, t, ns, created, 120, nodes)
+}
+
+// checkStream waits for the pods streamPods creates and for them to
+// settle, then checks that there are want of them, that every allocation
+// verifies and no device is given twice, and that nothing that fits is
+// left pending.
+func checkStream(ctx context.Context, t *testing.T, ns string, created <-chan error, want int, nodes *simNodes) {
+	t.Helper()
 	if err := <-created; err != nil {
 		t.Fatal(err)
 	}
 	pods := settle(ctx, t, ns, 3*time.Second, 2*time.Minute)
-	if len(pods) != 120 {
-		t.Fatalf("%d pods, want 120", len(pods))
+	if len(pods) != want {
+		t.Fatalf("%d pods, want %d", len(pods), want)
 	}
 	allocs := checkAllocations(t, pods, nodes.invs)
 	assertNothingFits(t, pods, allocs, nodes.invs)
