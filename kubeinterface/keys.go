@@ -26,6 +26,23 @@ const (
 	ResourceGPUs = Domain + "gpus"
 )
 
+// Namespace GPU budgets: a soft limit beside the hard quota. A pod that
+// would take its namespace over its budget still runs, on idle GPUs, at a
+// reduced priority, and is the first preempted when a pod within its
+// budget needs the GPUs.
+const (
+	// BudgetQuota is the name of the ResourceQuota that sets a namespace's
+	// budget in requests.kubegpu.io/gpu-share. It must be scoped to pods
+	// not of PriorityClassBorrowed, so that borrowers leave its count.
+	BudgetQuota = "kubegpu-budget"
+	// PriorityClassBorrowed is the PriorityClass the admission policy
+	// kubegpu-budget gives a GPU pod over its namespace's budget.
+	PriorityClassBorrowed = "kubegpu-borrowed"
+	// BorrowedPriority is PriorityClassBorrowed's value: below the default
+	// priority 0, so that any pod that may preempt evicts borrowers first.
+	BorrowedPriority int32 = -100
+)
+
 // Pod annotations a user sets to constrain the pod's devices. Lists are
 // comma-separated.
 const (

@@ -130,6 +130,10 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 			fmt.Fprintf(w, "It is bound to %s without a usable allocation (%s): it runs with no GPUs.\n", pod.Spec.NodeName, sanitize(err.Error()))
 		}
 	}
+	if borrowing(pod) {
+		fmt.Fprintf(w, "It runs over its namespace's GPU budget (ResourceQuota %s), at PriorityClass %s: it gets only GPUs no pod within a budget uses, preempts nothing, and is among the first evicted when a pod that may preempt needs its GPUs.\n",
+			kubeinterface.BudgetQuota, kubeinterface.PriorityClassBorrowed)
+	}
 	if pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
 		fmt.Fprintln(w, nominationNote(s, pod))
 	}
@@ -348,4 +352,10 @@ func nominationNote(s *clusterState, pod *corev1.Pod) string {
 		leaving = leaving[:shown]
 	}
 	return fmt.Sprintf("It is nominated to %s by preemption and waits for the pods evicted there to leave: %s%s.", sanitize(node), sanitize(strings.Join(leaving, ", ")), more)
+}
+
+// borrowing says whether pod runs over its namespace's GPU budget: the
+// admission policy kubegpu-budget gave it the borrowers' PriorityClass.
+func borrowing(pod *corev1.Pod) bool {
+	return pod.Spec.PriorityClassName == kubeinterface.PriorityClassBorrowed
 }

@@ -89,6 +89,9 @@ func gpus(s *clusterState) []GPU {
 				// get what the changed annotation says, or nothing.
 				name += " (annotation changed)"
 			}
+			if borrowing(pa.pod) {
+				name += " (over budget)"
+			}
 			for _, c := range append(append([]types.ContainerAllocation{}, pa.alloc.InitContainers...), pa.alloc.Containers...) {
 				for _, sh := range c.Devices {
 					i, ok := byID[sh.ID]

@@ -132,6 +132,8 @@ type rules struct {
 	FieldGrace, WantGrace                string
 	SliceMemory, SliceCores              string
 	Domain                               string
+	Budget, Borrowed                     string
+	BorrowedPriority                     int32
 }
 
 // listRule is one model or UUID list annotation and the variables named
@@ -160,6 +162,7 @@ var theRules = func() rules {
 		FieldGrace: objects.FieldGracePeriod, WantGrace: objects.WantGracePeriod,
 		SliceMemory: objects.WantSliceCount(kubeinterface.ResourceGPUMemory), SliceCores: objects.WantSliceCount(kubeinterface.ResourceGPUCores),
 		Domain: kubeinterface.Domain,
+		Budget: kubeinterface.BudgetQuota, Borrowed: kubeinterface.PriorityClassBorrowed, BorrowedPriority: kubeinterface.BorrowedPriority,
 	}
 	for _, t := range types.TopologyPolicies {
 		r.Topologies = append(r.Topologies, string(t))

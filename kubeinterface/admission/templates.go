@@ -34,6 +34,21 @@ const shareVariables = `{{define "shareVariables"}}  - name: initShare
   - name: first
     expression: "object.spec.containers[0].name"{{end}}`
 
+// budgetVariables are kubegpu-budget's variables: what the pod is worth
+// (the sum of wantShare over its containers), the budget quota's hard
+// limit (-1 if it sets none) and what it counts as used.
+const budgetVariables = `{{define "budgetVariables"}}  variables:
+  - name: share
+    expression: >-
+      object.spec.?initContainers.orValue([]).map(c, {{template "ctrShare" .}}).sum() +
+      object.spec.containers.map(c, {{template "ctrShare" .}}).sum()
+  - name: budget
+    expression: >-
+      [string(params.spec.?hard[?{{str (print "requests." .Share)}}].orValue(''))].map(v, isQuantity(v) ? quantity(v).asInteger() : -1)[0]
+  - name: used
+    expression: >-
+      [string(params.?status.?used[?{{str (print "requests." .Share)}}].orValue('0'))].map(v, isQuantity(v) ? quantity(v).asInteger() : 0)[0]{{end}}`
+
 // wantShare is the CEL of the share app container c must carry.
 const wantShare = `{{define "wantShare"}}({{template "ctrShare" .}} + (c.name == variables.first ? variables.initShare : 0)){{end}}`
 
@@ -52,7 +67,7 @@ spec:
   policyName: {{.}}
   validationActions: [Deny]{{end}}`
 
-const policiesTemplate = wantsDevices + ctrShare + hasShare + shareVariables + wantShare + gotShare + binding + `{{$r := rules}}` + header + `#
+const policiesTemplate = wantsDevices + ctrShare + hasShare + shareVariables + budgetVariables + wantShare + gotShare + binding + `{{$r := rules}}` + header + `#
 # kubegpu's admission policies; see the "Security model" section of the
 # README. Apply with: kubectl apply --server-side -f deploy/admission/kubegpu-policies.yaml
 #
@@ -433,6 +448,139 @@ spec:
     reason: Forbidden
 ---
 {{template "binding" "kubegpu-gpu-share"}}
+---
+# Namespace GPU budgets that borrow. An operator gives a namespace a budget,
+# a soft limit beside its hard quota, as a ResourceQuota named
+# {{$r.Budget}} on requests.{{$r.Share}}, scoped to pods not of the
+# PriorityClass {{$r.Borrowed}}:
+#
+#   apiVersion: v1
+#   kind: ResourceQuota
+#   metadata: {name: {{$r.Budget}}, namespace: team-a}
+#   spec:
+#     hard: {requests.{{$r.Share}}: "400"}
+#     scopeSelector:
+#       matchExpressions:
+#       - {scopeName: PriorityClass, operator: NotIn, values: [{{$r.Borrowed}}]}
+#
+# A GPU pod that would take the namespace over its budget is given the
+# PriorityClass {{$r.Borrowed}} ({{$r.BorrowedPriority}}, never preempts) and so
+# leaves the budget's scope: it runs on GPUs nobody within a budget uses,
+# and upstream preemption evicts it first when a pod that may preempt needs
+# them. Namespaces without a {{$r.Budget}} quota have no budget.
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata:
+  name: {{$r.Borrowed}}
+  labels:
+    app.kubernetes.io/part-of: kubegpu
+value: {{$r.BorrowedPriority}}
+preemptionPolicy: Never
+description: >-
+  GPU pods over their namespace's GPU budget (ResourceQuota {{$r.Budget}}):
+  they run on idle GPUs and are the first preempted.
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: {{$r.Budget}}
+  labels:
+    app.kubernetes.io/part-of: kubegpu
+spec:
+  failurePolicy: Fail
+  reinvocationPolicy: Never
+  paramKind:
+    apiVersion: v1
+    kind: ResourceQuota
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  matchConditions:
+  - name: gpu-pod
+    expression: >-
+      {{template "wantsDevices" (obj "object" $r)}}
+  - name: not-borrowing
+    expression: >-
+      object.spec.?priorityClassName.orValue('') != {{str $r.Borrowed}}
+{{template "budgetVariables" $r}}
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >-
+        variables.budget >= 0 && variables.used + variables.share > variables.budget ?
+          Object{
+            spec: Object.spec{
+              priorityClassName: {{str $r.Borrowed}},
+              priority: {{$r.BorrowedPriority}},
+              preemptionPolicy: "Never"
+            }
+          } :
+          Object{}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: {{$r.Budget}}
+  labels:
+    app.kubernetes.io/part-of: kubegpu
+spec:
+  policyName: {{$r.Budget}}
+  paramRef:
+    name: {{$r.Budget}}
+    parameterNotFoundAction: Allow
+---
+# {{$r.Budget}} (validating): a budget that is not scoped as above would
+# refuse the pods it should let borrow; say so rather than refuse them
+# with a quota message that names no cause.
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {{$r.Budget}}
+  labels:
+    app.kubernetes.io/part-of: kubegpu
+spec:
+  failurePolicy: Fail
+  paramKind:
+    apiVersion: v1
+    kind: ResourceQuota
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  matchConditions:
+  - name: gpu-pod
+    expression: >-
+      {{template "wantsDevices" (obj "object" $r)}}
+  validations:
+  - expression: >-
+      params.spec.?scopes.orValue([]).size() == 0 &&
+      params.spec.?scopeSelector.matchExpressions.orValue([]).size() == 1 &&
+      params.spec.scopeSelector.matchExpressions.all(e, e.scopeName == 'PriorityClass' &&
+        e.operator == 'NotIn' && e.?values.orValue([]) == [{{str $r.Borrowed}}])
+    messageExpression: >-
+      'ResourceQuota ' + params.metadata.name + ' in namespace ' + params.metadata.namespace +
+      ' is a GPU budget and must be scoped to pods not of PriorityClass {{$r.Borrowed}} and nothing else ' +
+      '(scopeSelector: {matchExpressions: [{scopeName: PriorityClass, operator: NotIn, values: [{{$r.Borrowed}}]}]}), ' +
+      'so that pods over it borrow idle GPUs: ask the cluster operator to fix it'
+    reason: Invalid
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{$r.Budget}}
+  labels:
+    app.kubernetes.io/part-of: kubegpu
+spec:
+  policyName: {{$r.Budget}}
+  paramRef:
+    name: {{$r.Budget}}
+    parameterNotFoundAction: Allow
+  validationActions: [Deny]
 ---
 # Bind to the operators (users, groups or ServiceAccounts) who may create GPU
 # pods with spec.nodeName. Such pods get no GPUs.

@@ -1,0 +1,126 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+)
+
+// budget gives namespace ns a GPU budget of share per cent of a GPU, as an
+// operator does (scoped as the docs say unless scope is false), and waits
+// until the quota controller has counted it.
+func budget(ctx context.Context, t *testing.T, ns string, share int64, scoped bool) {
+	t.Helper()
+	q := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: kubeinterface.BudgetQuota},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
+			"requests." + kubeinterface.ResourceGPUShare: *resource.NewQuantity(share, resource.DecimalSI)}},
+	}
+	if scoped {
+		q.Spec.ScopeSelector = &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{
+			ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpNotIn,
+			Values: []string{kubeinterface.PriorityClassBorrowed}}}}
+	}
+	if _, err := cluster.Client.CoreV1().ResourceQuotas(ns).Create(ctx, q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitBudgetUsed(ctx, t, ns, 0)
+}
+
+// waitBudgetUsed waits until ns's budget quota counts used per cent of a
+// GPU as used.
+func waitBudgetUsed(ctx context.Context, t *testing.T, ns string, used int64) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		q, err := cluster.Client.CoreV1().ResourceQuotas(ns).Get(ctx, kubeinterface.BudgetQuota, metav1.GetOptions{})
+		if err != nil || q.Status.Hard == nil {
+			return false, nil
+		}
+		u := q.Status.Used["requests."+kubeinterface.ResourceGPUShare]
+		return u.Value() == used, nil
+	}); err != nil {
+		t.Fatalf("budget of %s never counted %d used: %v", ns, used, err)
+	}
+}
+
+// TestBudgetBorrows: a namespace over its GPU budget still runs a GPU pod
+// on idle GPUs, at the borrowers' priority whatever PriorityClass the
+// tenant asked for, and that pod is the one preempted when a namespace
+// within its budget needs the GPUs; the pods within the first namespace's
+// budget stay. `kubegpu gpus` and `kubegpu explain` show the borrower. A
+// budget quota not scoped as documented refuses GPU pods with a message
+// that says so.
+func TestBudgetBorrows(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	addNodes(ctx, t, "budget", "dgx1", 1)
+	priorityClass(ctx, t, "kubegpu-test-budget-high", 1000)
+	a, b := namespace(ctx, t, "budget-a"), namespace(ctx, t, "budget-b")
+	finishing := &atomic.Bool{}
+	finishing.Store(true)
+	for _, ns := range []string{a, b} {
+		finishTerminating(ctx, t, ns, finishing)
+	}
+	budget(ctx, t, a, 400, true)
+	budget(ctx, t, b, 800, true)
+	onNode := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "budget-0"}
+		return p
+	}
+
+	// Within a's budget of 4 GPUs: two pods of 2.
+	createPods(ctx, t, a, onNode(gpuPod("a-0", 2, 0, 0, nil)), onNode(gpuPod("a-1", 2, 0, 0, nil)))
+	waitBudgetUsed(ctx, t, a, 400)
+	for _, name := range []string{"a-0", "a-1"} {
+		if p := boundPod(ctx, t, a, name); p.Spec.PriorityClassName != "" {
+			t.Errorf("pod %s within its budget got PriorityClass %q", name, p.Spec.PriorityClassName)
+		}
+	}
+	// Over it, whatever class the tenant asks for: borrows the idle quad.
+	over := onNode(gpuPod("a-over", 4, 0, 0, nil))
+	over.Spec.PriorityClassName = "kubegpu-test-budget-high"
+	createPods(ctx, t, a, over)
+	p := boundPod(ctx, t, a, "a-over")
+	if p.Spec.PriorityClassName != kubeinterface.PriorityClassBorrowed || p.Spec.Priority == nil || *p.Spec.Priority != kubeinterface.BorrowedPriority ||
+		p.Spec.PreemptionPolicy == nil || *p.Spec.PreemptionPolicy != corev1.PreemptNever {
+		t.Fatalf("pod over its budget: PriorityClass %q priority %v preemption %v, want %s %d Never",
+			p.Spec.PriorityClassName, p.Spec.Priority, p.Spec.PreemptionPolicy, kubeinterface.PriorityClassBorrowed, kubeinterface.BorrowedPriority)
+	}
+	if out := kubegpu(t, "gpus"); !strings.Contains(out, a+"/a-over (over budget)") || strings.Contains(out, a+"/a-0 (over budget)") {
+		t.Errorf("kubegpu gpus does not show the borrower alone as over budget:\n%s", out)
+	}
+	if out := kubegpu(t, "explain", "-n", a, "a-over"); !strings.Contains(out, "over its namespace's GPU budget") {
+		t.Errorf("kubegpu explain does not say the pod runs over budget:\n%s", out)
+	}
+
+	// b, within its budget, needs the quad: the borrower goes, a's pods
+	// within budget stay.
+	createPods(ctx, t, b, onNode(gpuPod("b-0", 4, 0, 0, nil)))
+	boundPod(ctx, t, b, "b-0")
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := viewer.Client.CoreV1().Pods(a).Get(ctx, "a-over", metav1.GetOptions{})
+		return err != nil, nil
+	}); err != nil {
+		t.Error("the borrower was not evicted for the pod within its budget")
+	}
+	for _, name := range []string{"a-0", "a-1"} {
+		if p, err := viewer.Client.CoreV1().Pods(a).Get(ctx, name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+			t.Errorf("pod %s within its budget was evicted (%v)", name, err)
+		}
+	}
+
+	// A budget that would count borrowers refuses them with the cause.
+	c := namespace(ctx, t, "budget-c")
+	budget(ctx, t, c, 100, false)
+	_, err := tenant(t, c).CoreV1().Pods(c).Create(ctx, gpuPod("any", 1, 0, 0, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	refused(t, "a GPU pod under an unscoped budget", err, kubeinterface.BudgetQuota, "must be scoped to pods not of PriorityClass "+kubeinterface.PriorityClassBorrowed)
+}
