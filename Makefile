@@ -68,10 +68,10 @@ build: deps ## Build the binaries into _output/bin
 	ln -sf kubegpu $(BIN)/kubectl-kubegpu
 
 # Upstream binaries, built from the pinned k8s.io/kubernetes (go.mod's tool lines).
-KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet
+KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
 
 .PHONY: kube-binaries
-kube-binaries: deps ## Build upstream kube-apiserver, kube-controller-manager, kube-scheduler and kubelet (for tests, demo, bench)
+kube-binaries: deps ## Build upstream kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl of the pinned version
 	@mkdir -p $(BIN)
 	$(foreach b,$(KUBE_BINARIES),$(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/$(b) k8s.io/kubernetes/cmd/$(b) &&) true
 

@@ -177,8 +177,8 @@ func run(ctx context.Context, o options) (err error) {
 	fmt.Printf("\nDemo ran in %s.\n", time.Since(start).Round(time.Second))
 	if o.keep {
 		step("The cluster keeps running; Ctrl-C ends it")
-		fmt.Printf("    export KUBECONFIG=%s   # the tenant; cluster-admin: %s\n    %s/kubegpu --kubeconfig %s --allocation-key %s gpus\n",
-			ids.tenant.Kubeconfig, c.Kubeconfig, o.binDir, ids.viewer.Kubeconfig, pubFile)
+		fmt.Printf("    export KUBECONFIG=%s   # the tenant; cluster-admin: %s\n    %s/kubectl apply -f examples/05-cannot-fit.yaml\n    %s/kubegpu --kubeconfig %s --allocation-key %s gpus\n",
+			ids.tenant.Kubeconfig, c.Kubeconfig, o.binDir, o.binDir, ids.viewer.Kubeconfig, pubFile)
 		<-ctx.Done()
 	}
 	return nil
