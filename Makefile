@@ -121,6 +121,29 @@ plugins: deps ## Build the device modules into _output/plugins/*.so
 	@mkdir -p $(PLUGIN_DIR)
 	$(foreach p,$(PLUGINS),$(GO) build -buildmode=plugin -o $(PLUGIN_DIR)/$(p).so $($(p)_PKG) &&) true
 
+# Container images, built by hack/image (its own module) with no base image:
+# the binary, the device modules of the same build for the scheduler, the
+# shared libraries they need, a non-root user, no shell. Each is a tar of an
+# OCI image layout (`ctr images import`, `crane push`); the same commit
+# gives the same digests. SOURCE_DATE_EPOCH defaults to the commit's time.
+IMAGE_REPO ?= ghcr.io/kubegpu
+IMAGE_DIR := $(OUT)/images
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_LABELS = -label org.opencontainers.image.version=$(VERSION) -label org.opencontainers.image.source=https://github.com/kubegpu/kubegpu
+
+.PHONY: image
+image: build plugins ## Build OCI images of kubegpu-scheduler and the kubegpu CLI into _output/images (IMAGE_REPO)
+	@mkdir -p $(IMAGE_DIR)
+	cd hack/image && GOFLAGS=-trimpath $(GO) build -o $(TOOLS)/kubegpu-image .
+	$(TOOLS)/kubegpu-image -created $(SOURCE_DATE_EPOCH) $(IMAGE_LABELS) \
+		-ref $(IMAGE_REPO)/kubegpu-scheduler:$(VERSION) -out $(IMAGE_DIR)/kubegpu-scheduler.tar \
+		-entrypoint /usr/local/bin/kubegpu-scheduler -add $(BIN)/kubegpu-scheduler=/usr/local/bin/kubegpu-scheduler \
+		$(foreach p,$(PLUGINS),-add $(PLUGIN_DIR)/$(p).so=/usr/lib/kubegpu/plugins/$(p).so) >$(IMAGE_DIR)/kubegpu-scheduler.ref
+	$(TOOLS)/kubegpu-image -created $(SOURCE_DATE_EPOCH) $(IMAGE_LABELS) \
+		-ref $(IMAGE_REPO)/kubegpu:$(VERSION) -out $(IMAGE_DIR)/kubegpu.tar \
+		-entrypoint /usr/local/bin/kubegpu -add $(BIN)/kubegpu=/usr/local/bin/kubegpu >$(IMAGE_DIR)/kubegpu.ref
+	@cat $(IMAGE_DIR)/*.ref
+
 .PHONY: test
 test: unit integration ## Run every test: unit, fuzz seed corpora, integration
 
