@@ -41,6 +41,10 @@ const (
 	// BorrowedPriority is PriorityClassBorrowed's value: below the default
 	// priority 0, so that any pod that may preempt evicts borrowers first.
 	BorrowedPriority int32 = -100
+	// BorrowedGracePeriodSeconds caps a borrower's
+	// terminationGracePeriodSeconds, so that it leaves its GPUs soon when
+	// evicted for a pod within its budget.
+	BorrowedGracePeriodSeconds = 30
 )
 
 // Pod annotations a user sets to constrain the pod's devices. Lists are

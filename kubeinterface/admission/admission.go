@@ -39,6 +39,19 @@ func SecondSchedulerPolicy(schedulerName string) ([]byte, error) {
 	return render(secondSchedulerTemplate, newData(schedulerName))
 }
 
+// HelmSecondSchedulerPolicy returns the Helm chart's template of
+// SecondSchedulerPolicy: the scheduler's name is the chart's value
+// schedulerName (which values.schema.json limits to a DNS label), and the
+// policy is rendered only in the chart's mode second.
+func HelmSecondSchedulerPolicy() ([]byte, error) {
+	b, err := SecondSchedulerPolicy("{{ .Values.schedulerName }}")
+	if err != nil {
+		return nil, err
+	}
+	return append(append([]byte(`{{- if and .Values.admissionPolicies.install (eq .Values.mode "second") }}
+`), b...), "{{- end }}\n"...), nil
+}
+
 // data is what the templates are rendered with.
 type data struct {
 	Group, WriteAllocations, SetNodeName, SchedulerName string
@@ -134,6 +147,7 @@ type rules struct {
 	Domain                               string
 	Budget, Borrowed                     string
 	BorrowedPriority                     int32
+	BorrowedGrace                        int
 }
 
 // listRule is one model or UUID list annotation and the variables named
@@ -163,6 +177,7 @@ var theRules = func() rules {
 		SliceMemory: objects.WantSliceCount(kubeinterface.ResourceGPUMemory), SliceCores: objects.WantSliceCount(kubeinterface.ResourceGPUCores),
 		Domain: kubeinterface.Domain,
 		Budget: kubeinterface.BudgetQuota, Borrowed: kubeinterface.PriorityClassBorrowed, BorrowedPriority: kubeinterface.BorrowedPriority,
+		BorrowedGrace: kubeinterface.BorrowedGracePeriodSeconds,
 	}
 	for _, t := range types.TopologyPolicies {
 		r.Topologies = append(r.Topologies, string(t))

@@ -36,7 +36,9 @@ const shareVariables = `{{define "shareVariables"}}  - name: initShare
 
 // budgetVariables are kubegpu-budget's variables: what the pod is worth
 // (the sum of wantShare over its containers), the budget quota's hard
-// limit (-1 if it sets none) and what it counts as used.
+// limit (-1 if it sets none or not as an integer: the validating policy
+// refuses such budgets) and what it counts as used (-1 if that is not an
+// integer either: counted as over the budget).
 const budgetVariables = `{{define "budgetVariables"}}  variables:
   - name: share
     expression: >-
@@ -44,10 +46,12 @@ const budgetVariables = `{{define "budgetVariables"}}  variables:
       object.spec.containers.map(c, {{template "ctrShare" .}}).sum()
   - name: budget
     expression: >-
-      [string(params.spec.?hard[?{{str (print "requests." .Share)}}].orValue(''))].map(v, isQuantity(v) ? quantity(v).asInteger() : -1)[0]
+      [string(params.spec.?hard[?{{str (print "requests." .Share)}}].orValue(''))].map(v,
+        isQuantity(v) && quantity(v).isInteger() && sign(quantity(v)) >= 0 ? quantity(v).asInteger() : -1)[0]
   - name: used
     expression: >-
-      [string(params.?status.?used[?{{str (print "requests." .Share)}}].orValue('0'))].map(v, isQuantity(v) ? quantity(v).asInteger() : 0)[0]{{end}}`
+      [string(params.?status.?used[?{{str (print "requests." .Share)}}].orValue('0'))].map(v,
+        isQuantity(v) && quantity(v).isInteger() && sign(quantity(v)) >= 0 ? quantity(v).asInteger() : -1)[0]{{end}}`
 
 // wantShare is the CEL of the share app container c must carry.
 const wantShare = `{{define "wantShare"}}({{template "ctrShare" .}} + (c.name == variables.first ? variables.initShare : 0)){{end}}`
@@ -502,20 +506,29 @@ spec:
   - name: gpu-pod
     expression: >-
       {{template "wantsDevices" (obj "object" $r)}}
-  - name: not-borrowing
-    expression: >-
-      object.spec.?priorityClassName.orValue('') != {{str $r.Borrowed}}
 {{template "budgetVariables" $r}}
+  - name: borrowing
+    expression: >-
+      object.spec.?priorityClassName.orValue('') == {{str $r.Borrowed}} ||
+      (variables.budget >= 0 && variables.share > 0 &&
+       (variables.used < 0 || variables.used > variables.budget - variables.share))
+  - name: grace
+    expression: >-
+      object.spec.?terminationGracePeriodSeconds.orValue({{$r.BorrowedGrace}})
   mutations:
+  # A borrower gets the borrowers' class, its priority and preemption
+  # policy, and at most {{$r.BorrowedGrace}}s of grace, so that it leaves
+  # its GPUs soon when evicted.
   - patchType: ApplyConfiguration
     applyConfiguration:
       expression: >-
-        variables.budget >= 0 && variables.used + variables.share > variables.budget ?
+        variables.borrowing ?
           Object{
             spec: Object.spec{
               priorityClassName: {{str $r.Borrowed}},
               priority: {{$r.BorrowedPriority}},
-              preemptionPolicy: "Never"
+              preemptionPolicy: "Never",
+              terminationGracePeriodSeconds: variables.grace > {{$r.BorrowedGrace}} ? {{$r.BorrowedGrace}} : variables.grace
             }
           } :
           Object{}
@@ -556,7 +569,15 @@ spec:
   - name: gpu-pod
     expression: >-
       {{template "wantsDevices" (obj "object" $r)}}
+{{template "budgetVariables" $r}}
   validations:
+  - expression: >-
+      variables.budget >= 0
+    messageExpression: >-
+      'ResourceQuota ' + params.metadata.name + ' in namespace ' + params.metadata.namespace +
+      ' is a GPU budget and must set requests.{{$r.Share}} to a whole number of per cent of a GPU ' +
+      '(e.g. "400" for 4 GPUs): ask the cluster operator to fix it'
+    reason: Invalid
   - expression: >-
       params.spec.?scopes.orValue([]).size() == 0 &&
       params.spec.?scopeSelector.matchExpressions.orValue([]).size() == 1 &&

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
 )
@@ -34,6 +35,18 @@ func budget(ctx context.Context, t *testing.T, ns string, share int64, scoped bo
 		t.Fatal(err)
 	}
 	waitBudgetUsed(ctx, t, ns, 0)
+	if !scoped {
+		return
+	}
+	// The API server's policies read the quota from a cache of their own:
+	// wait until a pod over the whole budget borrows.
+	probe := gpuPod("probe", int(share/100)+1, 0, 0, nil)
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := tenant(t, ns).CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && p.Spec.PriorityClassName == kubeinterface.PriorityClassBorrowed, nil
+	}); err != nil {
+		t.Fatalf("the budget of %s is not in force: %v", ns, err)
+	}
 }
 
 // waitBudgetUsed waits until ns's budget quota counts used per cent of a
@@ -88,8 +101,12 @@ func TestBudgetBorrows(t *testing.T) {
 	// Over it, whatever class the tenant asks for: borrows the idle quad.
 	over := onNode(gpuPod("a-over", 4, 0, 0, nil))
 	over.Spec.PriorityClassName = "kubegpu-test-budget-high"
+	over.Spec.TerminationGracePeriodSeconds = ptr.To[int64](86400) // held a day after eviction, if it could
 	createPods(ctx, t, a, over)
 	p := boundPod(ctx, t, a, "a-over")
+	if g := p.Spec.TerminationGracePeriodSeconds; g == nil || *g != kubeinterface.BorrowedGracePeriodSeconds {
+		t.Errorf("borrower's grace period %v, want capped to %d", g, kubeinterface.BorrowedGracePeriodSeconds)
+	}
 	if p.Spec.PriorityClassName != kubeinterface.PriorityClassBorrowed || p.Spec.Priority == nil || *p.Spec.Priority != kubeinterface.BorrowedPriority ||
 		p.Spec.PreemptionPolicy == nil || *p.Spec.PreemptionPolicy != corev1.PreemptNever {
 		t.Fatalf("pod over its budget: PriorityClass %q priority %v preemption %v, want %s %d Never",
@@ -123,4 +140,21 @@ func TestBudgetBorrows(t *testing.T) {
 	budget(ctx, t, c, 100, false)
 	_, err := tenant(t, c).CoreV1().Pods(c).Create(ctx, gpuPod("any", 1, 0, 0, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	refused(t, "a GPU pod under an unscoped budget", err, kubeinterface.BudgetQuota, "must be scoped to pods not of PriorityClass "+kubeinterface.PriorityClassBorrowed)
+
+	// So does a budget the policy cannot count in (not a whole number).
+	d := namespace(ctx, t, "budget-d")
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: kubeinterface.BudgetQuota}, Spec: corev1.ResourceQuotaSpec{
+		Hard: corev1.ResourceList{"requests." + kubeinterface.ResourceGPUShare: resource.MustParse("1500m")},
+		ScopeSelector: &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{
+			ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpNotIn, Values: []string{kubeinterface.PriorityClassBorrowed}}}}}}
+	if _, err := cluster.Client.CoreV1().ResourceQuotas(d).Create(ctx, q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitBudgetUsed(ctx, t, d, 0)
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err = tenant(t, d).CoreV1().Pods(d).Create(ctx, gpuPod("any", 1, 0, 0, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "whole number"), nil
+	}); err != nil {
+		t.Errorf("a GPU pod under a budget of 1500m: %v, want refused with the cause", err)
+	}
 }
