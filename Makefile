@@ -152,9 +152,11 @@ unit: deps ## Run unit tests and the fuzz seed corpora
 	KUBEGPU_OPENB=$(OPENB) $(GO) test $(GOTEST_FLAGS) ./...
 
 .PHONY: integration
-integration: build plugins kube-binaries node-binaries ## The built binaries against a real etcd + kube-apiserver, containerd and kubelet
+integration: build plugins kube-binaries node-binaries image ## The built binaries against a real etcd + kube-apiserver, containerd and kubelet
 	hack/test-integration.sh
+	hack/tools.sh helm
 	KUBEGPU_BIN_DIR=$(CURDIR)/$(BIN) KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(PLUGIN_DIR) KUBEGPU_NODE_BIN_DIR=$(NODE_BIN) \
+		KUBEGPU_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
 		$(GO) test $(GOTEST_FLAGS) -count=1 -timeout 20m -v ./test/integration/ ./internal/localnode/ 2>&1 | \
 		grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|panic)|_test.go|integration:' 
 

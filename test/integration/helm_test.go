@@ -1,0 +1,350 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubegpu/kubegpu/internal/localcluster"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+)
+
+// imageDir holds make image's archives and their references.
+var imageDir = func() string {
+	if d := os.Getenv("KUBEGPU_IMAGE_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join(repoRoot, "_output", "images")
+}()
+
+// helm runs the pinned helm (hack/tools.sh helm) as cluster-admin, who
+// installs.
+func helm(ctx context.Context, t *testing.T, args ...string) string {
+	t.Helper()
+	bin := filepath.Join(nodeBinDir, "helm")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("helm: %v (make integration installs it with hack/tools.sh helm)", err)
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", cluster.Kubeconfig}, args...)...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(workDir, "helm", "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(workDir, "helm", "config"), "HELM_DATA_HOME="+filepath.Join(workDir, "helm", "data"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return out.String()
+}
+
+// imageRef is the reference make image built name under (NAME.ref:
+// "REF@DIGEST"), without the digest.
+func imageRef(t *testing.T, name string) (repo, tag string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(imageDir, name+".ref"))
+	if err != nil {
+		t.Fatalf("%v (run make image)", err)
+	}
+	ref, _, _ := strings.Cut(strings.TrimSpace(string(b)), "@")
+	i := strings.LastIndexByte(ref, ':')
+	return ref[:i], ref[i+1:]
+}
+
+// TestHelmChart: the chart, installed with helm into kube-system, runs
+// kubegpu-scheduler from its image (imported into the real node's
+// containerd) as a Deployment on the real node, through kubegpu-crishim;
+// it schedules GPU pods addressed to it onto the real node, where the
+// container gets its GPUs, and onto a simulated node. `helm upgrade` to a
+// changed configuration rolls the scheduler, which keeps scheduling;
+// `helm uninstall` leaves none of the objects it made behind.
+//
+// The scheduler runs on the host's network, as control-plane components
+// do, with the API server's address given (apiServer.host/port): the test
+// cluster has no kube-proxy, so the kubernetes Service is not reachable
+// from pods.
+func TestHelmChart(t *testing.T) {
+	ctx := context.Background()
+	repo, tag := imageRef(t, "kubegpu-scheduler")
+	chart := filepath.Join(repoRoot, "deploy", "helm", "kubegpu")
+	helm(ctx, t, "lint", chart)
+
+	// The chart installs the policies and the viewer role itself: take
+	// the copies the test cluster was installed with away meanwhile.
+	withoutPolicies(ctx, t)
+	viewerRBAC := filepath.Join(repoRoot, "cli", "deploy", "rbac.yaml")
+	if err := cluster.Delete(ctx, viewerRBAC); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cluster.Apply(context.Background(), viewerRBAC); err != nil {
+			t.Error(err)
+		}
+	})
+
+	// The real node, and a simulated one.
+	n := startNode(ctx, t)
+	const nodeName = "helm-node"
+	nodeID, err := cluster.NodeIdentity(nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--kubeconfig="+nodeID.Kubeconfig, "--interval=1s")
+	k, err := cluster.StartKubelet(ctx, localcluster.KubeletOptions{Kubelet: filepath.Join(binDir, "kubelet"), Node: nodeName,
+		RuntimeEndpoint: "unix://" + sock, Dir: n.Dir, LeaseDuration: 8 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = k.Stop()
+		_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{})
+	})
+	if err := n.ImportImage(ctx, filepath.Join(imageDir, "kubegpu-scheduler.tar")); err != nil {
+		t.Fatal(err)
+	}
+	addNodes(ctx, t, "helm-sim", "dgx1", 1)
+	// The cluster's own scheduler places the chart's pods; the chart's
+	// serves GPU pods named to it.
+	startScheduler(ctx, t)
+
+	// The signing key, from the documented command's output; the chart
+	// never makes it.
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubPEM, err := os.ReadFile(pubFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.Client.CoreV1().Secrets("kube-system").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubegpu-allocation-key"},
+		Data:       map[string][]byte{"allocation-key.pem": keyPEM},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.Client.CoreV1().Secrets("kube-system").Delete(context.Background(), "kubegpu-allocation-key", metav1.DeleteOptions{})
+	})
+	api, err := url.Parse(cluster.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := strings.Cut(freeAddress(t), ":")
+	pubValues := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(pubValues, []byte("nodesPublicKey: |\n  "+strings.ReplaceAll(strings.TrimSpace(string(pubPEM)), "\n", "\n  ")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{chart, "--namespace", "kube-system", "-f", pubValues,
+		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never",
+		"--set", "replicaCount=1", "--set", "hostNetwork=true", "--set", "securePort=" + port,
+		"--set", "apiServer.host=" + api.Hostname(), "--set", "apiServer.port=" + api.Port(),
+		"--set", "nodeSelector.kubernetes\\.io/hostname=" + nodeName,
+		"--wait", "--timeout", "3m"}
+	installed := false
+	uninstall := func() {
+		if installed {
+			installed = false
+			helm(context.Background(), t, "uninstall", "kg", "--namespace", "kube-system", "--wait", "--timeout", "2m")
+		}
+	}
+	t.Cleanup(uninstall)
+	out := helm(ctx, t, append([]string{"install", "kg"}, common...)...)
+	installed = true
+	t.Log(out)
+	manifest := helm(ctx, t, "get", "manifest", "kg", "--namespace", "kube-system")
+
+	ns := namespace(ctx, t, "helm")
+	gpuPodOn := func(name, node string) *corev1.Pod {
+		p := gpuPod(name, 1, 0, 0, nil)
+		p.Spec.SchedulerName = "kubegpu-scheduler"
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+		p.Spec.RestartPolicy = corev1.RestartPolicyNever
+		p.Spec.Containers[0].Image = busyboxImage
+		p.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+		p.Spec.Containers[0].Command = []string{"env"}
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}
+		return p
+	}
+	runsWithGPU := func(name string) {
+		t.Helper()
+		createPods(ctx, t, ns, gpuPodOn(name, nodeName))
+		var got *corev1.Pod
+		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, err = cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			return err == nil && got.Status.Phase == corev1.PodSucceeded, nil
+		}); err != nil {
+			t.Fatalf("pod %s did not succeed: %v; status %+v\n%s", name, err, got.Status, schedulerPodLogs(ctx, t))
+		}
+		a, err := objects.PodAllocation(got)
+		if err != nil || len(a.Containers) != 1 || len(a.Containers[0].Devices) != 1 {
+			t.Fatalf("pod %s: allocation %+v, %v", name, a, err)
+		}
+		ids, err := crictl(ctx, n, sock, "ps", "-a", "-q", "--label", "io.kubernetes.pod.name="+name)
+		if err != nil || ids == "" {
+			t.Fatalf("find the container: %v %q", err, ids)
+		}
+		logs, err := crictl(ctx, n, sock, "logs", strings.Fields(ids)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "NVIDIA_VISIBLE_DEVICES=" + a.Containers[0].Devices[0].UUID; !strings.Contains(logs, want) {
+			t.Errorf("container of %s printed:\n%s\nwant %s", name, logs, want)
+		}
+	}
+	runsWithGPU("on-real-node")
+	createPods(ctx, t, ns, gpuPodOn("on-sim-node", "helm-sim-0"))
+	if p := boundPod(ctx, t, ns, "on-sim-node"); func() error { _, err := objects.PodAllocation(p); return err }() != nil {
+		t.Errorf("pod on the simulated node has no allocation")
+	}
+	// Addressed to another scheduler: refused by the chart's policy.
+	stray := gpuPodOn("stray", nodeName)
+	stray.Spec.SchedulerName = "default-scheduler"
+	_, err = tenant(t, ns).CoreV1().Pods(ns).Create(ctx, stray, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	refused(t, "a GPU pod for another scheduler", err, "kubegpu-scheduler-name", "spec.schedulerName: kubegpu-scheduler")
+
+	// A changed configuration rolls the scheduler; it keeps scheduling.
+	before := schedulerPod(ctx, t)
+	helm(ctx, t, append([]string{"upgrade", "kg"}, append(common, "--set", "plugin.nodePolicy=spread")...)...)
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p := schedulerPod(ctx, t)
+		return p != nil && p.UID != before.UID && podReady(p), nil
+	}); err != nil {
+		t.Fatal("the scheduler was not rolled to the new configuration:", err)
+	}
+	cm, err := cluster.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, "kg-scheduler", metav1.GetOptions{})
+	if err != nil || !strings.Contains(cm.Data["config.yaml"], `nodePolicy: "spread"`) {
+		t.Fatalf("configuration after the upgrade: %v\n%s", err, cm.Data["config.yaml"])
+	}
+	runsWithGPU("after-upgrade")
+
+	// Uninstall leaves nothing of the release behind.
+	uninstall()
+	for _, obj := range manifestObjects(t, manifest) {
+		if err := gone(ctx, obj); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// schedulerPod is the chart's scheduler pod that is not being deleted
+// (nil if none).
+func schedulerPod(ctx context.Context, t *testing.T) *corev1.Pod {
+	t.Helper()
+	list, err := cluster.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=kg,app.kubernetes.io/component=scheduler"})
+	if err != nil {
+		return nil
+	}
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp == nil {
+			return &list.Items[i]
+		}
+	}
+	return nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// schedulerPodLogs is what the chart's scheduler logged, for failures.
+func schedulerPodLogs(ctx context.Context, t *testing.T) string {
+	p := schedulerPod(ctx, t)
+	if p == nil {
+		return "(no scheduler pod)"
+	}
+	b, err := cluster.Client.CoreV1().Pods("kube-system").GetLogs(p.Name, &corev1.PodLogOptions{TailLines: ptr.To[int64](40)}).DoRaw(ctx)
+	if err != nil {
+		return "scheduler logs: " + err.Error()
+	}
+	return string(b)
+}
+
+// manifestObjects parses a release's manifest.
+func manifestObjects(t *testing.T, manifest string) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
+	for {
+		var o map[string]any
+		if err := dec.Decode(&o); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatal(err)
+		}
+		if len(o) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: o})
+	}
+	if len(objs) < 10 {
+		t.Fatalf("the release's manifest has %d objects", len(objs))
+	}
+	return objs
+}
+
+// gone waits until obj no longer exists.
+func gone(ctx context.Context, obj *unstructured.Unstructured) error {
+	dyn, err := dynamic.NewForConfig(cluster.Config)
+	if err != nil {
+		return err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cluster.Config)
+	if err != nil {
+		return err
+	}
+	gvk := obj.GroupVersionKind()
+	m, err := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)).RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return err
+	}
+	r := dyn.Resource(m.Resource)
+	var get func() error
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ns := obj.GetNamespace()
+		if ns == "" {
+			ns = "kube-system"
+		}
+		get = func() error { _, err := r.Namespace(ns).Get(ctx, obj.GetName(), metav1.GetOptions{}); return err }
+	} else {
+		get = func() error { _, err := r.Get(ctx, obj.GetName(), metav1.GetOptions{}); return err }
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return apierrors.IsNotFound(get()), nil
+	}); err != nil {
+		return &leftBehind{obj: obj}
+	}
+	return nil
+}
+
+type leftBehind struct{ obj *unstructured.Unstructured }
+
+func (l *leftBehind) Error() string {
+	return "helm uninstall left " + l.obj.GetKind() + " " + l.obj.GetNamespace() + "/" + l.obj.GetName() + " behind"
+}
