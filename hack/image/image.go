@@ -161,7 +161,7 @@ func WriteArchive(archive, ref string, img v1.Image, created time.Time) (v1.Hash
 		return v1.Hash{}, fmt.Errorf("write image: %w", err)
 	}
 	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"io.containerd.image.name":         ref,
+		"io.containerd.image.name":          ref,
 		"org.opencontainers.image.ref.name": ref[colon+1:],
 	})); err != nil {
 		return v1.Hash{}, fmt.Errorf("write image: %w", err)
