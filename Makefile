@@ -150,6 +150,7 @@ test: unit integration ## Run every test: unit, fuzz seed corpora, integration
 .PHONY: unit
 unit: deps ## Run unit tests and the fuzz seed corpora
 	KUBEGPU_OPENB=$(OPENB) $(GO) test $(GOTEST_FLAGS) ./...
+	cd hack/image && GOFLAGS=-trimpath $(GO) test $(GOTEST_FLAGS) ./...
 
 .PHONY: integration
 integration: build plugins kube-binaries node-binaries image ## The built binaries against a real etcd + kube-apiserver, containerd and kubelet

@@ -12,6 +12,7 @@ fi
 
 echo "verify: go vet"
 go vet ./... || fail=1
+(cd hack/image && GOFLAGS=-trimpath go vet ./...) || fail=1
 
 echo "verify: go mod tidy"
 tmp=$(mktemp -d)
