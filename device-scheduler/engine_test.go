@@ -415,6 +415,34 @@ func TestFragmentationPolicyPacksSlices(t *testing.T) {
 	}
 }
 
+// TestStrandedAndDevicePods: with whole GPUs the only task of the mix, a
+// slice on each of two GPUs strands both GPUs' free share (0.7 each);
+// packed on one GPU it strands 0.4. DevicePods counts the pods per GPU.
+func TestStrandedAndDevicePods(t *testing.T) {
+	sp, _ := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
+	w, err := NewWorkload([]TaskType{{Count: 1, Exclusive: true, Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Plugins: []types.SchedulerPlugin{sp}, Workload: w, Policy: PolicySpread})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := simNode(t, e, "t4x4")
+	if got := e.Stranded(n); got != 0 {
+		t.Errorf("idle node strands %v GPUs, want 0", got)
+	}
+	place(t, e, n, "a", request(t, e, slice(30, 0)))
+	place(t, e, n, "b", request(t, e, slice(30, 0)))
+	if got := e.Stranded(n); math.Abs(got-1.4) > 1e-9 {
+		t.Errorf("two slices spread: %v GPUs stranded, want 1.4", got)
+	}
+	pods := n.DevicePods()
+	if total := pods[0] + pods[1] + pods[2] + pods[3]; total != 2 || max(pods[0], pods[1], pods[2], pods[3]) != 1 {
+		t.Errorf("pods per GPU %v, want one on each of two", pods[:4])
+	}
+}
+
 func TestNewErrors(t *testing.T) {
 	sp, _ := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
 	for _, tt := range []struct {

@@ -356,3 +356,18 @@ func tieBreak(name string, seed uint64) uint32 {
 
 // popcount is the number of set bits.
 func popcount(m uint64) int { return bits.OnesCount64(m) }
+
+// DevicePods counts, for each device, the pods holding a share of it.
+func (n *Node) DevicePods() [MaxDevices]int {
+	var out [MaxDevices]int
+	for _, u := range n.pods {
+		var seen uint64
+		for _, sh := range u.shares {
+			if seen&(1<<sh.dev) == 0 {
+				seen |= 1 << sh.dev
+				out[sh.dev]++
+			}
+		}
+	}
+	return out
+}
