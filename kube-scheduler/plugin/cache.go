@@ -77,6 +77,9 @@ type deviceCache struct {
 	learnMu    sync.Mutex
 	learnState learnState
 	gone       map[ktypes.UID]struct{}
+	// pending are the GPU pods tried and not placed, for the metrics.
+	pending *pendingPods
+
 	// listPods lists the pods the scheduler's informer holds.
 	listPods func() ([]*corev1.Pod, error)
 
@@ -199,6 +202,9 @@ type podState struct {
 	// pod's.
 	preempted bool
 	priority  int32
+	// running is set once the cache has seen the pod running (for the
+	// allocation-to-running metric).
+	running atomic.Bool
 }
 
 // podSeen is what a pod says of its allocation: its annotation, which its
@@ -221,6 +227,7 @@ func newDeviceCache(engine *devicescheduler.Engine, keys *kubeinterface.KeySet, 
 		nodes: map[string]*nodeState{}, pods: map[ktypes.UID]*podState{},
 		activate: func(map[string]*corev1.Pod) {}, liveWaiters: newWaitSet(), deviceWaiters: newWaitSet(),
 		shapes: map[shapeKey]uint32{}, listPods: func() ([]*corev1.Pod, error) { return nil, nil },
+		pending: newPendingPods(),
 	}
 }
 
@@ -315,6 +322,10 @@ func (c *deviceCache) deleteNode(name string) {
 // its containers hold those devices.
 func (c *deviceCache) updatePod(logger klog.Logger, pod *corev1.Pod) {
 	c.updatePodDevices(logger, pod)
+	if pod.Spec.NodeName != "" {
+		c.pending.remove(pod.UID)
+		c.observeRunning(pod)
+	}
 	if objects.PreemptedByScheduler(pod) {
 		c.mu.Lock()
 		if ps, ok := c.pods[pod.UID]; ok {
@@ -487,6 +498,7 @@ func (c *deviceCache) forget(_ klog.Logger, uid ktypes.UID) {
 	freed := c.forgetLocked(uid)
 	c.mu.Unlock()
 	c.notWaiting(uid)
+	c.pending.remove(uid)
 	c.recorder.forget(uid)
 	if freed {
 		c.wake(c.deviceWaiters)

@@ -32,6 +32,9 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	} else {
 		_, err = p.cache.evaluate(name, &s.eval, capacity, free, pl)
 	}
+	if err != nil {
+		s.pending.count(filterReason(err))
+	}
 	switch {
 	case err == nil:
 		return nil

@@ -27,10 +27,12 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	}
 	req, err := objects.PodRequest(pod)
 	if err != nil {
+		p.cache.pending.refuse(pod.UID, pendingInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
 	r, err := p.engine.NewRequest(req, podHost(pod))
 	if err != nil {
+		p.cache.pending.refuse(pod.UID, pendingInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
 	warm, err := p.waitForSync(ctx)
@@ -42,11 +44,12 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		// the waiting pods in between.
 		p.cache.waitForHeartbeat(pod)
 		if !p.cache.warmed.Load() {
+			p.cache.pending.refuse(pod.UID, pendingWarmingUp)
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+errWarmingUp.Error())
 		}
 		p.cache.notWaiting(pod.UID)
 	}
-	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.evalInput(requestShape(req, r.Host), r)})
+	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.evalInput(requestShape(req, r.Host), r), pending: p.cache.pending.start(pod.UID)})
 	return nil, nil
 }
 

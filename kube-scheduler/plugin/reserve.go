@@ -36,6 +36,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		return fwk.AsStatus(err)
 	}
 	p.engine.ObservePod(string(pod.UID), s.request, pod.CreationTimestamp.Time)
+	p.cache.pending.remove(pod.UID)
 	s.alloc = alloc
 	klog.FromContext(ctx).V(4).Info("Reserved devices", "pod", klog.KObj(pod), "node", nodeName, "allocation", alloc)
 	return nil

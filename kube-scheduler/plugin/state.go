@@ -22,6 +22,8 @@ type cycleState struct {
 	// waitsForDevices is set once a node refused the pod for want of
 	// devices, and the cache remembers the pod to wake it.
 	waitsForDevices atomic.Bool
+	// pending counts the nodes' refusals by reason, for the metrics.
+	pending *pendingPod
 
 	// Set by Reserve.
 	alloc types.PodAllocation

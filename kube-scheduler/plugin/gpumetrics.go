@@ -1,0 +1,293 @@
+package plugin
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"strconv"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+)
+
+// Why a pending GPU pod waits, as kubegpu_scheduler_pending_gpu_pods
+// labels it: the reason most nodes gave in its last scheduling cycle.
+const (
+	pendingNotEnoughFree = iota
+	pendingTopology
+	pendingSelectors
+	pendingUnhealthy
+	pendingHostResources
+	pendingTooManyShares
+	pendingNoInventory
+	pendingNodeNotLive
+	pendingInvalidRequest
+	pendingWarmingUp
+	// pendingOther: no node refused it for its GPUs (another plugin did:
+	// CPU, affinity, taints), or its cycle has not run yet.
+	pendingOther
+	numPendingReasons
+)
+
+var pendingReasonNames = [numPendingReasons]string{
+	"not_enough_free_gpus", "topology", "selectors", "unhealthy_gpus", "host_resources",
+	"too_many_shares", "no_inventory", "node_not_live", "invalid_request", "warming_up", "other",
+}
+
+// engineReasons maps the engine's constant reasons to pending reasons.
+var engineReasons = map[string]int{
+	devicescheduler.ReasonNotEnoughFree: pendingNotEnoughFree,
+	devicescheduler.ReasonTopology:      pendingTopology,
+	devicescheduler.ReasonSelectors:     pendingSelectors,
+	devicescheduler.ReasonUnhealthy:     pendingUnhealthy,
+	devicescheduler.ReasonHostResources: pendingHostResources,
+	devicescheduler.ReasonTooManyShares: pendingTooManyShares,
+}
+
+// filterReason is the pending reason of a Filter error.
+func filterReason(err error) int {
+	var nf *devicescheduler.NotFitError
+	switch {
+	case errors.As(err, &nf):
+		if r, ok := engineReasons[nf.Reason]; ok {
+			return r
+		}
+	case errors.Is(err, errNoInventory):
+		return pendingNoInventory
+	case errors.Is(err, errStale):
+		return pendingNodeNotLive
+	}
+	return pendingOther
+}
+
+// pendingPods are the GPU pods this scheduler has tried and not placed,
+// with why: one entry per pod that exists unbound, removed when the pod
+// is reserved, bound or deleted.
+type pendingPods struct {
+	mu   sync.Mutex
+	pods map[ktypes.UID]*pendingPod
+}
+
+// pendingPod is one pod's last cycle: how many nodes refused it for each
+// reason (Filter counts them concurrently), or the reason it was refused
+// outright.
+type pendingPod struct {
+	nodes [numPendingReasons]atomic.Int32
+	fixed atomic.Int32 // reason+1 when refused before Filter
+}
+
+func newPendingPods() *pendingPods { return &pendingPods{pods: map[ktypes.UID]*pendingPod{}} }
+
+// start begins a cycle of pod: its counts start again.
+func (p *pendingPods) start(uid ktypes.UID) *pendingPod {
+	pp := &pendingPod{}
+	p.mu.Lock()
+	p.pods[uid] = pp
+	p.mu.Unlock()
+	return pp
+}
+
+// refuse records pod refused before Filter for reason.
+func (p *pendingPods) refuse(uid ktypes.UID, reason int) {
+	p.start(uid).fixed.Store(int32(reason) + 1)
+}
+
+func (p *pendingPods) remove(uid ktypes.UID) {
+	p.mu.Lock()
+	delete(p.pods, uid)
+	p.mu.Unlock()
+}
+
+// count records one node's refusal; nil-safe.
+func (pp *pendingPod) count(reason int) {
+	if pp != nil {
+		pp.nodes[reason].Add(1)
+	}
+}
+
+func (pp *pendingPod) reason() int {
+	if r := pp.fixed.Load(); r > 0 {
+		return int(r - 1)
+	}
+	best, most := pendingOther, int32(0)
+	for r := range pp.nodes {
+		if n := pp.nodes[r].Load(); n > most {
+			best, most = r, n
+		}
+	}
+	return best
+}
+
+// byReason counts the pending pods per reason.
+func (p *pendingPods) byReason() [numPendingReasons]int {
+	var out [numPendingReasons]int
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pp := range p.pods {
+		out[pp.reason()]++
+	}
+	return out
+}
+
+// gpuCollector reports, at each scrape, the devices of the cache: per GPU
+// what pods hold of it, per model the idle and the stranded GPUs, and the
+// pending GPU pods by reason. Every replica reports its own cache (they
+// follow the same API objects); the pending pods are the ones the replica
+// tried, so the leader's.
+type gpuCollector struct {
+	metrics.BaseStableCollector
+	cache atomic.Pointer[deviceCache]
+}
+
+var (
+	gpuLabels          = []string{"node", "device", "index", "model", "uuid"}
+	descAllocatedCores = metrics.NewDesc("kubegpu_scheduler_gpu_allocated_cores_percent",
+		"Per cent of the GPU's compute that pods hold (100 when one holds it whole).", gpuLabels, nil, metrics.ALPHA, "")
+	descAllocatedMemory = metrics.NewDesc("kubegpu_scheduler_gpu_allocated_memory_bytes",
+		"GPU memory that pods hold (all of it when one holds the GPU whole).", gpuLabels, nil, metrics.ALPHA, "")
+	descMemory = metrics.NewDesc("kubegpu_scheduler_gpu_memory_bytes",
+		"The GPU's memory.", gpuLabels, nil, metrics.ALPHA, "")
+	descGPUPods = metrics.NewDesc("kubegpu_scheduler_gpu_pods",
+		"Pods holding a share of the GPU.", gpuLabels, nil, metrics.ALPHA, "")
+	descGPUs = metrics.NewDesc("kubegpu_scheduler_gpus",
+		"Allocatable GPUs (and MIG instances) of nodes with a usable inventory, by model.", []string{"model"}, nil, metrics.ALPHA, "")
+	descIdle = metrics.NewDesc("kubegpu_scheduler_idle_gpus",
+		"Allocatable GPUs no pod holds any share of, by model.", []string{"model"}, nil, metrics.ALPHA, "")
+	descStranded = metrics.NewDesc("kubegpu_scheduler_stranded_gpus",
+		"Free GPU share, in GPUs, that the learned workload mix cannot use where it lies (fragmentation, the measure the kubegpu policy keeps low), by the nodes' GPU model (mixed for nodes of several).",
+		[]string{"model"}, nil, metrics.ALPHA, "")
+	descPending = metrics.NewDesc("kubegpu_scheduler_pending_gpu_pods", pendingHelp, []string{"reason"}, nil, metrics.ALPHA, "")
+)
+
+const pendingHelp = "GPU pods this scheduler tried and has not placed, by the reason most nodes gave in the pod's last cycle: " +
+	"not_enough_free_gpus, topology, selectors, unhealthy_gpus, host_resources, too_many_shares, no_inventory, node_not_live, invalid_request, warming_up, other (refused by no node for its GPUs)."
+
+var theCollector = &gpuCollector{}
+
+// DescribeWithStability sends the collector's descriptors.
+func (g *gpuCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descGPUs, descIdle, descStranded, descPending} {
+		ch <- d
+	}
+}
+
+// CollectWithStability computes the metrics from the cache under its read
+// lock: a pass over the nodes' device states, a few microseconds per node.
+func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	c := g.cache.Load()
+	if c == nil {
+		return
+	}
+	gpus, idle, stranded := map[string]float64{}, map[string]float64{}, map[string]float64{}
+	c.mu.RLock()
+	for name, ns := range c.nodes {
+		n := ns.devices
+		if n == nil {
+			continue
+		}
+		inv := n.Inventory()
+		st := n.State()
+		pods := n.DevicePods()
+		model := ""
+		for d := range inv.Devices {
+			dev := &inv.Devices[d]
+			if n.Allocatable()&(1<<d) == 0 {
+				continue // unhealthy, or a GPU in MIG mode (its instances count)
+			}
+			if model == "" {
+				model = dev.Model
+			} else if model != dev.Model {
+				model = "mixed"
+			}
+			labels := []string{name, dev.ID, strconv.Itoa(dev.Index), dev.Model, dev.UUID}
+			memCap := n.MemoryMiB(d) << 20
+			cores, mem := float64(1000-st.MilliFree[d])/10, float64(memCap-st.MemFree[d]<<20)
+			if st.Exclusive&(1<<d) != 0 {
+				cores, mem = 100, float64(memCap)
+			}
+			ch <- metrics.NewLazyConstMetric(descAllocatedCores, metrics.GaugeValue, cores, labels...)
+			ch <- metrics.NewLazyConstMetric(descAllocatedMemory, metrics.GaugeValue, mem, labels...)
+			ch <- metrics.NewLazyConstMetric(descMemory, metrics.GaugeValue, float64(memCap), labels...)
+			ch <- metrics.NewLazyConstMetric(descGPUPods, metrics.GaugeValue, float64(pods[d]), labels...)
+			gpus[dev.Model]++
+			if st.Used&(1<<d) == 0 {
+				idle[dev.Model]++
+			}
+		}
+		if model != "" {
+			stranded[model] += c.engine.Stranded(n)
+		}
+	}
+	c.mu.RUnlock()
+	for _, m := range sortedKeys(gpus) {
+		ch <- metrics.NewLazyConstMetric(descGPUs, metrics.GaugeValue, gpus[m], m)
+		ch <- metrics.NewLazyConstMetric(descIdle, metrics.GaugeValue, idle[m], m)
+	}
+	for _, m := range sortedKeys(stranded) {
+		ch <- metrics.NewLazyConstMetric(descStranded, metrics.GaugeValue, stranded[m], m)
+	}
+	counts := c.pending.byReason()
+	for r, n := range counts {
+		ch <- metrics.NewLazyConstMetric(descPending, metrics.GaugeValue, float64(n), pendingReasonNames[r])
+	}
+}
+
+func sortedKeys(m map[string]float64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+
+// allocationToRunning observes, on the scheduler's clock, how long after
+// its binding a GPU pod was seen running.
+var allocationToRunning = metrics.NewHistogram(&metrics.HistogramOpts{
+	Namespace: "kubegpu", Subsystem: "scheduler", Name: "allocation_to_running_seconds",
+	Help: "Time from a GPU pod's binding with its allocation (its PodScheduled condition) to when the scheduler saw it running; " +
+		"pods bound before the scheduler started are not counted.",
+	Buckets:        []float64{0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600},
+	StabilityLevel: metrics.ALPHA,
+})
+
+var registerCollectorOnce sync.Once
+
+// registerGPUMetrics makes c the cache the GPU metrics report (the last
+// plugin instance made, in a process with several profiles or tests).
+func registerGPUMetrics(c *deviceCache) {
+	registerCollectorOnce.Do(func() {
+		legacyregistry.CustomMustRegister(theCollector)
+		legacyregistry.MustRegister(allocationToRunning)
+	})
+	theCollector.cache.Store(c)
+}
+
+// observeRunning records a bound GPU pod's allocation-to-running time
+// once, when the cache first sees it running.
+func (c *deviceCache) observeRunning(pod *corev1.Pod) {
+	if pod.Status.Phase != corev1.PodRunning {
+		return
+	}
+	c.mu.RLock()
+	ps, ok := c.pods[pod.UID]
+	first := ok && ps.running.CompareAndSwap(false, true)
+	c.mu.RUnlock()
+	if !first {
+		return
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionTrue {
+			if at := cond.LastTransitionTime.Time; !at.Before(c.started) {
+				allocationToRunning.Observe(max(0, c.now().Sub(at)).Seconds())
+			}
+			return
+		}
+	}
+}
