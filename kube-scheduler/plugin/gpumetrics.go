@@ -13,6 +13,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // Why a pending GPU pod waits, as kubegpu_scheduler_pending_gpu_pods
@@ -154,6 +155,8 @@ var (
 		"The GPU's memory.", gpuLabels, nil, metrics.ALPHA, "")
 	descGPUPods = metrics.NewDesc("kubegpu_scheduler_gpu_pods",
 		"Pods holding a share of the GPU.", gpuLabels, nil, metrics.ALPHA, "")
+	descUnhealthy = metrics.NewDesc("kubegpu_scheduler_gpu_unhealthy",
+		"1 for each GPU (or MIG instance) its node publishes as not healthy; no series for healthy ones.", gpuLabels, nil, metrics.ALPHA, "")
 	descGPUs = metrics.NewDesc("kubegpu_scheduler_gpus",
 		"Allocatable GPUs (and MIG instances) of nodes with a usable inventory, by model.", []string{"model"}, nil, metrics.ALPHA, "")
 	descIdle = metrics.NewDesc("kubegpu_scheduler_idle_gpus",
@@ -171,7 +174,7 @@ var theCollector = &gpuCollector{}
 
 // DescribeWithStability sends the collector's descriptors.
 func (g *gpuCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descGPUs, descIdle, descStranded, descPending} {
+	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descUnhealthy, descGPUs, descIdle, descStranded, descPending} {
 		ch <- d
 	}
 }
@@ -196,6 +199,9 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		model := ""
 		for d := range inv.Devices {
 			dev := &inv.Devices[d]
+			if dev.Health != types.Healthy {
+				ch <- metrics.NewLazyConstMetric(descUnhealthy, metrics.GaugeValue, 1, name, dev.ID, strconv.Itoa(dev.Index), dev.Model, dev.UUID)
+			}
 			if n.Allocatable()&(1<<d) == 0 {
 				continue // unhealthy, or a GPU in MIG mode (its instances count)
 			}
