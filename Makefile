@@ -151,6 +151,9 @@ test: unit integration ## Run every test: unit, fuzz seed corpora, integration
 unit: deps ## Run unit tests and the fuzz seed corpora
 	KUBEGPU_OPENB=$(OPENB) $(GO) test $(GOTEST_FLAGS) ./...
 	cd hack/image && GOFLAGS=-trimpath $(GO) test $(GOTEST_FLAGS) ./...
+	cd hack/dashboard && GOFLAGS=-trimpath $(GO) test $(GOTEST_FLAGS) ./...
+	hack/tools.sh promtool
+	cd deploy/prometheus && $(TOOLS)/promtool check rules kubegpu-alerts.yaml && $(TOOLS)/promtool test rules kubegpu-alerts_test.yaml
 
 .PHONY: integration
 integration: build plugins kube-binaries node-binaries image ## The built binaries against a real etcd + kube-apiserver, containerd and kubelet
@@ -160,6 +163,10 @@ integration: build plugins kube-binaries node-binaries image ## The built binari
 		KUBEGPU_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
 		$(GO) test $(GOTEST_FLAGS) -count=1 -timeout 20m -v ./test/integration/ ./internal/localnode/ 2>&1 | \
 		grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|panic)|_test.go|integration:' 
+
+.PHONY: dashboard
+dashboard: ## Regenerate deploy/grafana/kubegpu.json from hack/dashboard
+	cd hack/dashboard && GOFLAGS=-trimpath $(GO) run . -out ../../deploy/grafana/kubegpu.json
 
 .PHONY: fuzz
 fuzz: deps ## Fuzz every decoder for FUZZTIME each (default 30s)

@@ -13,6 +13,7 @@ fi
 echo "verify: go vet"
 go vet ./... || fail=1
 (cd hack/image && GOFLAGS=-trimpath go vet ./...) || fail=1
+(cd hack/dashboard && GOFLAGS=-trimpath go vet ./...) || fail=1
 
 echo "verify: go mod tidy"
 tmp=$(mktemp -d)

@@ -52,6 +52,17 @@ func registerMetrics() *cacheMetrics {
 			}, []string{"result"}),
 		}
 		legacyregistry.MustRegister(m.nodes, m.rejects, m.writes, m.records)
+		// Every series from the start, at 0, so that increase() and
+		// alerts see the first event.
+		for _, r := range []string{"bad_signature", "mismatch", "invalid", "conflict", "changed_after_binding"} {
+			m.rejects.WithLabelValues(r).Add(0)
+		}
+		for _, r := range []string{"signed", "error", "missing"} {
+			m.writes.WithLabelValues(r).Add(0)
+		}
+		for _, r := range []string{"written", "gone", "retry", "error"} {
+			m.records.WithLabelValues(r).Add(0)
+		}
 		theMetrics = m
 	})
 	return theMetrics

@@ -1,0 +1,134 @@
+// Command dashboard writes kubegpu's Grafana dashboard
+// (deploy/grafana/kubegpu.json), built with the Grafana Foundation SDK:
+//
+//	go run . -out ../../deploy/grafana/kubegpu.json
+//
+// Its test checks that the committed file is what this program builds.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/cog/variants"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+)
+
+func main() {
+	out := flag.String("out", "", "file to write (default: stdout)")
+	flag.Parse()
+	b, err := build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dashboard:", err)
+		os.Exit(1)
+	}
+	if *out == "" {
+		_, _ = os.Stdout.Write(b)
+		return
+	}
+	if err := os.WriteFile(*out, b, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "dashboard:", err)
+		os.Exit(1)
+	}
+}
+
+// ds is the dashboard's Prometheus, chosen with its variable.
+var ds = common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${datasource}")}
+
+func query(expr, legend string) cog.Builder[variants.Dataquery] {
+	return prometheus.NewDataqueryBuilder().Expr(expr).LegendFormat(legend)
+}
+
+func statPanel(title, desc, expr, unit string) *stat.PanelBuilder {
+	return stat.NewPanelBuilder().Title(title).Description(desc).Datasource(ds).Unit(unit).Height(4).Span(6).
+		WithTarget(query(expr, title))
+}
+
+func series(title, desc, unit string, targets ...cog.Builder[variants.Dataquery]) *timeseries.PanelBuilder {
+	p := timeseries.NewPanelBuilder().Title(title).Description(desc).Datasource(ds).Unit(unit).Min(0).Height(8).Span(12)
+	for _, t := range targets {
+		p.WithTarget(t)
+	}
+	return p
+}
+
+// The scheduler's replicas all report their device cache: take the max.
+const (
+	gpus      = `sum(max by (model) (kubegpu_scheduler_gpus))`
+	idle      = `sum(max by (model) (kubegpu_scheduler_idle_gpus))`
+	stranded  = `sum(max by (model) (kubegpu_scheduler_stranded_gpus))`
+	allocated = `max by (node, device) (kubegpu_scheduler_gpu_allocated_cores_percent) / 100`
+)
+
+func build() ([]byte, error) {
+	b := dashboard.NewDashboardBuilder("kubegpu").
+		Uid("kubegpu").
+		Description("GPUs, allocation and fragmentation, pending GPU pods and node shims of a kubegpu cluster.").
+		Tags([]string{"kubegpu", "gpu", "scheduler"}).
+		Refresh("1m").
+		Time("now-6h", "now").
+		Timezone(common.TimeZoneBrowser).
+		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Prometheus").Type("prometheus")).
+		WithRow(dashboard.NewRowBuilder("GPUs")).
+		WithPanel(statPanel("GPUs", "Allocatable GPUs (and MIG instances) of nodes with a usable inventory.", gpus, "none")).
+		WithPanel(statPanel("Idle GPUs", "GPUs no pod holds any share of.", idle, "none")).
+		WithPanel(statPanel("Stranded GPUs", "Free GPU share, in GPUs, that the workload mix cannot use where it lies (fragmentation).", stranded, "none")).
+		WithPanel(statPanel("Unhealthy GPUs", "GPUs their nodes publish as not healthy.",
+			`count(max by (node, device) (kubegpu_scheduler_gpu_unhealthy)) or vector(0)`, "none")).
+		WithPanel(series("GPUs by model", "Allocatable and idle GPUs per model.", "none",
+			query(`max by (model) (kubegpu_scheduler_gpus)`, "{{model}}"),
+			query(`max by (model) (kubegpu_scheduler_idle_gpus)`, "{{model}} idle"))).
+		WithPanel(series("GPUs allocated by node", "GPUs' worth of compute that pods hold, per node.", "none",
+			query(`sum by (node) (`+allocated+`)`, "{{node}}"))).
+		WithRow(dashboard.NewRowBuilder("Allocation and fragmentation")).
+		WithPanel(series("Allocation", "Share of the cluster's GPU compute that pods hold.", "percentunit",
+			query(`sum(`+allocated+`) / `+gpus, "allocated"))).
+		WithPanel(series("Fragmentation", "Stranded GPUs as a share of all GPUs, overall and per model (alert: KubeGPUFragmentationHigh).", "percentunit",
+			query(stranded+` / `+gpus, "all"),
+			query(`max by (model) (kubegpu_scheduler_stranded_gpus) / max by (model) (kubegpu_scheduler_gpus)`, "{{model}}"))).
+		WithPanel(series("GPU memory allocated by node", "GPU memory that pods hold, per node.", "bytes",
+			query(`sum by (node) (max by (node, device) (kubegpu_scheduler_gpu_allocated_memory_bytes))`, "{{node}}"))).
+		WithPanel(series("Pods per GPU", "Pods sharing each GPU (slices), the busiest 10.", "none",
+			query(`topk(10, max by (node, device) (kubegpu_scheduler_gpu_pods))`, "{{node}} {{device}}"))).
+		WithRow(dashboard.NewRowBuilder("GPU pods")).
+		WithPanel(series("Pending GPU pods by reason", "GPU pods the leader tried and has not placed, by the reason most nodes gave.", "none",
+			query(`max by (reason) (kubegpu_scheduler_pending_gpu_pods)`, "{{reason}}"))).
+		WithPanel(series("Allocation to running", "From a GPU pod's binding to the scheduler seeing it running.", "s",
+			query(`histogram_quantile(0.5, sum by (le) (rate(kubegpu_scheduler_allocation_to_running_seconds_bucket[$__rate_interval])))`, "p50"),
+			query(`histogram_quantile(0.9, sum by (le) (rate(kubegpu_scheduler_allocation_to_running_seconds_bucket[$__rate_interval])))`, "p90"))).
+		WithPanel(series("Allocations written", "Signed allocations written with bindings, by result.", "ops",
+			query(`sum by (result) (rate(kubegpu_scheduler_allocations_written_total[$__rate_interval]))`, "{{result}}"))).
+		WithPanel(series("Rejected allocations", "Allocations on bound pods the scheduler did not count, by reason (alert: KubeGPURejectedAllocations).", "none",
+			query(`sum by (reason) (increase(kubegpu_scheduler_rejected_allocations_total[$__rate_interval]))`, "{{reason}}"))).
+		WithRow(dashboard.NewRowBuilder("Nodes (kubegpu-crishim)")).
+		WithPanel(statPanel("Shims up", "kubegpu-crishim instances answering scrapes.", `sum(up{job="kubegpu-crishim"})`, "none")).
+		WithPanel(statPanel("Shims down", "kubegpu-crishim instances not answering (alert: KubeGPUShimDown).", `count(up{job="kubegpu-crishim"} == 0) or vector(0)`, "none")).
+		WithPanel(statPanel("Failed device modules", "Device modules that did not load or start, over all nodes.", `sum(kubegpu_crishim_modules_failed) or vector(0)`, "none")).
+		WithPanel(statPanel("Nodes without a usable inventory", "Nodes the scheduler gives no GPU pods for want of an inventory.",
+			`sum(max by (inventory) (kubegpu_scheduler_nodes{inventory!="ok"}))`, "none")).
+		WithPanel(series("CreateContainer by result", "Containers the shims started with their devices (rewritten) or refused (gRPC code).", "ops",
+			query(`sum by (result) (rate(kubegpu_crishim_create_container_total[$__rate_interval]))`, "{{result}}"))).
+		WithPanel(series("CreateContainer latency", "Time the shims take to handle CreateContainer.", "s",
+			query(`histogram_quantile(0.99, sum by (le) (rate(kubegpu_crishim_create_container_duration_seconds_bucket[$__rate_interval])))`, "p99"),
+			query(`histogram_quantile(0.5, sum by (le) (rate(kubegpu_crishim_create_container_duration_seconds_bucket[$__rate_interval])))`, "p50"))).
+		WithPanel(series("Refusals by reason", "Containers the shims refused, by why.", "ops",
+			query(`sum by (reason) (rate(kubegpu_crishim_create_container_refusals_total[$__rate_interval]))`, "{{reason}}"))).
+		WithPanel(series("Module failures by node", "Device modules failed, by node and module.", "none",
+			query(`max by (instance, module) (kubegpu_crishim_modules_failed)`, "{{instance}} {{module}}")))
+	d, err := b.Build()
+	if err != nil {
+		return nil, err
+	}
+	out, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
+}
