@@ -115,9 +115,9 @@ func build() ([]byte, error) {
 			`sum(max by (inventory) (kubegpu_scheduler_nodes{inventory!="ok"}))`, "none")).
 		WithPanel(series("CreateContainer by result", "Containers the shims started with their devices (rewritten) or refused (gRPC code).", "ops",
 			query(`sum by (result) (rate(kubegpu_crishim_create_container_total[$__rate_interval]))`, "{{result}}"))).
-		WithPanel(series("CreateContainer latency", "Time the shims take to handle CreateContainer.", "s",
-			query(`histogram_quantile(0.99, sum by (le) (rate(kubegpu_crishim_create_container_duration_seconds_bucket[$__rate_interval])))`, "p99"),
-			query(`histogram_quantile(0.5, sum by (le) (rate(kubegpu_crishim_create_container_duration_seconds_bucket[$__rate_interval])))`, "p50"))).
+		WithPanel(series("CreateContainer rewrite latency", "Time the shims take to rewrite a container's config from its allocation.", "s",
+			query(`histogram_quantile(0.99, sum by (le) (rate(kubegpu_crishim_create_container_rewrite_duration_seconds_bucket[$__rate_interval])))`, "p99"),
+			query(`histogram_quantile(0.5, sum by (le) (rate(kubegpu_crishim_create_container_rewrite_duration_seconds_bucket[$__rate_interval])))`, "p50"))).
 		WithPanel(series("Refusals by reason", "Containers the shims refused, by why.", "ops",
 			query(`sum by (reason) (rate(kubegpu_crishim_create_container_refusals_total[$__rate_interval]))`, "{{reason}}"))).
 		WithPanel(series("Module failures by node", "Device modules failed, by node and module.", "none",

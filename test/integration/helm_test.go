@@ -3,12 +3,17 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +29,10 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
@@ -109,7 +116,10 @@ func TestHelmChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--kubeconfig="+nodeID.Kubeconfig, "--interval=1s")
+	// GPU 3 unhealthy, for the metric that reports it.
+	shimMetrics := freeAddress(t)
+	_, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--plugin-option=simgpu.unhealthy=3",
+		"--kubeconfig="+nodeID.Kubeconfig, "--interval=1s", "--metrics-bind-address="+shimMetrics)
 	k, err := cluster.StartKubelet(ctx, localcluster.KubeletOptions{Kubelet: filepath.Join(binDir, "kubelet"), Node: nodeName,
 		RuntimeEndpoint: "unix://" + sock, Dir: n.Dir, LeaseDuration: 8 * time.Second})
 	if err != nil {
@@ -213,6 +223,10 @@ func TestHelmChart(t *testing.T) {
 		}
 	}
 	runsWithGPU("on-real-node")
+	// The dashboard's and the alerts' queries name metrics the chart's
+	// scheduler and the shim export (scraped with cluster-admin's
+	// certificate, through the chart's RBAC for delegated authorization).
+	checkQueriedMetrics(t, scrape(t, shimMetrics)+scrapeTLS(t, "127.0.0.1:"+port))
 	createPods(ctx, t, ns, gpuPodOn("on-sim-node", "helm-sim-0"))
 	if p := boundPod(ctx, t, ns, "on-sim-node"); func() error { _, err := objects.PodAllocation(p); return err }() != nil {
 		t.Errorf("pod on the simulated node has no allocation")
@@ -347,4 +361,191 @@ type leftBehind struct{ obj *unstructured.Unstructured }
 
 func (l *leftBehind) Error() string {
 	return "helm uninstall left " + l.obj.GetKind() + " " + l.obj.GetNamespace() + "/" + l.obj.GetName() + " behind"
+}
+
+// scrapeTLS gets https://addr/metrics as cluster-admin (the scheduler's
+// serving certificate is self-signed).
+func scrapeTLS(t *testing.T, addr string) string {
+	t.Helper()
+	tlsCfg, err := rest.TLSConfigFor(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg.InsecureSkipVerify, tlsCfg.RootCAs, tlsCfg.ServerName = true, nil, ""
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 10 * time.Second}
+	resp, err := c.Get("https://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %s %v\n%s", addr, resp.Status, err, body)
+	}
+	return string(body)
+}
+
+// checkQueriedMetrics checks that every kubegpu metric the dashboard's
+// panels and the alert rules query is in scraped (a histogram by its
+// base name).
+func checkQueriedMetrics(t *testing.T, scraped string) {
+	t.Helper()
+	var exprs []string
+	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "grafana", "kubegpu.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash any
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if e, ok := x.(string); ok && k == "expr" {
+					exprs = append(exprs, e)
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(dash)
+	panels := len(exprs)
+	b, err = os.ReadFile(filepath.Join(repoRoot, "deploy", "prometheus", "kubegpu-alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Expr string `json:"expr"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := sigsyaml.Unmarshal(b, &rules); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			exprs = append(exprs, r.Expr)
+		}
+	}
+	if panels < 20 || len(exprs)-panels < 9 {
+		t.Fatalf("%d dashboard queries and %d alert rules read", panels, len(exprs)-panels)
+	}
+	names := map[string]bool{}
+	for _, e := range exprs {
+		for _, m := range metricName.FindAllString(e, -1) {
+			names[m] = true
+		}
+	}
+	for name := range names {
+		base := name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if b, ok := strings.CutSuffix(name, suffix); ok && strings.Contains(scraped, "# TYPE "+b+" histogram") {
+				base = b
+			}
+		}
+		if !strings.Contains(scraped, "# TYPE "+base+" ") {
+			t.Errorf("the dashboard or the alerts query %s, which no component exports", name)
+		}
+	}
+}
+
+// metricName finds kubegpu's metric names in PromQL.
+var metricName = regexp.MustCompile(`\bkubegpu_[a-z0-9_]+`)
+
+var updateGolden = flag.Bool("update", false, "rewrite the chart's golden files in testdata/helm")
+
+// TestHelmTemplate: `helm template` of the chart, for the default values
+// and for a configuration that sets most of them, is what
+// testdata/helm/*.yaml hold (go test -run TestHelmTemplate -update
+// rewrites them). The documents the chart takes from files (the admission
+// policies, the viewer role, the alert rules) are tested where those files
+// are made, so the golden files only name them.
+func TestHelmTemplate(t *testing.T) {
+	ctx := context.Background()
+	chart := filepath.Join(repoRoot, "deploy", "helm", "kubegpu")
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	// A fixed public key: the golden files must not change with the test's.
+	if err := os.WriteFile(values, []byte("nodesPublicKey: |\n  -----BEGIN PUBLIC KEY-----\n  MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n  -----END PUBLIC KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, args := range map[string][]string{
+		"default": nil,
+		"only": {"--set", "mode=only", "--set", "plugin.writeAllocation=PreBind", "--set", "plugin.nodePolicy=binpack",
+			"--set", "plugin.pluginOptions={nvidia.nvml-library=/usr/lib/libnvidia-ml.so.1}",
+			"--set", "verificationKeys.secretName=kubegpu-old-key", "--set", "hostNetwork=true",
+			"--set", "apiServer.host=10.0.0.10", "--set", "apiServer.port=6443", "--set", "featureGates=GenericWorkload=true\\,GangScheduling=true",
+			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true", "-f", values},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out := helm(ctx, t, append([]string{"template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.36.3",
+				"--set", "image.tag=v0.0.0-test"}, args...)...)
+			got := goldenView(out)
+			path := filepath.Join("testdata", "helm", name+".yaml")
+			if *updateGolden {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				t.Errorf("helm template with %s values differs from %s (go test -run TestHelmTemplate -update rewrites it):\n%s", name, path, got)
+			}
+		})
+	}
+	// Values the schema refuses.
+	for _, bad := range [][]string{
+		{"--set", "mode=both"},
+		{"--set", "plugin.nodePolicy=fastest"},
+		{"--set", "plugin.unknownArg=1"},
+		{"--set", "schedulerName=Bad\"Name"},
+		{"--set-string", "nodesPublicKey=-----BEGIN PRIVATE KEY-----"},
+	} {
+		bin := filepath.Join(nodeBinDir, "helm")
+		out, err := exec.CommandContext(ctx, bin, append([]string{"template", "kubegpu", chart, "--kube-version", "1.36.3"}, bad...)...).CombinedOutput()
+		if err == nil {
+			t.Errorf("helm template %v: accepted", bad)
+		} else if !strings.Contains(string(out), "values don't meet the specifications of the schema") && !strings.Contains(string(out), "private key") {
+			t.Errorf("helm template %v: %s", bad, out)
+		}
+	}
+}
+
+// goldenView is helm's output without the documents the chart takes from
+// files, which it lists by kind and name instead.
+func goldenView(out string) string {
+	var b strings.Builder
+	for _, doc := range strings.Split(out, "\n---\n") {
+		if strings.Contains(doc, "# Source: kubegpu/templates/admission-policies.yaml") ||
+			strings.Contains(doc, "# Source: kubegpu/templates/viewer.yaml") ||
+			strings.Contains(doc, "# Source: kubegpu/templates/prometheusrule.yaml") {
+			var kind, name string
+			for _, l := range strings.Split(doc, "\n") {
+				if v, ok := strings.CutPrefix(l, "kind: "); ok && kind == "" {
+					kind = v
+				}
+				if v, ok := strings.CutPrefix(l, "  name: "); ok && name == "" {
+					name = v
+				}
+			}
+			fmt.Fprintf(&b, "# (from a file) %s %s\n", kind, name)
+			continue
+		}
+		b.WriteString("---\n" + strings.TrimPrefix(doc, "---\n") + "\n")
+	}
+	return b.String()
 }
