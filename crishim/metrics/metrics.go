@@ -6,8 +6,8 @@
 // series, so the few counters and gauges it has are kept here with atomic
 // operations and written out by hand; the tests read the output with the
 // Prometheus parser. All methods are safe for concurrent use, and on a nil
-// *Counter, *Gauge or *Vec they do nothing, so that packages can
-// take an optional *Shim.
+// *Counter, *Gauge, *Histogram or *Vec they do nothing, so that packages
+// can take an optional *Shim.
 package metrics
 
 import (
@@ -18,9 +18,11 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Counter only goes up.
@@ -66,7 +68,59 @@ func (g *Gauge) Value() int64 {
 	return g.v.Load()
 }
 
-// Vec is a metric (*Counter or *Gauge) per value of one label.
+// buckets are the upper bounds of every Histogram's buckets, for 100µs to
+// 10s; a last bucket, +Inf, takes what is longer.
+var buckets = [...]time.Duration{
+	100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond,
+	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
+}
+
+// Histogram counts durations in fixed buckets (100µs, 250µs, 500µs, 1ms,
+// ... 5s, 10s, +Inf), written as a Prometheus histogram in seconds.
+type Histogram struct {
+	// counts are the observations per bucket, not cumulative; the last
+	// is +Inf's. Their total is the count, so that a scrape never sees a
+	// count other than its +Inf bucket.
+	counts [len(buckets) + 1]atomic.Uint64
+	sum    atomic.Int64 // nanoseconds
+}
+
+// Observe counts one duration (a negative one as 0).
+func (h *Histogram) Observe(d time.Duration) {
+	if h == nil {
+		return
+	}
+	d = max(d, 0)
+	i, _ := slices.BinarySearch(buckets[:], d) // the first bound >= d; le is inclusive
+	h.counts[i].Add(1)
+	h.sum.Add(int64(d))
+}
+
+// Count is the number of durations observed.
+func (h *Histogram) Count() uint64 {
+	if h == nil {
+		return 0
+	}
+	var n uint64
+	for i := range h.counts {
+		n += h.counts[i].Load()
+	}
+	return n
+}
+
+// Sum is the total of the durations observed.
+func (h *Histogram) Sum() time.Duration {
+	if h == nil {
+		return 0
+	}
+	return time.Duration(h.sum.Load())
+}
+
+// Vec is a metric (*Counter, *Gauge or *Histogram) per value of one
+// label.
 type Vec[M any] struct {
 	label  string
 	mu     sync.Mutex
@@ -78,6 +132,9 @@ type CounterVec = Vec[Counter]
 
 // GaugeVec is a gauge per value of one label.
 type GaugeVec = Vec[Gauge]
+
+// HistogramVec is a histogram per value of one label.
+type HistogramVec = Vec[Histogram]
 
 func newVec[M any](label string) Vec[M] { return Vec[M]{label: label, values: map[string]*M{}} }
 
@@ -108,6 +165,61 @@ func (v *Vec[M]) sorted() ([]string, []*M) {
 	return values, ms
 }
 
+// Reason is why the shim refused a container: the reason label of
+// kubegpu_crishim_create_container_refusals_total. The shim uses only the
+// values below, so that the label stays bounded.
+type Reason string
+
+// Reasons for refusing a container.
+const (
+	// ReasonBadRequest: the request is not a CRI v1 CreateContainer the
+	// shim can read (not a protobuf CreateContainerRequest, over 16 MiB,
+	// with request trailers, a :path without its leading slash, CRI
+	// v1alpha2).
+	ReasonBadRequest Reason = "bad_request"
+	// ReasonShuttingDown: the shim was stopping.
+	ReasonShuttingDown Reason = "shutting_down"
+	// ReasonInvalidAllocation: the pod's allocation annotation is
+	// malformed, or names more devices than a container can hold.
+	ReasonInvalidAllocation Reason = "invalid_allocation"
+	// ReasonBadSignature: the allocation is not signed by a key the node
+	// holds (not signed, malformed, unknown key ID, no match).
+	ReasonBadSignature Reason = "bad_signature"
+	// ReasonOtherPod: the pod carries another pod's allocation.
+	ReasonOtherPod Reason = "other_pod"
+	// ReasonOtherNode: the allocation is for another node (or the
+	// shim's --node-name is not the Node's name).
+	ReasonOtherNode Reason = "other_node"
+	// ReasonPrivileged: a privileged container outside the GPU allowlist
+	// has devices allocated.
+	ReasonPrivileged Reason = "privileged"
+	// ReasonDevicesHeld: another pod's live container holds the devices
+	// (the ledger).
+	ReasonDevicesHeld Reason = "devices_held"
+	// ReasonLedgerUnavailable: the runtime could not be asked what its
+	// containers hold.
+	ReasonLedgerUnavailable Reason = "ledger_unavailable"
+	// ReasonUnknownDevice: the allocation names a device no device module
+	// serves on this node, and every module loaded.
+	ReasonUnknownDevice Reason = "unknown_device"
+	// ReasonModuleFailed: the allocation names a device no module serves
+	// while a device module did not load or start (modules_failed).
+	ReasonModuleFailed Reason = "module_failed"
+	// ReasonModuleError: a device module failed to make the container's
+	// edits.
+	ReasonModuleError Reason = "module_error"
+	// ReasonCDIOff: the container's devices are CDI devices and the
+	// runtime has CDI off.
+	ReasonCDIOff Reason = "cdi_off"
+	// ReasonOther: an error the shim does not classify.
+	ReasonOther Reason = "other"
+)
+
+// Reasons are all the Reason values, in the order the README lists them.
+var Reasons = []Reason{ReasonBadRequest, ReasonShuttingDown, ReasonInvalidAllocation, ReasonBadSignature,
+	ReasonOtherPod, ReasonOtherNode, ReasonPrivileged, ReasonDevicesHeld, ReasonLedgerUnavailable,
+	ReasonUnknownDevice, ReasonModuleFailed, ReasonModuleError, ReasonCDIOff, ReasonOther}
+
 // Shim is every metric of kubegpu-crishim.
 type Shim struct {
 	// Connections is the number of open CRI client connections.
@@ -120,6 +232,16 @@ type Shim struct {
 	// CreateContainer counts CreateContainer calls by result: "rewritten",
 	// or the gRPC code of the refusal.
 	CreateContainer CounterVec
+	// RewriteDuration is how long the shim held each CreateContainer it
+	// answered, by the same result as CreateContainer: from the whole
+	// request received to the rewritten request sent to the runtime or the
+	// refusal sent to the client. The runtime's own time is not in it
+	// (kubelet's kubelet_runtime_operations_duration_seconds has the
+	// whole call).
+	RewriteDuration HistogramVec
+	// Refusals counts the CreateContainer calls the shim refused, by
+	// Reason; every reason is written, from 0.
+	Refusals CounterVec
 	// Publishes counts writes of the inventory or the capacity to the Node
 	// by result: "ok" or "error".
 	Publishes CounterVec
@@ -139,7 +261,9 @@ type Shim struct {
 	// own (device nodes, mounts, CDI devices) that the shim removed.
 	Stripped Counter
 	// LedgerRefusals counts containers refused because another pod's live
-	// container holds their devices.
+	// container holds their devices (as Refusals does by
+	// ReasonDevicesHeld, but also those whose client gave up before the
+	// refusal reached it).
 	LedgerRefusals Counter
 	// Modules is the number of device modules serving.
 	Modules Gauge
@@ -151,14 +275,29 @@ type Shim struct {
 
 // New returns the shim's metrics, all at zero.
 func New() *Shim {
-	return &Shim{
+	s := &Shim{
 		CreateContainer: newVec[Counter]("result"),
+		RewriteDuration: newVec[Histogram]("result"),
+		Refusals:        newVec[Counter]("reason"),
 		Publishes:       newVec[Counter]("result"),
 		Syncs:           newVec[Counter]("result"),
 		Allowlisted:     newVec[Counter]("namespace"),
 		ModulesFailed:   newVec[Gauge]("module"),
 	}
+	for _, r := range Reasons {
+		s.Refusals.With(string(r))
+	}
+	return s
 }
+
+// refusalsHelp lists the reasons in the help text.
+var refusalsHelp = func() string {
+	names := make([]string, len(Reasons))
+	for i, r := range Reasons {
+		names[i] = string(r)
+	}
+	return "CreateContainer calls the shim refused, by reason: " + strings.Join(names, ", ") + " (see kubegpu-crishim's README)."
+}()
 
 // WriteText writes every metric in the Prometheus text format.
 func (s *Shim) WriteText(w io.Writer) error {
@@ -167,6 +306,8 @@ func (s *Shim) WriteText(w io.Writer) error {
 	counter(b, "kubegpu_crishim_connections_total", "CRI client connections accepted.", s.ConnectionsTotal.Value())
 	counter(b, "kubegpu_crishim_runtime_unreachable_total", "CRI client connections closed at once because the container runtime could not be reached.", s.RuntimeUnreachable.Value())
 	vec(b, "kubegpu_crishim_create_container_total", "CreateContainer calls by result: rewritten, or the gRPC code the shim refused them with.", &s.CreateContainer)
+	histogramVec(b, "kubegpu_crishim_create_container_rewrite_duration_seconds", "Time the shim held a CreateContainer, by result as in create_container_total: from the whole request received to the rewritten request sent to the runtime or the refusal sent to the client; the runtime's own time is not in it.", &s.RewriteDuration)
+	vec(b, "kubegpu_crishim_create_container_refusals_total", refusalsHelp, &s.Refusals)
 	vec(b, "kubegpu_crishim_inventory_publishes_total", "Writes of the device inventory or capacity to the Node by result.", &s.Publishes)
 	vec(b, "kubegpu_crishim_node_syncs_total", "Rounds of the advertiser (read the Node, write what differs) by result.", &s.Syncs)
 	counter(b, "kubegpu_crishim_inventory_restores_total", "Times the Node's inventory was found changed by someone else and written back.", s.Restores.Value())
@@ -199,6 +340,29 @@ func gaugeVec(b *bufio.Writer, name, help string, v *GaugeVec) {
 	values, gauges := v.sorted()
 	writeVec(b, name, help, "gauge", v.label, values, func(i int) string { return fmt.Sprint(gauges[i].Value()) })
 }
+
+// histogramVec writes a histogram family: per label value its cumulative
+// buckets, sum and count.
+func histogramVec(b *bufio.Writer, name, help string, v *HistogramVec) {
+	values, hs := v.sorted()
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, helpEscaper.Replace(help), name)
+	for i, k := range values {
+		label := v.label + `="` + labelEscaper.Replace(k) + `"`
+		var n uint64
+		for j := range hs[i].counts {
+			n += hs[i].counts[j].Load()
+			le := "+Inf"
+			if j < len(buckets) {
+				le = seconds(buckets[j])
+			}
+			fmt.Fprintf(b, "%s_bucket{%s,le=\"%s\"} %d\n", name, label, le, n)
+		}
+		fmt.Fprintf(b, "%s_sum{%s} %s\n%s_count{%s} %d\n", name, label, seconds(hs[i].Sum()), name, label, n)
+	}
+}
+
+// seconds writes d in seconds, as short as it reads back exactly.
+func seconds(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'g', -1, 64) }
 
 // writeVec writes one labelled metric family: value(i) is the sample of
 // label value values[i].

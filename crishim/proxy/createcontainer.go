@@ -57,7 +57,8 @@ var ErrPrivileged = errors.New("privileged containers get GPUs only in pods on t
 // PermissionDenied for an allocation not valid here, FailedPrecondition
 // for one that cannot be applied (or a privileged container with GPUs),
 // ResourceExhausted for devices another pod holds, Unavailable when the
-// ledger cannot be read.
+// ledger cannot be read. Each says why (a metrics.Reason) for
+// kubegpu_crishim_create_container_refusals_total.
 func CreateContainer(d Devices) Interceptor {
 	if d.Metrics == nil {
 		d.Metrics = metrics.New()
@@ -65,7 +66,8 @@ func CreateContainer(d Devices) Interceptor {
 	return func(ctx context.Context, payload []byte) ([]byte, error) {
 		var req runtimeapi.CreateContainerRequest
 		if err := proto.Unmarshal(payload, &req); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "kubegpu-crishim: decode CreateContainerRequest: %v", err)
+			return nil, &refusal{reason: metrics.ReasonBadRequest,
+				st: status.Newf(codes.InvalidArgument, "kubegpu-crishim: decode CreateContainerRequest: %v", err)}
 		}
 		if req.Config == nil {
 			req.Config = &runtimeapi.ContainerConfig{}
@@ -74,8 +76,8 @@ func CreateContainer(d Devices) Interceptor {
 		md := sb.GetMetadata()
 		name := cfg.GetMetadata().GetName()
 		logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(md.GetNamespace(), md.GetName()), "container", name)
-		refuse := func(code codes.Code, err error) ([]byte, error) {
-			return nil, status.Errorf(code, "kubegpu-crishim: container %q: %v", name, err)
+		refuse := func(code codes.Code, reason metrics.Reason, err error) ([]byte, error) {
+			return nil, &refusal{reason: reason, st: status.Newf(code, "kubegpu-crishim: container %q: %v", name, err)}
 		}
 		// Only the shim puts containers in the ledger.
 		dropLedgerKeys(cfg)
@@ -90,11 +92,11 @@ func CreateContainer(d Devices) Interceptor {
 		}
 		alloc, err := d.Rewriter.ContainerAllocation(sb, name)
 		if err != nil {
-			return nil, toStatus(err)
+			return nil, rewriteRefusal(err)
 		}
 		privileged := rewrite.Privileged(cfg)
 		if privileged && !allowed && len(alloc.Devices) > 0 {
-			return refuse(codes.FailedPrecondition, ErrPrivileged)
+			return refuse(codes.FailedPrecondition, metrics.ReasonPrivileged, ErrPrivileged)
 		}
 		// The ledger first: a container refused here starts nothing (no
 		// MPS daemon) for devices another pod holds.
@@ -103,22 +105,22 @@ func CreateContainer(d Devices) Interceptor {
 			c := ledger.Claim{PodUID: md.GetUid(), Pod: md.GetNamespace() + "/" + md.GetName(), Container: name,
 				Attempt: cfg.GetMetadata().GetAttempt(), Devices: alloc.Devices}
 			if claimLabels, claimAnnotations, err = ledger.Labels(c); err != nil {
-				return refuse(codes.FailedPrecondition, err)
+				return refuse(codes.FailedPrecondition, metrics.ReasonInvalidAllocation, err)
 			}
 			if err := d.Ledger.Claim(klog.NewContext(ctx, logger), c); err != nil {
 				if errors.Is(err, ledger.ErrConflict) {
 					d.Metrics.LedgerRefusals.Inc()
-					return refuse(codes.ResourceExhausted, err)
+					return refuse(codes.ResourceExhausted, metrics.ReasonDevicesHeld, err)
 				}
-				return refuse(codes.Unavailable, err)
+				return refuse(codes.Unavailable, metrics.ReasonLedgerUnavailable, err)
 			}
 		}
 		edits, err := d.Rewriter.Edits(ctx, md.GetUid(), alloc)
 		if err != nil {
-			return nil, toStatus(err)
+			return nil, rewriteRefusal(err)
 		}
 		if len(edits.CDIDevices) > 0 && d.CDIOff != nil && d.CDIOff() {
-			return refuse(codes.FailedPrecondition, ErrCDIOff)
+			return refuse(codes.FailedPrecondition, metrics.ReasonCDIOff, ErrCDIOff)
 		}
 		if !allowed {
 			stripped := rewrite.Strip(cfg)
@@ -163,7 +165,33 @@ func dropLedgerKeys(cfg *runtimeapi.ContainerConfig) {
 	}
 }
 
-func toStatus(err error) error {
+// refusal is an interceptor's refusal of a call: the gRPC status the
+// client gets, and why, for the refusals metric.
+type refusal struct {
+	reason metrics.Reason
+	st     *status.Status
+}
+
+func (r *refusal) Error() string { return r.st.Err().Error() }
+
+// GRPCStatus makes status.Convert and status.Code see the refusal's
+// status.
+func (r *refusal) GRPCStatus() *status.Status { return r.st }
+
+// refusalReason is why an interceptor's err refused a call: ReasonOther
+// for an error that does not say.
+func refusalReason(err error) metrics.Reason {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.reason
+	}
+	return metrics.ReasonOther
+}
+
+// rewriteRefusal refuses a container whose allocation the rewrite
+// refused: PermissionDenied for an allocation not valid here,
+// FailedPrecondition for one that cannot be applied, Internal otherwise.
+func rewriteRefusal(err error) error {
 	code := codes.Internal
 	switch {
 	case errors.Is(err, rewrite.ErrForbidden):
@@ -171,5 +199,29 @@ func toStatus(err error) error {
 	case errors.Is(err, rewrite.ErrInvalid):
 		code = codes.FailedPrecondition
 	}
-	return status.Error(code, "kubegpu-crishim: "+err.Error())
+	return &refusal{reason: rewriteReason(err), st: status.New(code, "kubegpu-crishim: "+err.Error())}
+}
+
+// rewriteReason classifies the rewrite's errors by the sentinels and
+// types they wrap. A module's own error comes first: what it wraps is the
+// module's business.
+func rewriteReason(err error) metrics.Reason {
+	var me *rewrite.ModuleError
+	switch {
+	case errors.As(err, &me):
+		return metrics.ReasonModuleError
+	case errors.Is(err, kubeinterface.ErrBadSignature):
+		return metrics.ReasonBadSignature
+	case errors.Is(err, rewrite.ErrOtherPod):
+		return metrics.ReasonOtherPod
+	case errors.Is(err, rewrite.ErrOtherNode):
+		return metrics.ReasonOtherNode
+	case errors.Is(err, rewrite.ErrModulesFailed):
+		return metrics.ReasonModuleFailed
+	case errors.Is(err, rewrite.ErrUnknownDevice):
+		return metrics.ReasonUnknownDevice
+	case errors.Is(err, rewrite.ErrInvalid):
+		return metrics.ReasonInvalidAllocation
+	}
+	return metrics.ReasonOther
 }

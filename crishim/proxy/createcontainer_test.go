@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/kubegpu/kubegpu/crishim/ledger"
+	"github.com/kubegpu/kubegpu/crishim/metrics"
 	"github.com/kubegpu/kubegpu/crishim/rewrite"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
@@ -82,15 +85,133 @@ func TestCreateContainerOrder(t *testing.T) {
 
 	// A runtime with CDI off: refused, not started without its GPU.
 	_, err = CreateContainer(Devices{Rewriter: rw, CDIOff: func() bool { return true }})(ctx, req)
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "CDI off") {
-		t.Errorf("CDI off: %v", err)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "CDI off") || refusalReason(err) != metrics.ReasonCDIOff {
+		t.Errorf("CDI off: %v (reason %s)", err, refusalReason(err))
 	}
 
 	// The ledger refuses before any module starts anything for the container.
 	calls.Store(0)
 	book := ledger.New(ledger.Options{Runtime: holder{}, Capacity: func(string) (types.Device, bool) { return types.Device{}, false }})
-	_, err = CreateContainer(Devices{Rewriter: rw, Ledger: book})(ctx, req)
-	if status.Code(err) != codes.ResourceExhausted || calls.Load() != 0 {
-		t.Errorf("ledger conflict: %v, module called %d times; want ResourceExhausted before any edit", err, calls.Load())
+	m := metrics.New()
+	_, err = CreateContainer(Devices{Rewriter: rw, Ledger: book, Metrics: m})(ctx, req)
+	if status.Code(err) != codes.ResourceExhausted || calls.Load() != 0 || refusalReason(err) != metrics.ReasonDevicesHeld {
+		t.Errorf("ledger conflict: %v (reason %s), module called %d times; want ResourceExhausted before any edit", err, refusalReason(err), calls.Load())
+	}
+	if n := m.LedgerRefusals.Value(); n != 1 {
+		t.Errorf("ledger refusals %d, want 1", n)
+	}
+}
+
+// brokenRuntime cannot list its containers.
+type brokenRuntime struct{}
+
+func (brokenRuntime) ListContainers(context.Context, *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	return nil, status.Error(codes.Unavailable, "containerd is restarting")
+}
+
+// failModule fails every container.
+type failModule struct{}
+
+func (failModule) ContainerEdits(context.Context, types.ContainerAllocation) (types.ContainerEdits, error) {
+	return types.ContainerEdits{}, errors.New("MPS control daemon did not start")
+}
+
+// TestCreateContainerRefusals: every refusal of the interceptor has its
+// gRPC code and says why, one of metrics.Reasons, for the refusals metric.
+func TestCreateContainerRefusals(t *testing.T) {
+	key, err := kubeinterface.NewHMACKey([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := kubeinterface.NewHMACKey([]byte(strings.Repeat("o", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := kubeinterface.PodRef{Namespace: "ml", Name: "train", UID: "uid-1"}
+	gpu0 := []types.DeviceShare{{ID: "gpu0", UUID: "GPU-0", Exclusive: true}}
+	// request is a CreateContainer of container main in pod ml/train
+	// (uid-1) whose allocation, signed with k, is for pod, node and devices.
+	request := func(k *kubeinterface.Key, pod kubeinterface.PodRef, node string, devices []types.DeviceShare, privileged bool) []byte {
+		signed, err := k.Sign(kubeinterface.Allocation{Pod: pod,
+			PodAllocation: types.PodAllocation{Node: node, Containers: []types.ContainerAllocation{{Name: "main", Devices: devices}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		value, err := kubeinterface.EncodeAllocation(signed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := proto.Marshal(&runtimeapi.CreateContainerRequest{
+			Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
+				Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{Privileged: privileged}}},
+			SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Namespace: "ml", Name: "train", Uid: "uid-1"},
+				Annotations: map[string]string{kubeinterface.AnnotationAllocation: value}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	malformed, _ := proto.Marshal(&runtimeapi.CreateContainerRequest{
+		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "main"}},
+		SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Namespace: "ml", Name: "train", Uid: "uid-1"},
+			Annotations: map[string]string{kubeinterface.AnnotationAllocation: "{}"}},
+	})
+	many := make([]types.DeviceShare, kubeinterface.MaxHeldDevices+1)
+	for i := range many {
+		many[i] = types.DeviceShare{ID: fmt.Sprintf("gpu%d", i), UUID: fmt.Sprintf("GPU-%d", i), ComputePercent: 1}
+	}
+	serve := func(p rewrite.Module) func() []rewrite.Module {
+		return func() []rewrite.Module { return []rewrite.Module{p} }
+	}
+	cdi := serve(rewrite.Module{Name: "nvidia.so", Plugin: cdiModule{new(atomic.Int32)}, Devices: map[string]types.Device{"gpu0": {ID: "gpu0"}}})
+	noDevices := func(string) (types.Device, bool) { return types.Device{}, false }
+	for _, tt := range []struct {
+		name   string
+		req    []byte
+		d      Devices // Rewriter.Keys and Node are set
+		code   codes.Code
+		reason metrics.Reason
+		text   string // in the error, where the code and reason could come from elsewhere
+	}{
+		{name: "not a CreateContainerRequest", req: []byte{0xff, 0x01}, code: codes.InvalidArgument, reason: metrics.ReasonBadRequest},
+		{name: "malformed allocation", req: malformed, code: codes.FailedPrecondition, reason: metrics.ReasonInvalidAllocation},
+		{name: "signed with an unknown key", req: request(other, self, "node-1", gpu0, false), code: codes.PermissionDenied, reason: metrics.ReasonBadSignature},
+		{name: "another pod's allocation", req: request(key, kubeinterface.PodRef{Namespace: "ml", Name: "train", UID: "uid-0"}, "node-1", gpu0, false),
+			code: codes.PermissionDenied, reason: metrics.ReasonOtherPod},
+		{name: "another node's allocation", req: request(key, self, "node-2", gpu0, false), code: codes.PermissionDenied, reason: metrics.ReasonOtherNode},
+		{name: "privileged", req: request(key, self, "node-1", gpu0, true), d: Devices{Rewriter: &rewrite.Rewriter{Modules: cdi}},
+			code: codes.FailedPrecondition, reason: metrics.ReasonPrivileged},
+		{name: "more devices than the ledger holds", req: request(key, self, "node-1", many, false),
+			d:    Devices{Rewriter: &rewrite.Rewriter{Modules: cdi}, Ledger: ledger.New(ledger.Options{Runtime: holder{}, Capacity: noDevices})},
+			code: codes.FailedPrecondition, reason: metrics.ReasonInvalidAllocation, text: "encode held devices"},
+		{name: "devices held by another pod", req: request(key, self, "node-1", gpu0, false),
+			d:    Devices{Rewriter: &rewrite.Rewriter{Modules: cdi}, Ledger: ledger.New(ledger.Options{Runtime: holder{}, Capacity: noDevices})},
+			code: codes.ResourceExhausted, reason: metrics.ReasonDevicesHeld},
+		{name: "ledger cannot be read", req: request(key, self, "node-1", gpu0, false),
+			d:    Devices{Rewriter: &rewrite.Rewriter{Modules: cdi}, Ledger: ledger.New(ledger.Options{Runtime: brokenRuntime{}, Capacity: noDevices})},
+			code: codes.Unavailable, reason: metrics.ReasonLedgerUnavailable},
+		{name: "device not on this node", req: request(key, self, "node-1", []types.DeviceShare{{ID: "gpu7", UUID: "GPU-7", Exclusive: true}}, false),
+			d: Devices{Rewriter: &rewrite.Rewriter{Modules: cdi}}, code: codes.FailedPrecondition, reason: metrics.ReasonUnknownDevice},
+		{name: "device of a module that failed to load", req: request(key, self, "node-1", gpu0, false),
+			d:    Devices{Rewriter: &rewrite.Rewriter{Modules: func() []rewrite.Module { return nil }, Failed: []string{"nvidia.so"}}},
+			code: codes.FailedPrecondition, reason: metrics.ReasonModuleFailed},
+		{name: "module fails", req: request(key, self, "node-1", gpu0, false),
+			d:    Devices{Rewriter: &rewrite.Rewriter{Modules: serve(rewrite.Module{Name: "nvidia.so", Plugin: failModule{}, Devices: map[string]types.Device{"gpu0": {ID: "gpu0"}}})}},
+			code: codes.FailedPrecondition, reason: metrics.ReasonModuleError},
+		{name: "CDI off", req: request(key, self, "node-1", gpu0, false), d: Devices{Rewriter: &rewrite.Rewriter{Modules: cdi}, CDIOff: func() bool { return true }},
+			code: codes.FailedPrecondition, reason: metrics.ReasonCDIOff},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := tt.d
+			if d.Rewriter == nil {
+				d.Rewriter = &rewrite.Rewriter{Modules: cdi}
+			}
+			d.Rewriter.Node, d.Rewriter.Keys = "node-1", kubeinterface.NewKeySet(key)
+			_, err := CreateContainer(d)(context.Background(), tt.req)
+			if status.Code(err) != tt.code || refusalReason(err) != tt.reason || !strings.Contains(fmt.Sprint(err), tt.text) {
+				t.Errorf("got %v, reason %s; want %v, reason %s, %q", err, refusalReason(err), tt.code, tt.reason, tt.text)
+			}
+		})
 	}
 }

@@ -8,14 +8,15 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/kubegpu/kubegpu/crishim/metrics"
 	"github.com/kubegpu/kubegpu/crishim/rewrite"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
 )
 
 // FuzzCreateContainer feeds arbitrary request bytes to the interceptor: it
-// never panics, and what it forwards is a request whose devices env was set
-// by the node.
+// never panics, every refusal says why (for the refusals metric), and what
+// it forwards is a request whose devices env was set by the node.
 func FuzzCreateContainer(f *testing.F) {
 	key, err := kubeinterface.NewHMACKey([]byte(strings.Repeat("k", 32)))
 	if err != nil {
@@ -36,6 +37,9 @@ func FuzzCreateContainer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		out, err := intercept(context.Background(), payload)
 		if err != nil {
+			if refusalReason(err) == metrics.ReasonOther {
+				t.Fatalf("refusal %v does not say why", err)
+			}
 			return
 		}
 		var req runtimeapi.CreateContainerRequest

@@ -33,7 +33,9 @@ const maxMessageBytes = 16 << 20
 // Interceptor changes one unary call's request before it is forwarded. It
 // gets and returns the request message's bytes; an error fails the call
 // and should be a gRPC status error (see CreateContainer): other errors
-// reach the client as Unknown.
+// reach the client as Unknown. CreateContainer's errors also say why, for
+// kubegpu_crishim_create_container_refusals_total; other interceptors'
+// count as metrics.ReasonOther.
 type Interceptor func(ctx context.Context, req []byte) ([]byte, error)
 
 // Options configure a Proxy.
@@ -92,7 +94,8 @@ func New(opts Options) (*Proxy, error) {
 	if opts.CreateContainer != nil {
 		p.intercept[methodCreateContainer] = opts.CreateContainer
 		p.intercept[methodCreateContainerV1alpha2] = func(context.Context, []byte) ([]byte, error) {
-			return nil, status.Error(codes.Unimplemented, "kubegpu-crishim: CRI v1alpha2 CreateContainer is not supported; use CRI v1")
+			return nil, &refusal{reason: metrics.ReasonBadRequest,
+				st: status.New(codes.Unimplemented, "kubegpu-crishim: CRI v1alpha2 CreateContainer is not supported; use CRI v1")}
 		}
 	}
 	return p, nil

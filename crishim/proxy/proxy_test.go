@@ -10,11 +10,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/kubegpu/kubegpu/crishim/metrics"
 	"github.com/kubegpu/kubegpu/crishim/rewrite"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
@@ -65,18 +67,18 @@ func (envModule) ContainerEdits(_ context.Context, a types.ContainerAllocation) 
 
 // start runs the fake runtime and a proxy in front of it that rewrites
 // CreateContainer for node-1 with key, and returns CRI clients of the
-// proxy.
-func start(t *testing.T, key *kubeinterface.Key) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient, *fakeRuntime) {
+// proxy and its metrics.
+func start(t *testing.T, key *kubeinterface.Key) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient, *fakeRuntime, *metrics.Shim) {
 	t.Helper()
 	r := &rewrite.Rewriter{Node: "node-1", Keys: kubeinterface.NewKeySet(key), Modules: func() []rewrite.Module {
 		return []rewrite.Module{{Name: "sim", Plugin: envModule{}, Devices: map[string]types.Device{"gpu0": {ID: "gpu0"}}}}
 	}}
 	tp := startProxy(t, CreateContainer(Devices{Rewriter: r}))
-	return runtimeapi.NewRuntimeServiceClient(tp.conn), runtimeapi.NewImageServiceClient(tp.conn), &tp.fake.fakeRuntime
+	return runtimeapi.NewRuntimeServiceClient(tp.conn), runtimeapi.NewImageServiceClient(tp.conn), &tp.fake.fakeRuntime, tp.metrics
 }
 
 func TestProxyForwardsEveryCall(t *testing.T) {
-	rt, img, _ := start(t, nil)
+	rt, img, _, _ := start(t, nil)
 	ctx := context.Background()
 	v, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
 	if err != nil || v.GetRuntimeName() != "fake" {
@@ -117,17 +119,24 @@ func TestProxyRewritesCreateContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, _, fake := start(t, key)
+	rt, _, fake, m := start(t, key)
 	ctx := context.Background()
-	signed, err := key.Sign(kubeinterface.Allocation{
-		Pod: kubeinterface.PodRef{Namespace: "ml", Name: "train", UID: "uid-1"},
-		PodAllocation: types.PodAllocation{Node: "node-1", Containers: []types.ContainerAllocation{{Name: "main",
-			Devices: []types.DeviceShare{{ID: "gpu0", UUID: "GPU-0", Exclusive: true}}}}},
-	})
-	if err != nil {
-		t.Fatal(err)
+	allocation := func(pod kubeinterface.PodRef, node, device string) string {
+		signed, err := key.Sign(kubeinterface.Allocation{Pod: pod,
+			PodAllocation: types.PodAllocation{Node: node, Containers: []types.ContainerAllocation{{Name: "main",
+				Devices: []types.DeviceShare{{ID: device, UUID: "GPU-0", Exclusive: true}}}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		value, err := kubeinterface.EncodeAllocation(signed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return value
 	}
-	value, _ := kubeinterface.EncodeAllocation(signed)
+	self := kubeinterface.PodRef{Namespace: "ml", Name: "train", UID: "uid-1"}
+	value := allocation(self, "node-1", "gpu0")
 	req := func(container string, annotations map[string]string) *runtimeapi.CreateContainerRequest {
 		return &runtimeapi.CreateContainerRequest{
 			PodSandboxId: "sb",
@@ -137,23 +146,53 @@ func TestProxyRewritesCreateContainer(t *testing.T) {
 				Annotations: annotations},
 		}
 	}
+	annotated := func(value string) map[string]string {
+		return map[string]string{kubeinterface.AnnotationAllocation: value}
+	}
 	for _, tt := range []struct {
 		name, container, want string
 		annotations           map[string]string
 		code                  codes.Code
+		reason                metrics.Reason
 	}{
-		{name: "allocated", container: "main", annotations: map[string]string{kubeinterface.AnnotationAllocation: value}, want: "GPU-0"},
+		{name: "allocated", container: "main", annotations: annotated(value), want: "GPU-0"},
 		{name: "no allocation", container: "main", want: "void"},
-		{name: "sidecar", container: "sidecar", annotations: map[string]string{kubeinterface.AnnotationAllocation: value}, want: "void"},
-		{name: "forged", container: "main", annotations: map[string]string{kubeinterface.AnnotationAllocation: strings.Replace(value, `"uid":"uid-1"`, `"uid":"uid-2"`, 1)}, code: codes.PermissionDenied},
-		{name: "malformed", container: "main", annotations: map[string]string{kubeinterface.AnnotationAllocation: "{}"}, code: codes.FailedPrecondition},
+		{name: "sidecar", container: "sidecar", annotations: annotated(value), want: "void"},
+		{name: "forged", container: "main", annotations: annotated(strings.Replace(value, `"uid":"uid-1"`, `"uid":"uid-2"`, 1)),
+			code: codes.PermissionDenied, reason: metrics.ReasonBadSignature},
+		{name: "malformed", container: "main", annotations: annotated("{}"), code: codes.FailedPrecondition, reason: metrics.ReasonInvalidAllocation},
+		{name: "another pod's", container: "main", annotations: annotated(allocation(kubeinterface.PodRef{Namespace: "ml", Name: "train", UID: "uid-0"}, "node-1", "gpu0")),
+			code: codes.PermissionDenied, reason: metrics.ReasonOtherPod},
+		{name: "another node's", container: "main", annotations: annotated(allocation(self, "node-2", "gpu0")), code: codes.PermissionDenied, reason: metrics.ReasonOtherNode},
+		{name: "device not on the node", container: "main", annotations: annotated(allocation(self, "node-1", "gpu7")), code: codes.FailedPrecondition, reason: metrics.ReasonUnknownDevice},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fake.mu.Lock()
 			fake.created = nil
 			fake.mu.Unlock()
-			_, err := rt.CreateContainer(ctx, req(tt.container, tt.annotations))
+			result := "rewritten"
 			if tt.code != codes.OK {
+				result = tt.code.String()
+			}
+			counted, timed, refused := m.CreateContainer.With(result).Value(), m.RewriteDuration.With(result).Count(), m.Refusals.With(string(tt.reason)).Value()
+			_, err := rt.CreateContainer(ctx, req(tt.container, tt.annotations))
+			// The call's result, its time in the shim and, for a refusal,
+			// why: counted once each. A refusal is counted before it is
+			// sent; a rewritten call after its request reached the runtime,
+			// which may answer first.
+			for deadline := time.Now().Add(5 * time.Second); m.CreateContainer.With(result).Value() == counted && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			if got := m.CreateContainer.With(result).Value() - counted; got != 1 {
+				t.Errorf("create_container_total{result=%q} went up by %d, want 1", result, got)
+			}
+			if got := m.RewriteDuration.With(result).Count() - timed; got != 1 {
+				t.Errorf("%d durations observed for result %q, want 1", got, result)
+			}
+			if tt.code != codes.OK {
+				if got := m.Refusals.With(string(tt.reason)).Value() - refused; got != 1 {
+					t.Errorf("refusals_total{reason=%q} went up by %d, want 1", tt.reason, got)
+				}
 				if status.Code(err) != tt.code || !strings.Contains(err.Error(), "kubegpu-crishim: ") {
 					t.Fatalf("CreateContainer error = %v, want %v", err, tt.code)
 				}

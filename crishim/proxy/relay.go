@@ -10,11 +10,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/kubegpu/kubegpu/crishim/metrics"
 )
 
 // relay joins one client connection to its own runtime connection. Both
@@ -76,6 +79,9 @@ type call struct {
 	// to the worker that finishes it, and more frames on the stream are a
 	// protocol error.
 	ended bool
+	// received is when the whole request was in (or the call failed
+	// before): the shim's time on the call, for the metrics, starts then.
+	received time.Time
 	// canceled: the client reset the stream, or the runtime ended it.
 	canceled bool
 }
@@ -270,7 +276,8 @@ func (r *relay) headers(h frameHeader, path string, flush func() error) error {
 			if err := flush(); err != nil {
 				return err
 			}
-			r.fail(c, status.New(codes.Internal, "kubegpu-crishim: request trailers are not supported on "+c.method))
+			c.received = time.Now()
+			r.fail(c, status.New(codes.Internal, "kubegpu-crishim: request trailers are not supported on "+c.method), metrics.ReasonBadRequest)
 			return nil
 		}
 	}
@@ -298,7 +305,8 @@ func (r *relay) call(stream uint32) *call {
 
 // refuseMalformedPath fails a call whose :path is not /service/method.
 func refuseMalformedPath(context.Context, []byte) ([]byte, error) {
-	return nil, status.Error(codes.Unimplemented, "kubegpu-crishim: malformed method path; want /package.Service/Method")
+	return nil, &refusal{reason: metrics.ReasonBadRequest,
+		st: status.New(codes.Unimplemented, "kubegpu-crishim: malformed method path; want /package.Service/Method")}
 }
 
 // data takes one DATA frame of an intercepted call.
@@ -331,13 +339,13 @@ func (r *relay) data(c *call, h frameHeader, payload []byte, flush func() error)
 	if h.flags&flagEndStream == 0 {
 		return nil
 	}
-	c.ended = true
+	c.ended, c.received = true, time.Now()
 	// The call's HEADERS must reach the runtime before its DATA or reset.
 	if err := flush(); err != nil {
 		return err
 	}
 	if !r.p.startCall() {
-		r.fail(c, status.New(codes.Unavailable, "kubegpu-crishim is shutting down"))
+		r.fail(c, status.New(codes.Unavailable, "kubegpu-crishim is shutting down"), metrics.ReasonShuttingDown)
 		return nil
 	}
 	go func() {
@@ -351,27 +359,41 @@ func (r *relay) data(c *call, h frameHeader, payload []byte, flush func() error)
 // the runtime, or fails the call.
 func (r *relay) finish(c *call) {
 	if c.failed != nil {
-		r.fail(c, c.failed)
+		r.fail(c, c.failed, metrics.ReasonBadRequest)
 		return
 	}
 	msg, err := grpcMessage(c.body)
 	if err != nil {
-		r.fail(c, status.Newf(codes.InvalidArgument, "kubegpu-crishim: %s: %v", c.method, err))
+		r.fail(c, status.Newf(codes.InvalidArgument, "kubegpu-crishim: %s: %v", c.method, err), metrics.ReasonBadRequest)
 		return
 	}
 	req, err := c.intercept(klog.NewContext(r.ctx, r.logger), msg)
 	if err != nil {
-		r.logger.Error(err, "CRI call refused", "method", c.method)
-		r.fail(c, status.Convert(err))
+		reason := refusalReason(err)
+		r.logger.Error(err, "CRI call refused", "method", c.method, "reason", reason)
+		r.fail(c, status.Convert(err), reason)
 		return
 	}
 	c.body = nil
 	if err := r.send(c, req); err != nil {
 		r.logger.V(2).Info("Sending a rewritten request failed", "method", c.method, "err", err)
 	} else {
-		r.p.metrics.CreateContainer.With("rewritten").Inc()
+		r.answered(c, "rewritten", "")
 	}
 	r.forget(c)
+}
+
+// answered counts a call the shim answered, with its result (rewritten,
+// or the gRPC code of its refusal), its time in the shim, and why it was
+// refused (reason, empty for a call sent on). The result is counted last,
+// so that whoever sees it counted sees the rest.
+func (r *relay) answered(c *call, result string, reason metrics.Reason) {
+	m := r.p.metrics
+	m.RewriteDuration.With(result).Observe(time.Since(c.received))
+	if reason != "" {
+		m.Refusals.With(string(reason)).Inc()
+	}
+	m.CreateContainer.With(result).Inc()
 }
 
 // send sends msg as the call's request body, within the runtime's flow
@@ -410,10 +432,10 @@ func (r *relay) send(c *call, msg []byte) error {
 	return nil
 }
 
-// fail resets the call at the runtime and answers the client with st. The
-// call stays registered until the reset is written, so that no frame of
-// its stream is relayed before it.
-func (r *relay) fail(c *call, st *status.Status) {
+// fail resets the call at the runtime and answers the client with st,
+// refused for reason. The call stays registered until the reset is
+// written, so that no frame of its stream is relayed before it.
+func (r *relay) fail(c *call, st *status.Status, reason metrics.Reason) {
 	defer r.forget(c)
 	r.mu.Lock()
 	canceled := c.canceled
@@ -421,7 +443,7 @@ func (r *relay) fail(c *call, st *status.Status) {
 	if err := r.writeBackend(appendRSTStream(nil, c.id, errCodeCancel)); err != nil || canceled {
 		return
 	}
-	r.p.metrics.CreateContainer.With(st.Code().String()).Inc()
+	r.answered(c, st.Code().String(), reason)
 	_ = r.writeClient(appendTrailersOnly(nil, c.id, st))
 }
 

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/kubegpu/kubegpu/crishim/metrics"
 )
 
 func refuseAll(context.Context, []byte) ([]byte, error) {
@@ -165,6 +167,63 @@ func TestRelayDataAfterEndStream(t *testing.T) {
 	client.Close()
 	runtime.Close()
 	<-done
+}
+
+// TestRelayRefusalReasons: the relay's own refusals are counted with
+// their gRPC code, time and reason, and never rewritten. (Against a real
+// runtime, one that answers a malformed call itself may end it first.)
+func TestRelayRefusalReasons(t *testing.T) {
+	body := grpcBody(createRequest("main", 10))
+	headers := frame(frameHeaders, flagEndHeaders, 1, reqHeaders(methodCreateContainer))
+	for _, tt := range []struct {
+		name   string
+		stop   bool
+		frames [][]byte
+		code   codes.Code
+		reason metrics.Reason
+	}{
+		{name: "stopping", stop: true, frames: [][]byte{headers, frame(frameData, flagEndStream, 1, body)},
+			code: codes.Unavailable, reason: metrics.ReasonShuttingDown},
+		{name: "path without its slash", frames: [][]byte{frame(frameHeaders, flagEndHeaders, 1, reqHeaders(methodCreateContainer[1:])), frame(frameData, flagEndStream, 1, body)},
+			code: codes.Unimplemented, reason: metrics.ReasonBadRequest},
+		{name: "not a gRPC message", frames: [][]byte{headers, frame(frameData, flagEndStream, 1, []byte("xx"))},
+			code: codes.InvalidArgument, reason: metrics.ReasonBadRequest},
+		{name: "request trailers", frames: [][]byte{headers, frame(frameData, 0, 1, body), frame(frameHeaders, flagEndHeaders|flagEndStream, 1, nil)},
+			code: codes.Internal, reason: metrics.ReasonBadRequest},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := metrics.New()
+			p, _ := New(Options{Backend: "unix:///nonexistent", Metrics: m, CreateContainer: func(context.Context, []byte) ([]byte, error) {
+				t.Error("the call was rewritten")
+				return nil, status.Error(codes.Internal, "rewritten")
+			}})
+			if tt.stop {
+				p.Stop(0)
+			}
+			client, relayClient := net.Pipe()
+			runtime, relayRuntime := net.Pipe()
+			go func() { _, _ = drain(client) }()
+			go func() { _, _ = drain(runtime) }()
+			r := newRelay(p, relayClient, relayRuntime)
+			done := make(chan struct{})
+			go func() { r.run(); close(done) }()
+			b := append([]byte(clientPreface), frame(frameSettings, 0, 0, nil)...)
+			for _, f := range tt.frames {
+				b = append(b, f...)
+			}
+			_, _ = client.Write(b)
+			result := tt.code.String()
+			for deadline := time.Now().Add(5 * time.Second); m.CreateContainer.With(result).Value() == 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			if c, n, d := m.CreateContainer.With(result).Value(), m.Refusals.With(string(tt.reason)).Value(), m.RewriteDuration.With(result).Count(); c != 1 || n != 1 || d != 1 {
+				t.Errorf("%d %s, %d refusals for %s, %d timed; want 1 each", c, result, n, tt.reason, d)
+			}
+			client.Close()
+			runtime.Close()
+			<-done
+		})
+	}
 }
 
 // TestRelayNothingPassesARefusal: a client that keeps sending DATA frames,

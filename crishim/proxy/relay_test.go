@@ -185,8 +185,20 @@ func TestRelayConcurrentCalls(t *testing.T) {
 	if len(tp.fake.created) != 100 {
 		t.Errorf("runtime created %d containers, want 100 (refused ones must not reach it)", len(tp.fake.created))
 	}
+	// A rewritten call is counted once its request reached the runtime,
+	// which may answer first.
+	for deadline := time.Now().Add(5 * time.Second); tp.metrics.CreateContainer.With("rewritten").Value() < 100 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if r, d := tp.metrics.CreateContainer.With("rewritten").Value(), tp.metrics.CreateContainer.With("PermissionDenied").Value(); r != 100 || d != 100 {
 		t.Errorf("metrics: %d rewritten, %d refused; want 100 and 100", r, d)
+	}
+	if r, d := tp.metrics.RewriteDuration.With("rewritten").Count(), tp.metrics.RewriteDuration.With("PermissionDenied").Count(); r != 100 || d != 100 {
+		t.Errorf("metrics: %d rewritten and %d refused calls timed; want 100 and 100", r, d)
+	}
+	// addEnv's refusals do not say why.
+	if n := tp.metrics.Refusals.With(string(metrics.ReasonOther)).Value(); n != 100 {
+		t.Errorf("metrics: %d refusals for reason other, want 100", n)
 	}
 	if c := tp.metrics.Connections.Value(); c != 1 {
 		t.Errorf("metrics: %d open connections, want 1", c)
@@ -200,6 +212,9 @@ func TestRelayRefusesCRIv1alpha2CreateContainer(t *testing.T) {
 	err := tp.conn.Invoke(context.Background(), "/runtime.v1alpha2.RuntimeService/CreateContainer", createRequest("main", 0), &runtimeapi.CreateContainerResponse{})
 	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "use CRI v1") {
 		t.Errorf("v1alpha2 CreateContainer: %v", err)
+	}
+	if n := tp.metrics.Refusals.With(string(metrics.ReasonBadRequest)).Value(); n != 1 {
+		t.Errorf("metrics: %d refusals for reason bad_request, want 1", n)
 	}
 	tp.fake.mu.Lock()
 	defer tp.fake.mu.Unlock()

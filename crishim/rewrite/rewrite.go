@@ -22,6 +22,32 @@ var ErrForbidden = errors.New("allocation refused")
 // naming devices this node does not have.
 var ErrInvalid = errors.New("allocation cannot be applied")
 
+// ErrOtherPod is wrapped, with ErrForbidden, when a pod carries another
+// pod's allocation (an annotation copied from it).
+var ErrOtherPod = errors.New("another pod's allocation")
+
+// ErrOtherNode is wrapped, with ErrForbidden, when a pod's allocation is
+// for another node.
+var ErrOtherNode = errors.New("another node's allocation")
+
+// ErrUnknownDevice is wrapped, with ErrInvalid, when an allocation names a
+// device that no module serves on this node while every module serves.
+var ErrUnknownDevice = errors.New("device not on this node")
+
+// ModuleError is a device module's failure to make a container's edits,
+// wrapped with ErrInvalid.
+type ModuleError struct {
+	// Module is the module's name.
+	Module string
+	// Err is what the module returned.
+	Err error
+}
+
+func (e *ModuleError) Error() string { return "device module " + e.Module + ": " + e.Err.Error() }
+
+// Unwrap returns the module's error.
+func (e *ModuleError) Unwrap() error { return e.Err }
+
 // ErrModulesFailed is wrapped, with ErrInvalid, when an allocation names a
 // device that no module serves while some device module did not load or
 // start on this node: the device is likely that module's.
@@ -55,7 +81,8 @@ type Rewriter struct {
 
 // ContainerAllocation returns the devices allocated to container name of
 // the pod whose sandbox config is sb: an empty allocation if the pod has
-// none or does not name the container, an error wrapping ErrForbidden or
+// none or does not name the container, an error wrapping ErrForbidden
+// (with kubeinterface.ErrBadSignature, ErrOtherPod or ErrOtherNode) or
 // ErrInvalid if its allocation may not be used here.
 func (r *Rewriter) ContainerAllocation(sb *runtimeapi.PodSandboxConfig, name string) (types.ContainerAllocation, error) {
 	none := types.ContainerAllocation{Name: name}
@@ -73,11 +100,11 @@ func (r *Rewriter) ContainerAllocation(sb *runtimeapi.PodSandboxConfig, name str
 		return none, fmt.Errorf("%w: pod %s: %w", ErrForbidden, pod, err)
 	}
 	if a.Pod.Namespace != md.GetNamespace() || a.Pod.Name != md.GetName() || string(a.Pod.UID) != md.GetUid() {
-		return none, fmt.Errorf("%w: pod %s (uid %s) carries the allocation of pod %s/%s (uid %s)",
-			ErrForbidden, pod, md.GetUid(), a.Pod.Namespace, a.Pod.Name, a.Pod.UID)
+		return none, fmt.Errorf("%w: %w: pod %s (uid %s) carries the allocation of pod %s/%s (uid %s)",
+			ErrForbidden, ErrOtherPod, pod, md.GetUid(), a.Pod.Namespace, a.Pod.Name, a.Pod.UID)
 	}
 	if a.Node != r.Node {
-		return none, fmt.Errorf("%w: pod %s: the allocation is for node %q, this is node %q", ErrForbidden, pod, a.Node, r.Node)
+		return none, fmt.Errorf("%w: %w: pod %s: the allocation is for node %q, this is node %q", ErrForbidden, ErrOtherNode, pod, a.Node, r.Node)
 	}
 	for _, list := range [][]types.ContainerAllocation{a.Containers, a.InitContainers} {
 		for _, c := range list {
@@ -114,8 +141,9 @@ func Device(modules []Module, id string) (types.Device, bool) {
 
 // Edits asks every module for its part of alloc, for a container of the pod
 // whose UID is podUID: the devices it serves, or none, so that it hides its
-// devices; on top of Baseline. A device no module serves is an error
-// wrapping ErrInvalid.
+// devices; on top of Baseline. Its errors wrap ErrInvalid, with
+// ErrModulesFailed or ErrUnknownDevice for a device no module serves, or a
+// *ModuleError for a module that failed.
 func (r *Rewriter) Edits(ctx context.Context, podUID string, alloc types.ContainerAllocation) (types.ContainerEdits, error) {
 	modules := r.Modules()
 	parts := make([]types.ContainerAllocation, len(modules))
@@ -129,7 +157,7 @@ func (r *Rewriter) Edits(ctx context.Context, podUID string, alloc types.Contain
 				ErrInvalid, alloc.Name, d.ID, d.UUID, ErrModulesFailed, strings.Join(r.Failed, ", "), kubeinterface.ConditionDevicesReady)
 		}
 		if i < 0 {
-			return types.ContainerEdits{}, fmt.Errorf("%w: container %q: device %s (%s) is not on this node", ErrInvalid, alloc.Name, d.ID, d.UUID)
+			return types.ContainerEdits{}, fmt.Errorf("%w: container %q: %w: %s (%s)", ErrInvalid, alloc.Name, ErrUnknownDevice, d.ID, d.UUID)
 		}
 		parts[i].Devices = append(parts[i].Devices, d)
 	}
@@ -143,7 +171,7 @@ func (r *Rewriter) Edits(ctx context.Context, podUID string, alloc types.Contain
 			e, err = m.Plugin.ContainerEdits(ctx, parts[i])
 		}
 		if err != nil {
-			return types.ContainerEdits{}, fmt.Errorf("%w: device module %s: %w", ErrInvalid, m.Name, err)
+			return types.ContainerEdits{}, fmt.Errorf("%w: %w", ErrInvalid, &ModuleError{Module: m.Name, Err: err})
 		}
 		all = merge(all, e)
 	}

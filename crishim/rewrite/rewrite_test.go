@@ -28,6 +28,13 @@ func (f fakeModule) ContainerEdits(_ context.Context, a types.ContainerAllocatio
 	return types.ContainerEdits{Env: []types.EnvVar{{Name: f.env, Value: strings.Join(ids, ",")}}, CDIDevices: []string{"example.com/gpu=" + ids[0]}}, nil
 }
 
+// failingModule fails every container.
+type failingModule struct{ err error }
+
+func (f failingModule) ContainerEdits(context.Context, types.ContainerAllocation) (types.ContainerEdits, error) {
+	return types.ContainerEdits{}, f.err
+}
+
 func testKey(t *testing.T, secret string) *kubeinterface.Key {
 	t.Helper()
 	k, err := kubeinterface.NewHMACKey([]byte(strings.Repeat(secret, 32)))
@@ -68,15 +75,16 @@ func TestContainerAllocation(t *testing.T) {
 		container string
 		want      []string // device IDs
 		wantErr   error
+		cause     error // wrapped too: what the refusals metric counts
 		errText   string
 	}{
 		{name: "no allocation", sb: sandbox(t, nil, self, ""), container: "main"},
 		{name: "main", sb: sandbox(t, key, self, "node-1"), container: "main", want: []string{"gpu1"}},
 		{name: "init container", sb: sandbox(t, key, self, "node-1"), container: "init", want: []string{"gpu2"}},
 		{name: "container not named", sb: sandbox(t, key, self, "node-1"), container: "sidecar"},
-		{name: "forged", sb: sandbox(t, testKey(t, "x"), self, "node-1"), container: "main", wantErr: ErrForbidden, errText: "which is not among the keys held here"},
-		{name: "other pod", sb: sandbox(t, key, kubeinterface.PodRef{Namespace: "ml", Name: "train", UID: "uid-0"}, "node-1"), container: "main", wantErr: ErrForbidden, errText: "carries the allocation of pod ml/train (uid uid-0)"},
-		{name: "other node", sb: sandbox(t, key, self, "node-2"), container: "main", wantErr: ErrForbidden, errText: `the allocation is for node "node-2", this is node "node-1"`},
+		{name: "forged", sb: sandbox(t, testKey(t, "x"), self, "node-1"), container: "main", wantErr: ErrForbidden, cause: kubeinterface.ErrBadSignature, errText: "which is not among the keys held here"},
+		{name: "other pod", sb: sandbox(t, key, kubeinterface.PodRef{Namespace: "ml", Name: "train", UID: "uid-0"}, "node-1"), container: "main", wantErr: ErrForbidden, cause: ErrOtherPod, errText: "carries the allocation of pod ml/train (uid uid-0)"},
+		{name: "other node", sb: sandbox(t, key, self, "node-2"), container: "main", wantErr: ErrForbidden, cause: ErrOtherNode, errText: `the allocation is for node "node-2", this is node "node-1"`},
 		{name: "malformed", sb: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Namespace: "ml", Name: "train"},
 			Annotations: map[string]string{kubeinterface.AnnotationAllocation: "{"}}, container: "main", wantErr: ErrInvalid},
 	} {
@@ -85,6 +93,9 @@ func TestContainerAllocation(t *testing.T) {
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.errText) {
 					t.Fatalf("error %v, want %v containing %q", err, tt.wantErr, tt.errText)
+				}
+				if tt.cause != nil && !errors.Is(err, tt.cause) {
+					t.Errorf("error %v does not wrap %v", err, tt.cause)
 				}
 				return
 			}
@@ -130,8 +141,18 @@ func TestEdits(t *testing.T) {
 		t.Errorf("edits without modules = %+v, %v; want the baseline %+v", got, err, Baseline)
 	}
 	_, err = r.Edits(context.Background(), "uid-1", types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{{ID: "gpu9", UUID: "GPU-9"}}})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "device gpu9 (GPU-9) is not on this node") {
-		t.Errorf("unknown device: %v", err)
+	if want := `container "main": device not on this node: gpu9 (GPU-9)`; !errors.Is(err, ErrInvalid) || !errors.Is(err, ErrUnknownDevice) || !strings.Contains(err.Error(), want) {
+		t.Errorf("unknown device: %v, want %q", err, want)
+	}
+	// A module that fails: its error, named.
+	cause := errors.New("MPS control daemon did not start")
+	failing := &Rewriter{Modules: func() []Module {
+		return []Module{{Name: "nvidia.so", Plugin: failingModule{cause}, Devices: map[string]types.Device{"gpu1": {ID: "gpu1"}}}}
+	}}
+	_, err = failing.Edits(context.Background(), "uid-1", types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{{ID: "gpu1", UUID: "GPU-1"}}})
+	var me *ModuleError
+	if want := "allocation cannot be applied: device module nvidia.so: " + cause.Error(); !errors.Is(err, ErrInvalid) || !errors.As(err, &me) || me.Module != "nvidia.so" || !errors.Is(err, cause) || err.Error() != want {
+		t.Errorf("failing module: %v, want %q as a *ModuleError", err, want)
 	}
 	// A module failed to load (an upgrade gone wrong): a container whose
 	// devices no module serves is refused, and told which module failed;
