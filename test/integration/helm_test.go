@@ -129,8 +129,10 @@ func TestHelmChart(t *testing.T) {
 		_ = k.Stop()
 		_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{})
 	})
-	if err := n.ImportImage(ctx, filepath.Join(imageDir, "kubegpu-scheduler.tar")); err != nil {
-		t.Fatal(err)
+	for _, image := range []string{"kubegpu-scheduler.tar", "kubegpu.tar"} {
+		if err := n.ImportImage(ctx, filepath.Join(imageDir, image)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	addNodes(ctx, t, "helm-sim", "dgx1", 1)
 	// The cluster's own scheduler places the chart's pods; the chart's
@@ -223,6 +225,24 @@ func TestHelmChart(t *testing.T) {
 		}
 	}
 	runsWithGPU("on-real-node")
+	// The CLI's image runs too (no shell, non-root).
+	cliRepo, cliTag := imageRef(t, "kubegpu")
+	cli := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "cli"}, Spec: corev1.PodSpec{
+		RestartPolicy: corev1.RestartPolicyNever, NodeSelector: map[string]string{"kubernetes.io/hostname": nodeName},
+		Containers: []corev1.Container{{Name: "kubegpu", Image: cliRepo + ":" + cliTag, ImagePullPolicy: corev1.PullNever, Args: []string{"version"}}}}}
+	createPods(ctx, t, ns, cli)
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "cli", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodSucceeded, nil
+	}); err != nil {
+		t.Errorf("the CLI image did not run: %v", err)
+	} else if logs, err := cluster.Client.CoreV1().Pods(ns).GetLogs("cli", &corev1.PodLogOptions{}).DoRaw(ctx); err != nil || !strings.Contains(string(logs), "kubegpu v") {
+		ids, _ := crictl(ctx, n, sock, "ps", "-a", "-q", "--label", "io.kubernetes.pod.name=cli")
+		out, _ := crictl(ctx, n, sock, "logs", strings.TrimSpace(ids))
+		if !strings.Contains(out, "kubegpu v") {
+			t.Errorf("the CLI image printed %q (%v), want its version", out, err)
+		}
+	}
 	// The dashboard's and the alerts' queries name metrics the chart's
 	// scheduler and the shim export (scraped with cluster-admin's
 	// certificate, through the chart's RBAC for delegated authorization).
@@ -436,7 +456,7 @@ func checkQueriedMetrics(t *testing.T, scraped string) {
 			exprs = append(exprs, r.Expr)
 		}
 	}
-	if panels < 20 || len(exprs)-panels < 9 {
+	if panels < 20 || len(exprs)-panels < 10 {
 		t.Fatalf("%d dashboard queries and %d alert rules read", panels, len(exprs)-panels)
 	}
 	names := map[string]bool{}
