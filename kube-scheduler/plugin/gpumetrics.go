@@ -3,8 +3,8 @@ package plugin
 import (
 	"errors"
 	"slices"
-	"sync"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
@@ -251,7 +251,6 @@ func sortedKeys(m map[string]float64) []string {
 	slices.Sort(keys)
 	return keys
 }
-
 
 // allocationToRunning observes, on the scheduler's clock, how long after
 // its binding a GPU pod was seen running.
