@@ -53,6 +53,41 @@ const budgetVariables = `{{define "budgetVariables"}}  variables:
       [string(params.?status.?used[?{{str (print "requests." .Share)}}].orValue('0'))].map(v,
         isQuantity(v) && quantity(v).isInteger() && sign(quantity(v)) >= 0 ? quantity(v).asInteger() : -1)[0]{{end}}`
 
+// budgetPolicy is the metadata and spec, up to its variables, that the
+// two kubegpu-budget policies share: GPU pods at creation, with the
+// namespace's budget quota as the parameter.
+const budgetPolicy = `{{define "budgetPolicy"}}metadata:
+  name: {{.Budget}}
+  labels:
+    app.kubernetes.io/part-of: kubegpu
+spec:
+  failurePolicy: Fail
+  paramKind:
+    apiVersion: v1
+    kind: ResourceQuota
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  matchConditions:
+  - name: gpu-pod
+    expression: >-
+      {{template "wantsDevices" (obj "object" .)}}{{end}}`
+
+// budgetBinding binds a kubegpu-budget policy to the quota of the pod's
+// namespace; namespaces without one are left alone.
+const budgetBinding = `{{define "budgetBinding"}}metadata:
+  name: {{.Budget}}
+  labels:
+    app.kubernetes.io/part-of: kubegpu
+spec:
+  policyName: {{.Budget}}
+  paramRef:
+    name: {{.Budget}}
+    parameterNotFoundAction: Allow{{end}}`
+
 // wantShare is the CEL of the share app container c must carry.
 const wantShare = `{{define "wantShare"}}({{template "ctrShare" .}} + (c.name == variables.first ? variables.initShare : 0)){{end}}`
 
@@ -71,7 +106,7 @@ spec:
   policyName: {{.}}
   validationActions: [Deny]{{end}}`
 
-const policiesTemplate = wantsDevices + ctrShare + hasShare + shareVariables + budgetVariables + wantShare + gotShare + binding + `{{$r := rules}}` + header + `#
+const policiesTemplate = wantsDevices + ctrShare + hasShare + shareVariables + budgetVariables + budgetPolicy + budgetBinding + wantShare + gotShare + binding + `{{$r := rules}}` + header + `#
 # kubegpu's admission policies; see the "Security model" section of the
 # README. Apply with: kubectl apply --server-side -f deploy/admission/kubegpu-policies.yaml
 #
@@ -486,26 +521,8 @@ description: >-
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicy
-metadata:
-  name: {{$r.Budget}}
-  labels:
-    app.kubernetes.io/part-of: kubegpu
-spec:
-  failurePolicy: Fail
+{{template "budgetPolicy" $r}}
   reinvocationPolicy: Never
-  paramKind:
-    apiVersion: v1
-    kind: ResourceQuota
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [""]
-      apiVersions: ["v1"]
-      operations: ["CREATE"]
-      resources: ["pods"]
-  matchConditions:
-  - name: gpu-pod
-    expression: >-
-      {{template "wantsDevices" (obj "object" $r)}}
 {{template "budgetVariables" $r}}
   - name: borrowing
     expression: >-
@@ -535,40 +552,14 @@ spec:
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicyBinding
-metadata:
-  name: {{$r.Budget}}
-  labels:
-    app.kubernetes.io/part-of: kubegpu
-spec:
-  policyName: {{$r.Budget}}
-  paramRef:
-    name: {{$r.Budget}}
-    parameterNotFoundAction: Allow
+{{template "budgetBinding" $r}}
 ---
 # {{$r.Budget}} (validating): a budget that is not scoped as above would
 # refuse the pods it should let borrow; say so rather than refuse them
 # with a quota message that names no cause.
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
-metadata:
-  name: {{$r.Budget}}
-  labels:
-    app.kubernetes.io/part-of: kubegpu
-spec:
-  failurePolicy: Fail
-  paramKind:
-    apiVersion: v1
-    kind: ResourceQuota
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [""]
-      apiVersions: ["v1"]
-      operations: ["CREATE"]
-      resources: ["pods"]
-  matchConditions:
-  - name: gpu-pod
-    expression: >-
-      {{template "wantsDevices" (obj "object" $r)}}
+{{template "budgetPolicy" $r}}
 {{template "budgetVariables" $r}}
   validations:
   - expression: >-
@@ -592,15 +583,7 @@ spec:
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: {{$r.Budget}}
-  labels:
-    app.kubernetes.io/part-of: kubegpu
-spec:
-  policyName: {{$r.Budget}}
-  paramRef:
-    name: {{$r.Budget}}
-    parameterNotFoundAction: Allow
+{{template "budgetBinding" $r}}
   validationActions: [Deny]
 ---
 # Bind to the operators (users, groups or ServiceAccounts) who may create GPU

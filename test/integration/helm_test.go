@@ -34,7 +34,6 @@ import (
 	"k8s.io/utils/ptr"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
@@ -120,15 +119,7 @@ func TestHelmChart(t *testing.T) {
 	shimMetrics := freeAddress(t)
 	_, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--plugin-option=simgpu.unhealthy=3",
 		"--kubeconfig="+nodeID.Kubeconfig, "--interval=1s", "--metrics-bind-address="+shimMetrics)
-	k, err := cluster.StartKubelet(ctx, localcluster.KubeletOptions{Kubelet: filepath.Join(binDir, "kubelet"), Node: nodeName,
-		RuntimeEndpoint: "unix://" + sock, Dir: n.Dir, LeaseDuration: 8 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = k.Stop()
-		_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{})
-	})
+	startKubelet(ctx, t, n, nodeName, sock, 0)
 	for _, image := range []string{"kubegpu-scheduler.tar", "kubegpu.tar"} {
 		if err := n.ImportImage(ctx, filepath.Join(imageDir, image)); err != nil {
 			t.Fatal(err)

@@ -89,6 +89,23 @@ func startShim(ctx context.Context, t *testing.T, n *localnode.Node, nodeName st
 	return p, sock
 }
 
+// startKubelet runs a real kubelet registered as nodeName on n, with the
+// shim at sock as its runtime and an 8 s Lease; restart caps its
+// crash-loop back-off (0: kubelet's default). The Node goes with it.
+func startKubelet(ctx context.Context, t *testing.T, n *localnode.Node, nodeName, sock string, restart time.Duration) *localcluster.Kubelet {
+	t.Helper()
+	k, err := cluster.StartKubelet(ctx, localcluster.KubeletOptions{Kubelet: filepath.Join(binDir, "kubelet"), Node: nodeName,
+		RuntimeEndpoint: "unix://" + sock, Dir: n.Dir, LeaseDuration: 8 * time.Second, MaxContainerRestartPeriod: restart})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = k.Stop()
+		_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{})
+	})
+	return k
+}
+
 // crictl runs crictl against endpoint (a socket path).
 func crictl(ctx context.Context, n *localnode.Node, sock string, args ...string) (string, error) {
 	out, err := n.Crictl(ctx, append([]string{"--runtime-endpoint", "unix://" + sock, "--image-endpoint", "unix://" + sock, "--timeout", "20s"}, args...)...)
@@ -308,15 +325,7 @@ func TestKubeletThroughShim(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--kubeconfig="+nodeID.Kubeconfig, "--interval=1s")
-	k, err := cluster.StartKubelet(ctx, localcluster.KubeletOptions{Kubelet: filepath.Join(binDir, "kubelet"), Node: nodeName,
-		RuntimeEndpoint: "unix://" + sock, Dir: n.Dir, LeaseDuration: 8 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = k.Stop()
-		_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{})
-	})
+	k := startKubelet(ctx, t, n, nodeName, sock, 0)
 	startScheduler(ctx, t)
 	ns := namespace(ctx, t, "kubelet")
 	pod := gpuPod("env", 2, 0, 0, nil)

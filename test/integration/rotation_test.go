@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
@@ -56,15 +55,7 @@ func TestKeyRotationWithRunningPods(t *testing.T) {
 		return []string{"--plugin-option=simgpu.preset=t4x4", "--kubeconfig=" + nodeID.Kubeconfig, "--interval=1s", "--allocation-key=" + keys}
 	}
 	shim, sock := startShim(ctx, t, n, nodeName, shimArgs(pubFile)...)
-	k, err := cluster.StartKubelet(ctx, localcluster.KubeletOptions{Kubelet: filepath.Join(binDir, "kubelet"), Node: nodeName,
-		RuntimeEndpoint: "unix://" + sock, Dir: n.Dir, LeaseDuration: 8 * time.Second, MaxContainerRestartPeriod: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = k.Stop()
-		_ = cluster.Client.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{})
-	})
+	k := startKubelet(ctx, t, n, nodeName, sock, time.Second)
 	restartShim := func(keys string) {
 		t.Helper()
 		if err := shim.Stop(); err != nil {
