@@ -161,7 +161,7 @@ integration: build plugins kube-binaries node-binaries image ## The built binari
 	hack/tools.sh helm
 	KUBEGPU_BIN_DIR=$(CURDIR)/$(BIN) KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(PLUGIN_DIR) KUBEGPU_NODE_BIN_DIR=$(NODE_BIN) \
 		KUBEGPU_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
-		$(GO) test $(GOTEST_FLAGS) -count=1 -timeout 20m -v ./test/integration/ ./internal/localnode/ 2>&1 | \
+		$(GO) test $(GOTEST_FLAGS) -count=1 -timeout 20m -v ./test/integration/ ./internal/localnode/ ./test/replay/ 2>&1 | \
 		grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|panic)|_test.go|integration:' 
 
 .PHONY: dashboard
@@ -182,6 +182,13 @@ SCHED_ROUNDS ?= 3
 .PHONY: bench-scheduler
 bench-scheduler: build plugins kube-binaries ## Scheduling throughput, kubegpu-scheduler vs stock kube-scheduler (SCHED_NODES, SCHED_ROUNDS)
 	$(GO) run ./test/schedbench --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) --nodes $(SCHED_NODES) --rounds $(SCHED_ROUNDS)
+
+REPLAY_PODS ?= openb_pod_list_default.csv
+REPLAY_SEED ?= 1
+
+.PHONY: bench-replay
+bench-replay: build plugins kube-binaries ## Replay the openb trace through the real kubegpu-scheduler beside the simulator (OPENB, REPLAY_PODS, REPLAY_SEED)
+	$(GO) run ./test/replay --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) --openb $(OPENB) --pods $(REPLAY_PODS) --seed $(REPLAY_SEED)
 
 .PHONY: bench-scheduler-memory
 bench-scheduler-memory: build plugins kube-binaries ## kubegpu-scheduler's heap across 10,000 adversarial pods created and deleted (SCHED_MEMORY_NODES, SCHED_MEMORY_PODS)

@@ -49,11 +49,7 @@ func newEngineScheduler(x *Experiment, policy string, learn bool) (Scheduler, er
 	}
 	s := &engineScheduler{engine: e, learn: learn, requests: map[string]*devicescheduler.Request{}}
 	for rank, spec := range x.Nodes {
-		topo := simgpu.Topology{Name: spec.Model, Model: spec.Model, GPUs: spec.GPUs, MemoryMiB: 16384, NUMANodes: min(2, spec.GPUs), GPUsPerPCIeSwitch: min(2, spec.GPUs)}
-		if preset, err := simgpu.Preset(strings.ToLower(spec.Model)); err == nil {
-			topo = preset.WithGPUs(spec.GPUs)
-		}
-		n, err := e.NewNode(spec.Name, simgpu.Inventory(topo, spec.Name), devicescheduler.Host{CPUMilli: spec.CPUMilli, MemoryMiB: spec.MemoryMiB})
+		n, err := e.NewNode(spec.Name, simgpu.Inventory(Topology(spec), spec.Name), devicescheduler.Host{CPUMilli: spec.CPUMilli, MemoryMiB: spec.MemoryMiB})
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", spec.Name, err)
 		}
@@ -61,6 +57,15 @@ func newEngineScheduler(x *Experiment, policy string, learn bool) (Scheduler, er
 		s.nodes = append(s.nodes, n)
 	}
 	return s, nil
+}
+
+// Topology is the simulated GPUs of a trace's node: simgpu's preset of its
+// model if there is one, else GPUs of 16 GiB on two NUMA nodes.
+func Topology(spec NodeSpec) simgpu.Topology {
+	if preset, err := simgpu.Preset(strings.ToLower(spec.Model)); err == nil {
+		return preset.WithGPUs(spec.GPUs)
+	}
+	return simgpu.Topology{Name: spec.Model, Model: spec.Model, GPUs: spec.GPUs, MemoryMiB: 16384, NUMANodes: min(2, spec.GPUs), GPUsPerPCIeSwitch: min(2, spec.GPUs)}
 }
 
 // workloadOf converts the trace's typical pods into the engine's mix.

@@ -48,6 +48,15 @@ var policies = map[string]func(*Experiment) (Scheduler, error){
 	},
 }
 
+// NewScheduler returns policy's scheduler for x, for callers that replay
+// one policy themselves (Replay).
+func NewScheduler(x *Experiment, policy string) (Scheduler, error) {
+	if err := CheckPolicies([]string{policy}); err != nil {
+		return nil, err
+	}
+	return policies[policy](x)
+}
+
 // Policies lists the policies compared by default, in the order of the FGD
 // paper's figures, then kubegpu's.
 func Policies() []string {

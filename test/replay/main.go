@@ -1,0 +1,455 @@
+// Command replay replays a GPU cluster trace (the openb format of
+// kubegpu-sim) through the real kubegpu-scheduler and compares the result
+// with the simulator's for the same experiment.
+//
+// It starts etcd and kube-apiserver on loopback, publishes the trace's GPU
+// nodes as kubegpu-crishim publishes them (inventory, capacity, a Lease
+// renewed every 10 s; host CPU and memory from the trace), and starts
+// kubegpu-scheduler with the shipped configuration
+// (kube-scheduler/config/kubegpu-scheduler.yaml). Then it creates the
+// experiment's pods (the simulator's order for the seed, inflated to 130%
+// of the GPU capacity) one at a time, each waiting for its outcome, bound
+// or unschedulable, before the next, as the simulator assumes; an
+// unschedulable pod is deleted. It reports, as kubegpu-sim does, the
+// allocated GPU share when 100% of the capacity had arrived and the
+// unallocated share at 130%, beside the simulator's kubegpu-online policy
+// (the engine learning the mix online, as the scheduler does) on the same
+// experiment.
+//
+//	go run ./test/replay --bin-dir _output/bin --plugin-dir _output/plugins --openb ../shared/data/openb
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	"github.com/kubegpu/kubegpu/device-scheduler/sim"
+	"github.com/kubegpu/kubegpu/internal/keyfiles"
+	"github.com/kubegpu/kubegpu/internal/localcluster"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+)
+
+type options struct {
+	binDir, pluginDir, nodes, pods string
+	seed                           int64
+	inflate                        float64
+	// percentage overrides the configuration's percentageOfNodesToScore
+	// (0: the shipped configuration's).
+	percentage int
+	keep       bool
+	out        io.Writer
+}
+
+func main() {
+	var o options
+	openb := flag.String("openb", "../shared/data/openb", "directory of the openb trace")
+	flag.StringVar(&o.binDir, "bin-dir", "_output/bin", "directory with kube-apiserver and kubegpu-scheduler")
+	flag.StringVar(&o.pluginDir, "plugin-dir", "_output/plugins", "directory with the device modules")
+	flag.StringVar(&o.nodes, "nodes", "", "node list (default: OPENB/openb_node_list_gpu_node.csv)")
+	flag.StringVar(&o.pods, "pods", "openb_pod_list_default.csv", "pod list, in OPENB unless a path")
+	flag.Int64Var(&o.seed, "seed", 1, "the experiment's seed (the simulator's --seeds start at 1)")
+	flag.Float64Var(&o.inflate, "inflate", 1.3, "pods arrive until their GPU request passes this × the capacity")
+	flag.IntVar(&o.percentage, "percentage-of-nodes-to-score", 0, "override the configuration's percentageOfNodesToScore (0: as shipped)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the work directory and logs")
+	flag.Parse()
+	if o.nodes == "" {
+		o.nodes = filepath.Join(*openb, "openb_node_list_gpu_node.csv")
+	}
+	if !strings.Contains(o.pods, "/") {
+		o.pods = filepath.Join(*openb, o.pods)
+	}
+	o.out = os.Stdout
+	if _, err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "replay:", err)
+		os.Exit(1)
+	}
+}
+
+// result is one replay's figures.
+type result struct {
+	name                 string
+	allocAt100, unalloc  float64
+	placed, failed       int
+	elapsed              time.Duration
+	perPod               time.Duration
+	unexpectedOutcomeErr error
+}
+
+func summarize(name string, x *sim.Experiment, r sim.Run, elapsed time.Duration) result {
+	a := min(130, len(r.Curve)-1)
+	res := result{name: name, allocAt100: r.AllocAt(100), unalloc: 100 - r.AllocAt(a), placed: r.Placed, failed: r.Failed, elapsed: elapsed}
+	if n := len(x.Pods); n > 0 {
+		res.perPod = elapsed / time.Duration(n)
+	}
+	return res
+}
+
+func run(ctx context.Context, o options) ([]result, error) {
+	nodes, err := sim.ReadNodes(o.nodes)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := sim.ReadPods(o.pods)
+	if err != nil {
+		return nil, err
+	}
+	x, err := sim.NewExperiment(nodes, pods, o.seed, o.inflate)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "replay: %d GPU nodes (%d GPUs), %d pods, seed %d\n", len(x.Nodes), x.TotalGPUs, len(x.Pods), o.seed)
+
+	// The simulator on the same experiment.
+	start := time.Now()
+	s, err := sim.NewScheduler(x, sim.PolicyKubegpuOnline)
+	if err != nil {
+		return nil, err
+	}
+	simulated := summarize("kubegpu-sim ("+sim.PolicyKubegpuOnline+")", x, sim.Replay(x, sim.PolicyKubegpuOnline, s, nil), time.Since(start))
+
+	dir, err := os.MkdirTemp("", "kubegpu-replay-")
+	if err != nil {
+		return nil, err
+	}
+	if o.keep {
+		fmt.Fprintln(os.Stderr, "replay: work directory", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	c, err := localcluster.Start(ctx, localcluster.Options{Dir: dir, APIServer: filepath.Join(o.binDir, "kube-apiserver")})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Stop()
+	if err := publishNodes(ctx, c, x); err != nil {
+		return nil, err
+	}
+	renewCtx, stopRenewing := context.WithCancel(ctx)
+	defer stopRenewing()
+	go renewLeases(renewCtx, c, x)
+	keyFile, _, err := keyfiles.WriteEd25519(dir)
+	if err != nil {
+		return nil, err
+	}
+	config, err := c.ShippedSchedulerConfig(filepath.Join(repoRoot(), "kube-scheduler/config/kubegpu-scheduler.yaml"), c.Kubeconfig, mustAbs(o.pluginDir), keyFile, 5000)
+	if err != nil {
+		return nil, err
+	}
+	if o.percentage > 0 {
+		config += fmt.Sprintf("percentageOfNodesToScore: %d\n", o.percentage)
+	}
+	sched, err := c.StartScheduler(ctx, filepath.Join(o.binDir, "kubegpu-scheduler"), config, "kubegpu-scheduler", "--v=1")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sched.Stop() }()
+
+	cs, err := newClusterScheduler(ctx, c.Client)
+	if err != nil {
+		return nil, err
+	}
+	defer cs.stop()
+	// The scheduler holds GPU pods until it has seen the nodes renew their
+	// Leases (at most heartbeatStaleness/4 + 2 s): wait for a pod that
+	// fits anywhere to be bound, then take it away.
+	if err := cs.warmUp(ctx); err != nil {
+		return nil, fmt.Errorf("%w (scheduler log: %s)", err, sched.Log)
+	}
+	start = time.Now()
+	done := 0
+	real := sim.Replay(x, "kubegpu-scheduler", cs, func() {
+		if done++; done%500 == 0 {
+			fmt.Fprintf(os.Stderr, "replay: %d/%d pods\n", done, len(x.Pods))
+		}
+	})
+	if cs.err != nil {
+		return nil, fmt.Errorf("%w (scheduler log: %s)", cs.err, sched.Log)
+	}
+	results := []result{summarize("kubegpu-scheduler", x, real, time.Since(start)), simulated}
+	report(o.out, x, results)
+	return results, nil
+}
+
+// repoRoot is the checkout: this command runs from it (go run ./test/replay)
+// or from test/replay (go test).
+func repoRoot() string {
+	if _, err := os.Stat("kube-scheduler/config"); err == nil {
+		return "."
+	}
+	return "../.."
+}
+
+func mustAbs(p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+func report(w io.Writer, x *sim.Experiment, results []result) {
+	fmt.Fprintf(w, "Replay of %d pods on %d GPU nodes (%d GPUs), seed %d:\n\n", len(x.Pods), len(x.Nodes), x.TotalGPUs, x.Seed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scheduler\tallocated GPU % at 100% arrived\tunallocated GPU % at 130%\tplaced\tfailed\ttime\tper pod\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%d\t%d\t%s\t%s\t\n", r.name, r.allocAt100, r.unalloc, r.placed, r.failed,
+			r.elapsed.Round(time.Second), r.perPod.Round(10*time.Microsecond))
+	}
+	_ = tw.Flush()
+	if len(results) >= 2 {
+		fmt.Fprintf(w, "\nThe real scheduler strands %+.2f points of the GPUs at 130%% against the simulator.\n", results[0].unalloc-results[1].unalloc)
+	}
+}
+
+// nodeLabel marks the replay's nodes; its pods select them.
+const nodeLabel = "kubegpu.io/replay"
+
+// publishNodes registers the experiment's nodes as kubegpu-crishim would
+// publish them: the trace's CPU and memory, its GPUs as a simulated
+// inventory of its model, a Lease.
+func publishNodes(ctx context.Context, c *localcluster.Cluster, x *sim.Experiment) error {
+	if err := c.EnsureNamespace(ctx, kubeinterface.LeaseNamespace); err != nil {
+		return err
+	}
+	client, err := advertiser.NewClient(c.Config)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(x.Nodes))
+	sem := make(chan struct{}, 32)
+	for _, spec := range x.Nodes {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs <- publishNode(ctx, c, client, spec)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func publishNode(ctx context.Context, c *localcluster.Cluster, client advertiser.Client, spec sim.NodeSpec) error {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(spec.CPUMilli, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(spec.MemoryMiB<<20, resource.BinarySI),
+		corev1.ResourcePods:   *resource.NewQuantity(1000, resource.DecimalSI),
+	}
+	if err := c.RegisterNode(ctx, spec.Name, capacity); err != nil {
+		return err
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:"true"}}}`, nodeLabel)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, spec.Name, ktypes.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return err
+	}
+	inv := simgpu.Inventory(sim.Topology(spec), spec.Name)
+	if err := advertiser.PublishInventory(ctx, client, spec.Name, inv, advertiser.Capacity(inv, 100)); err != nil {
+		return err
+	}
+	now := metav1.NewMicroTime(time.Now())
+	_, err := c.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: kubeinterface.LeaseNamespace},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(spec.Name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+	}, metav1.CreateOptions{})
+	return err
+}
+
+// renewLeases renews every node's Lease every 10 s until ctx ends, as
+// kubelets do.
+func renewLeases(ctx context.Context, c *localcluster.Cluster, x *sim.Experiment) {
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for _, spec := range x.Nodes {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				patch := fmt.Appendf(nil, `{"spec":{"renewTime":%q}}`, metav1.NewMicroTime(time.Now()).Format(metav1.RFC3339Micro))
+				_, _ = c.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Patch(ctx, spec.Name, ktypes.MergePatchType, patch, metav1.PatchOptions{})
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// clusterScheduler is sim.Scheduler through the API server: Schedule
+// creates the pod and waits for its outcome.
+type clusterScheduler struct {
+	ctx    context.Context
+	client kubernetes.Interface
+	stopCh chan struct{}
+
+	mu      sync.Mutex
+	waiting map[string]chan bool
+	// err is the first failure to create or follow a pod; the replay's
+	// figures are void then.
+	err error
+}
+
+const namespace = "default"
+
+func newClusterScheduler(ctx context.Context, client kubernetes.Interface) (*clusterScheduler, error) {
+	cs := &clusterScheduler{ctx: ctx, client: client, stopCh: make(chan struct{}), waiting: map[string]chan bool{}}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace))
+	inf := factory.Core().V1().Pods().Informer()
+	handle := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		outcome, known := podOutcome(p)
+		if !known {
+			return
+		}
+		cs.mu.Lock()
+		ch := cs.waiting[p.Name]
+		delete(cs.waiting, p.Name)
+		cs.mu.Unlock()
+		if ch != nil {
+			ch <- outcome
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: handle, UpdateFunc: func(_, obj any) { handle(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	factory.Start(cs.stopCh)
+	factory.WaitForCacheSync(cs.stopCh)
+	return cs, nil
+}
+
+func (cs *clusterScheduler) stop() { close(cs.stopCh) }
+
+// podOutcome says whether the scheduler has decided about p, and how.
+func podOutcome(p *corev1.Pod) (bound, known bool) {
+	if p.Spec.NodeName != "" {
+		return true, true
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return false, true
+		}
+	}
+	return false, false
+}
+
+// Schedule creates p's pod and waits for its outcome; an unschedulable pod
+// is deleted, as the simulator drops it.
+func (cs *clusterScheduler) Schedule(p *sim.PodSpec) bool {
+	if cs.err != nil {
+		return false
+	}
+	bound, err := cs.place(podOf(p))
+	if err != nil {
+		cs.err = fmt.Errorf("pod %s: %w", p.Name, err)
+	}
+	return bound
+}
+
+func (cs *clusterScheduler) place(pod *corev1.Pod) (bool, error) {
+	ch := make(chan bool, 1)
+	cs.mu.Lock()
+	cs.waiting[pod.Name] = ch
+	cs.mu.Unlock()
+	if _, err := cs.client.CoreV1().Pods(namespace).Create(cs.ctx, pod, metav1.CreateOptions{}); err != nil {
+		return false, err
+	}
+	select {
+	case bound := <-ch:
+		if !bound {
+			if err := cs.client.CoreV1().Pods(namespace).Delete(cs.ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				return false, err
+			}
+		}
+		return bound, nil
+	case <-time.After(time.Minute):
+		return false, errors.New("no outcome within a minute")
+	}
+}
+
+// warmUp waits until the scheduler binds a probe pod (one GPU slice of 1%,
+// which fits on any GPU node), then deletes it.
+func (cs *clusterScheduler) warmUp(ctx context.Context) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for i := 0; time.Now().Before(deadline); i++ {
+		probe := podOf(&sim.PodSpec{Name: fmt.Sprintf("warm-up-%d", i), NumGPU: 1, GPUMilli: 10})
+		bound, err := cs.place(probe)
+		if err != nil {
+			return err
+		}
+		if bound {
+			return cs.client.CoreV1().Pods(namespace).Delete(ctx, probe.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		}
+		time.Sleep(time.Second)
+	}
+	return errors.New("the scheduler placed no probe pod within 2 minutes")
+}
+
+// podOf is the pod a trace line asks for: its CPU and memory, and its GPUs
+// whole (gpu_milli 1000) or as slices of gpu_milli/10 per cent, of the
+// models gpu_spec lists.
+func podOf(p *sim.PodSpec) *corev1.Pod {
+	requests := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(p.MemoryMiB<<20, resource.BinarySI),
+	}
+	limits := corev1.ResourceList{}
+	if p.NumGPU > 0 {
+		limits[kubeinterface.ResourceGPU] = *resource.NewQuantity(int64(p.NumGPU), resource.DecimalSI)
+		if p.GPUMilli < 1000 {
+			limits[kubeinterface.ResourceGPUCores] = *resource.NewQuantity(int64(max(1, int(math.Round(float64(p.GPUMilli)/10)))), resource.DecimalSI)
+		}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: strings.ToLower(p.Name)},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{nodeLabel: "true"},
+			Containers: []corev1.Container{{Name: "main", Image: "busybox",
+				Resources: corev1.ResourceRequirements{Requests: requests, Limits: limits}}},
+		},
+	}
+	if len(p.GPUSpec) > 0 {
+		pod.Annotations = map[string]string{kubeinterface.AnnotationModelInclude: strings.Join(p.GPUSpec, ",")}
+	}
+	return pod
+}
