@@ -14,7 +14,14 @@
 // allocated GPU share when 100% of the capacity had arrived and the
 // unallocated share at 130%, beside the simulator's kubegpu-online policy
 // (the engine learning the mix online, as the scheduler does) on the same
-// experiment.
+// experiment, and the stock kube-scheduler on the same nodes and pods, with
+// GPUs as users give them to it today: an extended resource counted per
+// node (alibabacloud.com/gpu-milli, 1000 per GPU, as the trace's own
+// tooling names it; a pod asks num_gpu × gpu_milli) and the model as a
+// node label (nvidia.com/gpu.product, as GPU feature discovery sets it)
+// that pods with a gpu_spec select. The stock scheduler checks only the
+// node's total, so its figures count placements no single GPU could hold:
+// they are an upper bound.
 //
 //	go run ./test/replay --bin-dir _output/bin --plugin-dir _output/plugins --openb ../shared/data/openb
 package main
@@ -58,6 +65,8 @@ type options struct {
 	// percentage overrides the configuration's percentageOfNodesToScore
 	// (0: the shipped configuration's).
 	percentage int
+	// schedulers to replay: kubegpu, stock.
+	schedulers []string
 	keep       bool
 	out        io.Writer
 }
@@ -73,7 +82,9 @@ func main() {
 	flag.Float64Var(&o.inflate, "inflate", 1.3, "pods arrive until their GPU request passes this × the capacity")
 	flag.IntVar(&o.percentage, "percentage-of-nodes-to-score", 0, "override the configuration's percentageOfNodesToScore (0: as shipped)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory and logs")
+	schedulers := flag.String("schedulers", "kubegpu,stock", "schedulers to replay: kubegpu (kubegpu-scheduler), stock (kube-scheduler)")
 	flag.Parse()
+	o.schedulers = strings.Split(*schedulers, ",")
 	if o.nodes == "" {
 		o.nodes = filepath.Join(*openb, "openb_node_list_gpu_node.csv")
 	}
@@ -153,43 +164,76 @@ func run(ctx context.Context, o options) ([]result, error) {
 	if err != nil {
 		return nil, err
 	}
-	config, err := c.ShippedSchedulerConfig(filepath.Join(repoRoot(), "kube-scheduler/config/kubegpu-scheduler.yaml"), c.Kubeconfig, mustAbs(o.pluginDir), keyFile, 5000)
-	if err != nil {
-		return nil, err
-	}
-	if o.percentage > 0 {
-		config += fmt.Sprintf("percentageOfNodesToScore: %d\n", o.percentage)
-	}
-	sched, err := c.StartScheduler(ctx, filepath.Join(o.binDir, "kubegpu-scheduler"), config, "kubegpu-scheduler", "--v=1")
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = sched.Stop() }()
-
 	cs, err := newClusterScheduler(ctx, c.Client)
 	if err != nil {
 		return nil, err
 	}
 	defer cs.stop()
-	// The scheduler holds GPU pods until it has seen the nodes renew their
-	// Leases (at most heartbeatStaleness/4 + 2 s): wait for a pod that
-	// fits anywhere to be bound, then take it away.
-	if err := cs.warmUp(ctx); err != nil {
-		return nil, fmt.Errorf("%w (scheduler log: %s)", err, sched.Log)
+	var results []result
+	for _, name := range o.schedulers {
+		var r result
+		switch name {
+		case "kubegpu":
+			r, err = replayWith(ctx, c, o, x, cs, "kubegpu-scheduler", keyFile)
+		case "stock":
+			r, err = replayWith(ctx, c, o, x, cs, "kube-scheduler", "")
+		default:
+			err = fmt.Errorf("unknown scheduler %q (kubegpu, stock)", name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, r)
 	}
-	start = time.Now()
+	results = append(results, simulated)
+	report(o.out, x, results)
+	return results, nil
+}
+
+// replayWith replays x with binary (kubegpu-scheduler, or kube-scheduler
+// given GPUs as extended resources) on the cluster's nodes, then deletes
+// the pods.
+func replayWith(ctx context.Context, c *localcluster.Cluster, o options, x *sim.Experiment, cs *clusterScheduler, binary, keyFile string) (result, error) {
+	config := fmt.Sprintf("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: %s\n  qps: 5000\n  burst: 5000\nleaderElection:\n  leaderElect: false\n", c.Kubeconfig)
+	cs.stock = keyFile == ""
+	if !cs.stock {
+		var err error
+		config, err = c.ShippedSchedulerConfig(filepath.Join(repoRoot(), "kube-scheduler/config/kubegpu-scheduler.yaml"), c.Kubeconfig, mustAbs(o.pluginDir), keyFile, 5000)
+		if err != nil {
+			return result{}, err
+		}
+	}
+	if o.percentage > 0 {
+		config += fmt.Sprintf("percentageOfNodesToScore: %d\n", o.percentage)
+	}
+	sched, err := c.StartScheduler(ctx, filepath.Join(o.binDir, binary), config, binary, "--v=1")
+	if err != nil {
+		return result{}, err
+	}
+	defer func() { _ = sched.Stop() }()
+	fmt.Fprintf(os.Stderr, "replay: %s\n", binary)
+	// kubegpu-scheduler holds GPU pods until it has seen the nodes renew
+	// their Leases (at most heartbeatStaleness/4 + 2 s): wait for a pod
+	// that fits anywhere to be bound, then take it away.
+	if err := cs.warmUp(ctx); err != nil {
+		return result{}, fmt.Errorf("%s: %w (log: %s)", binary, err, sched.Log)
+	}
+	start := time.Now()
 	done := 0
-	real := sim.Replay(x, "kubegpu-scheduler", cs, func() {
-		if done++; done%500 == 0 {
-			fmt.Fprintf(os.Stderr, "replay: %d/%d pods\n", done, len(x.Pods))
+	run := sim.Replay(x, binary, cs, func() {
+		if done++; done%1000 == 0 {
+			fmt.Fprintf(os.Stderr, "replay: %s %d/%d pods\n", binary, done, len(x.Pods))
 		}
 	})
 	if cs.err != nil {
-		return nil, fmt.Errorf("%w (scheduler log: %s)", cs.err, sched.Log)
+		return result{}, fmt.Errorf("%s: %w (log: %s)", binary, cs.err, sched.Log)
 	}
-	results := []result{summarize("kubegpu-scheduler", x, real, time.Since(start)), simulated}
-	report(o.out, x, results)
-	return results, nil
+	name := binary
+	if cs.stock {
+		name += " (GPUs as node totals)"
+	}
+	r := summarize(name, x, run, time.Since(start))
+	return r, cs.clear(ctx)
 }
 
 // repoRoot is the checkout: this command runs from it (go run ./test/replay)
@@ -218,9 +262,11 @@ func report(w io.Writer, x *sim.Experiment, results []result) {
 			r.elapsed.Round(time.Second), r.perPod.Round(10*time.Microsecond))
 	}
 	_ = tw.Flush()
-	if len(results) >= 2 {
-		fmt.Fprintf(w, "\nThe real scheduler strands %+.2f points of the GPUs at 130%% against the simulator.\n", results[0].unalloc-results[1].unalloc)
+	sim := results[len(results)-1]
+	for _, r := range results[:len(results)-1] {
+		fmt.Fprintf(w, "\n%s strands %+.2f points of the GPUs at 130%% against the simulator.", r.name, r.unalloc-sim.unalloc)
 	}
+	fmt.Fprintln(w)
 }
 
 // nodeLabel marks the replay's nodes; its pods select them.
@@ -260,20 +306,22 @@ func publishNodes(ctx context.Context, c *localcluster.Cluster, x *sim.Experimen
 }
 
 func publishNode(ctx context.Context, c *localcluster.Cluster, client advertiser.Client, spec sim.NodeSpec) error {
-	capacity := corev1.ResourceList{
+	host := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(spec.CPUMilli, resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(spec.MemoryMiB<<20, resource.BinarySI),
 		corev1.ResourcePods:   *resource.NewQuantity(1000, resource.DecimalSI),
 	}
-	if err := c.RegisterNode(ctx, spec.Name, capacity); err != nil {
+	if err := c.RegisterNode(ctx, spec.Name, host); err != nil {
 		return err
 	}
-	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:"true"}}}`, nodeLabel)
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:"true",%q:%q}}}`, nodeLabel, stockModel, spec.Model)
 	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, spec.Name, ktypes.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return err
 	}
 	inv := simgpu.Inventory(sim.Topology(spec), spec.Name)
-	if err := advertiser.PublishInventory(ctx, client, spec.Name, inv, advertiser.Capacity(inv, 100)); err != nil {
+	capacity := advertiser.Capacity(inv, 100)
+	capacity[stockGPUMilli] = *resource.NewQuantity(int64(spec.GPUs)*1000, resource.DecimalSI)
+	if err := advertiser.PublishInventory(ctx, client, spec.Name, inv, capacity); err != nil {
 		return err
 	}
 	now := metav1.NewMicroTime(time.Now())
@@ -317,6 +365,9 @@ type clusterScheduler struct {
 	ctx    context.Context
 	client kubernetes.Interface
 	stopCh chan struct{}
+
+	// stock: pods ask for GPUs as the stock scheduler's extended resource.
+	stock bool
 
 	mu      sync.Mutex
 	waiting map[string]chan bool
@@ -379,7 +430,7 @@ func (cs *clusterScheduler) Schedule(p *sim.PodSpec) bool {
 	if cs.err != nil {
 		return false
 	}
-	bound, err := cs.place(podOf(p))
+	bound, err := cs.place(podOf(p, cs.stock))
 	if err != nil {
 		cs.err = fmt.Errorf("pod %s: %w", p.Name, err)
 	}
@@ -412,7 +463,7 @@ func (cs *clusterScheduler) place(pod *corev1.Pod) (bool, error) {
 func (cs *clusterScheduler) warmUp(ctx context.Context) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for i := 0; time.Now().Before(deadline); i++ {
-		probe := podOf(&sim.PodSpec{Name: fmt.Sprintf("warm-up-%d", i), NumGPU: 1, GPUMilli: 10})
+		probe := podOf(&sim.PodSpec{Name: fmt.Sprintf("warm-up-%d", i), NumGPU: 1, GPUMilli: 10}, cs.stock)
 		bound, err := cs.place(probe)
 		if err != nil {
 			return err
@@ -425,10 +476,35 @@ func (cs *clusterScheduler) warmUp(ctx context.Context) error {
 	return errors.New("the scheduler placed no probe pod within 2 minutes")
 }
 
+// clear deletes the replay's pods and waits until they are gone.
+func (cs *clusterScheduler) clear(ctx context.Context) error {
+	pods := cs.client.CoreV1().Pods(namespace)
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		list, err := pods.List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil && len(list.Items) == 0 {
+			return nil
+		}
+	}
+	return errors.New("the replay's pods were not deleted within 2 minutes")
+}
+
+// Resources the stock scheduler is given GPUs as.
+const (
+	stockGPUMilli = "alibabacloud.com/gpu-milli"
+	stockModel    = "nvidia.com/gpu.product"
+)
+
 // podOf is the pod a trace line asks for: its CPU and memory, and its GPUs
 // whole (gpu_milli 1000) or as slices of gpu_milli/10 per cent, of the
-// models gpu_spec lists.
-func podOf(p *sim.PodSpec) *corev1.Pod {
+// models gpu_spec lists. With stock, its GPUs are num_gpu × gpu_milli of
+// the node's stockGPUMilli, and the models a node label it selects.
+func podOf(p *sim.PodSpec, stock bool) *corev1.Pod {
+	if stock {
+		return stockPodOf(p)
+	}
 	requests := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(p.MemoryMiB<<20, resource.BinarySI),
@@ -450,6 +526,33 @@ func podOf(p *sim.PodSpec) *corev1.Pod {
 	}
 	if len(p.GPUSpec) > 0 {
 		pod.Annotations = map[string]string{kubeinterface.AnnotationModelInclude: strings.Join(p.GPUSpec, ",")}
+	}
+	return pod
+}
+
+func stockPodOf(p *sim.PodSpec) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: strings.ToLower(p.Name)},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{nodeLabel: "true"},
+			Containers: []corev1.Container{{Name: "main", Image: "busybox",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU:    *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI),
+					corev1.ResourceMemory: *resource.NewQuantity(p.MemoryMiB<<20, resource.BinarySI),
+				}}}},
+		},
+	}
+	if p.NumGPU > 0 {
+		q := *resource.NewQuantity(p.TotalGPUMilli(), resource.DecimalSI)
+		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{stockGPUMilli: q}
+		pod.Spec.Containers[0].Resources.Requests[stockGPUMilli] = q
+	}
+	if len(p.GPUSpec) > 0 {
+		pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: stockModel, Operator: corev1.NodeSelectorOpIn, Values: p.GPUSpec}},
+			}}},
+		}}
 	}
 	return pod
 }
