@@ -125,7 +125,8 @@ plugins: deps ## Build the device modules into _output/plugins/*.so
 # the binary, the device modules of the same build for the scheduler, the
 # shared libraries they need, a non-root user, no shell. Each is a tar of an
 # OCI image layout (`ctr images import`, `crane push`); the same commit
-# gives the same digests. SOURCE_DATE_EPOCH defaults to the commit's time.
+# gives the same digests on machines with the same glibc (the libraries are
+# the build machine's). SOURCE_DATE_EPOCH defaults to the commit's time.
 IMAGE_REPO ?= ghcr.io/kubegpu
 IMAGE_DIR := $(OUT)/images
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)

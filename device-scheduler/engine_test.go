@@ -429,18 +429,23 @@ func TestStrandedAndDevicePods(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := simNode(t, e, "t4x4")
-	if got := e.Stranded(n); got != 0 {
+	if got := strandedNow(e, n); got != 0 {
 		t.Errorf("idle node strands %v GPUs, want 0", got)
 	}
 	place(t, e, n, "a", request(t, e, slice(30, 0)))
 	place(t, e, n, "b", request(t, e, slice(30, 0)))
-	if got := e.Stranded(n); math.Abs(got-1.4) > 1e-9 {
+	if got := strandedNow(e, n); math.Abs(got-1.4) > 1e-9 {
 		t.Errorf("two slices spread: %v GPUs stranded, want 1.4", got)
 	}
 	pods := n.DevicePods()
 	if total := pods[0] + pods[1] + pods[2] + pods[3]; total != 2 || max(pods[0], pods[1], pods[2], pods[3]) != 1 {
 		t.Errorf("pods per GPU %v, want one on each of two", pods[:4])
 	}
+}
+
+func strandedNow(e *Engine, n *Node) float64 {
+	s := n.State()
+	return e.Stranded(n, &s)
 }
 
 func TestNewErrors(t *testing.T) {

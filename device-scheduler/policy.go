@@ -130,15 +130,17 @@ func fragBucket(increase float64) int64 {
 	return int64(fragBuckets / (1 + math.Exp(increase/1000)))
 }
 
-// Stranded is the free device share of n, in devices, that the learned
-// workload mix cannot use: the fragmentation the kubegpu policy keeps low
-// (for each task type of the mix, weighted by its popularity, the free
-// share on devices that cannot serve it, or all of the node's free share
-// where the type does not fit at all), plus the free share the node's free
-// host CPU and memory cannot feed. 0 while the mix is empty.
-func (e *Engine) Stranded(n *Node) float64 {
+// Stranded is the free device share of n in state s (n's own, or a copy
+// of it), in devices, that the learned workload mix cannot use: the
+// fragmentation the kubegpu policy keeps low (for each task type of the
+// mix, weighted by its popularity, the free share on devices that cannot
+// serve it, or all of the node's free share where the type does not fit at
+// all), plus, where s tracks host resources, the free share the node's
+// free host CPU and memory cannot feed. 0 while the mix is empty. It is
+// computed afresh, leaving the cache that scoring uses alone.
+func (e *Engine) Stranded(n *Node, s *State) float64 {
 	w := e.workload.Load()
-	return n.currentFragmentation(w, n.compatFor(w), &n.state) / 1000
+	return fragmentation(n, w, n.compatFor(w), s) / 1000
 }
 
 // currentFragmentation is the fragmentation of s, the node's current state

@@ -106,13 +106,15 @@ func build() ([]byte, error) {
 		WithPanel(series("Allocations written", "Signed allocations written with bindings, by result.", "ops",
 			query(`sum by (result) (rate(kubegpu_scheduler_allocations_written_total[$__rate_interval]))`, "{{result}}"))).
 		WithPanel(series("Rejected allocations", "Allocations on bound pods the scheduler did not count, by reason (alert: KubeGPURejectedAllocations).", "none",
-			query(`sum by (reason) (increase(kubegpu_scheduler_rejected_allocations_total[$__rate_interval]))`, "{{reason}}"))).
+			query(`max by (reason) (increase(kubegpu_scheduler_rejected_allocations_total[$__rate_interval]))`, "{{reason}}"))).
 		WithRow(dashboard.NewRowBuilder("Nodes (kubegpu-crishim)")).
 		WithPanel(statPanel("Shims up", "kubegpu-crishim instances answering scrapes.", `sum(up{job="kubegpu-crishim"})`, "none")).
 		WithPanel(statPanel("Shims down", "kubegpu-crishim instances not answering (alert: KubeGPUShimDown).", `count(up{job="kubegpu-crishim"} == 0) or vector(0)`, "none")).
 		WithPanel(statPanel("Failed device modules", "Device modules that did not load or start, over all nodes.", `sum(kubegpu_crishim_modules_failed) or vector(0)`, "none")).
 		WithPanel(statPanel("Nodes without a usable inventory", "Nodes the scheduler gives no GPU pods for want of an inventory.",
 			`sum(max by (inventory) (kubegpu_scheduler_nodes{inventory!="ok"}))`, "none")).
+		WithPanel(statPanel("Nodes not live", "Nodes with GPUs that get no pods: NotReady, or their Lease not renewed (alert: KubeGPUNodesNotLive).",
+			`max(kubegpu_scheduler_nodes_not_live)`, "none")).
 		WithPanel(series("CreateContainer by result", "Containers the shims started with their devices (rewritten) or refused (gRPC code).", "ops",
 			query(`sum by (result) (rate(kubegpu_crishim_create_container_total[$__rate_interval]))`, "{{result}}"))).
 		WithPanel(series("CreateContainer rewrite latency", "Time the shims take to rewrite a container's config from its allocation.", "s",

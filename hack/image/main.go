@@ -3,7 +3,11 @@
 // dynamic sections, found on the build machine), a non-root user, and no
 // shell. It writes each image as a tar of an OCI image layout, which
 // `ctr images import` and registries' tools read, and prints its digest.
-// The same inputs and -created give the same digest.
+// The same inputs and -created give the same digest; the inputs include the
+// build machine's glibc (libc.so.6 and the loader are copied from it), so
+// two machines give the same digest only with the same glibc, as two
+// clean checkouts on Debian 12 do. Images are built for amd64, with the
+// libraries where Debian's loader looks for them.
 //
 // Usage:
 //
@@ -74,7 +78,13 @@ func run(args []string) error {
 		}
 		mode := int64(0o644)
 		if f, err := elf.Open(src); err == nil {
+			machine := f.Machine
 			f.Close()
+			if machine != elf.EM_X86_64 {
+				// The libraries are placed where Debian's x86-64 loader
+				// looks, and the configuration says amd64.
+				return fmt.Errorf("%s is built for %v: images are built for amd64 only", src, machine)
+			}
 			mode = 0o755
 			elfs = append(elfs, src)
 		}

@@ -27,12 +27,10 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	var nf *devicescheduler.NotFitError
 	var err error
 	if o := overlayOf(cs, name); !o.empty() {
-		// Preemption's dry run, or pods nominated to the node.
+		// Preemption's dry run, or pods nominated to the node: not counted
+		// among the reasons the pod waits (a dry run shares the state).
 		_, err = p.cache.evaluateWith(name, o, &s.eval, corev1helpers.PodPriority(pod), capacity, free, pl)
-	} else {
-		_, err = p.cache.evaluate(name, &s.eval, capacity, free, pl)
-	}
-	if err != nil {
+	} else if _, err = p.cache.evaluate(name, &s.eval, capacity, free, pl); err != nil {
 		s.pending.count(filterReason(err))
 	}
 	switch {

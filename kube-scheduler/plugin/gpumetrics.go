@@ -136,17 +136,20 @@ func (p *pendingPods) byReason() [numPendingReasons]int {
 }
 
 // gpuCollector reports, at each scrape, the devices of the cache: per GPU
-// what pods hold of it, per model the idle and the stranded GPUs, and the
-// pending GPU pods by reason. Every replica reports its own cache (they
-// follow the same API objects); the pending pods are the ones the replica
-// tried, so the leader's.
+// what pods hold of it, per model the idle and the stranded GPUs of live
+// nodes, the nodes that are not live, and the pending GPU pods by reason.
+// Every replica reports its own cache (they follow the same API objects);
+// the pending pods are the ones the replica tried, so the leader's.
 type gpuCollector struct {
 	metrics.BaseStableCollector
 	cache atomic.Pointer[deviceCache]
 }
 
 var (
-	gpuLabels          = []string{"node", "device", "index", "model", "uuid"}
+	// The dense per-GPU gauges carry only the node and the device; model
+	// and UUID, which a node may change, are on the info series alone.
+	gpuLabels          = []string{"node", "device"}
+	infoLabels         = []string{"node", "device", "index", "model", "uuid"}
 	descAllocatedCores = metrics.NewDesc("kubegpu_scheduler_gpu_allocated_cores_percent",
 		"Per cent of the GPU's compute that pods hold (100 when one holds it whole).", gpuLabels, nil, metrics.ALPHA, "")
 	descAllocatedMemory = metrics.NewDesc("kubegpu_scheduler_gpu_allocated_memory_bytes",
@@ -155,15 +158,19 @@ var (
 		"The GPU's memory.", gpuLabels, nil, metrics.ALPHA, "")
 	descGPUPods = metrics.NewDesc("kubegpu_scheduler_gpu_pods",
 		"Pods holding a share of the GPU.", gpuLabels, nil, metrics.ALPHA, "")
+	descInfo = metrics.NewDesc("kubegpu_scheduler_gpu_info",
+		"1 for each allocatable GPU (or MIG instance), with its index, model and UUID as its node publishes them.", infoLabels, nil, metrics.ALPHA, "")
 	descUnhealthy = metrics.NewDesc("kubegpu_scheduler_gpu_unhealthy",
-		"1 for each GPU (or MIG instance) its node publishes as not healthy; no series for healthy ones.", gpuLabels, nil, metrics.ALPHA, "")
+		"1 for each GPU (or MIG instance) its node publishes as not healthy; no series for healthy ones.", infoLabels, nil, metrics.ALPHA, "")
 	descGPUs = metrics.NewDesc("kubegpu_scheduler_gpus",
-		"Allocatable GPUs (and MIG instances) of nodes with a usable inventory, by model.", []string{"model"}, nil, metrics.ALPHA, "")
+		"Allocatable GPUs (and MIG instances) of live nodes with a usable inventory, by model.", []string{"model"}, nil, metrics.ALPHA, "")
 	descIdle = metrics.NewDesc("kubegpu_scheduler_idle_gpus",
-		"Allocatable GPUs no pod holds any share of, by model.", []string{"model"}, nil, metrics.ALPHA, "")
+		"Allocatable GPUs of live nodes that no pod holds any share of, by model.", []string{"model"}, nil, metrics.ALPHA, "")
 	descStranded = metrics.NewDesc("kubegpu_scheduler_stranded_gpus",
-		"Free GPU share, in GPUs, that the learned workload mix cannot use where it lies (fragmentation, the measure the kubegpu policy keeps low), by the nodes' GPU model (mixed for nodes of several).",
+		"Free GPU share of live nodes, in GPUs, that the learned workload mix cannot use where it lies (fragmentation, the measure the kubegpu policy keeps low), by the nodes' GPU model (mixed for nodes of several).",
 		[]string{"model"}, nil, metrics.ALPHA, "")
+	descNotLive = metrics.NewDesc("kubegpu_scheduler_nodes_not_live",
+		"Nodes with a device inventory that get no GPU pods because they are not live: NotReady, or their Lease not seen renewed within heartbeatStaleness.", nil, nil, metrics.ALPHA, "")
 	descPending = metrics.NewDesc("kubegpu_scheduler_pending_gpu_pods", pendingHelp, []string{"reason"}, nil, metrics.ALPHA, "")
 )
 
@@ -174,33 +181,55 @@ var theCollector = &gpuCollector{}
 
 // DescribeWithStability sends the collector's descriptors.
 func (g *gpuCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descUnhealthy, descGPUs, descIdle, descStranded, descPending} {
+	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descInfo, descUnhealthy, descGPUs, descIdle, descStranded, descNotLive, descPending} {
 		ch <- d
 	}
 }
 
-// CollectWithStability computes the metrics from the cache under its read
-// lock: a pass over the nodes' device states, a few microseconds per node.
+// nodeCopy is what a scrape reads of one node under the cache's lock: its
+// devices (immutable but for their state, copied here) and liveness.
+type nodeCopy struct {
+	name  string
+	node  *devicescheduler.Node
+	state devicescheduler.State
+	pods  [devicescheduler.MaxDevices]int
+	live  bool
+}
+
+// CollectWithStability copies the nodes' device states under the cache's
+// read lock, a few hundred bytes per node, and computes the metrics after
+// releasing it, so that a scrape does not hold up scheduling.
 func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	c := g.cache.Load()
 	if c == nil {
 		return
 	}
-	gpus, idle, stranded := map[string]float64{}, map[string]float64{}, map[string]float64{}
+	now := c.now()
 	c.mu.RLock()
+	nodes := make([]nodeCopy, 0, len(c.nodes))
 	for name, ns := range c.nodes {
-		n := ns.devices
-		if n == nil {
+		if ns.devices == nil {
 			continue
 		}
+		nodes = append(nodes, nodeCopy{name: name, node: ns.devices, state: ns.devices.State(), pods: ns.devices.DevicePods(), live: c.liveAt(ns, now) == nil})
+	}
+	c.mu.RUnlock()
+
+	gpus, idle, stranded := map[string]float64{}, map[string]float64{}, map[string]float64{}
+	notLive := 0
+	for i := range nodes {
+		nc := &nodes[i]
+		n, st := nc.node, &nc.state
+		if !nc.live {
+			notLive++
+		}
 		inv := n.Inventory()
-		st := n.State()
-		pods := n.DevicePods()
 		model := ""
 		for d := range inv.Devices {
 			dev := &inv.Devices[d]
+			info := []string{nc.name, dev.ID, strconv.Itoa(dev.Index), dev.Model, dev.UUID}
 			if dev.Health != types.Healthy {
-				ch <- metrics.NewLazyConstMetric(descUnhealthy, metrics.GaugeValue, 1, name, dev.ID, strconv.Itoa(dev.Index), dev.Model, dev.UUID)
+				ch <- metrics.NewLazyConstMetric(descUnhealthy, metrics.GaugeValue, 1, info...)
 			}
 			if n.Allocatable()&(1<<d) == 0 {
 				continue // unhealthy, or a GPU in MIG mode (its instances count)
@@ -210,26 +239,28 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			} else if model != dev.Model {
 				model = "mixed"
 			}
-			labels := []string{name, dev.ID, strconv.Itoa(dev.Index), dev.Model, dev.UUID}
+			labels := []string{nc.name, dev.ID}
 			memCap := n.MemoryMiB(d) << 20
 			cores, mem := float64(1000-st.MilliFree[d])/10, float64(memCap-st.MemFree[d]<<20)
 			if st.Exclusive&(1<<d) != 0 {
 				cores, mem = 100, float64(memCap)
 			}
+			ch <- metrics.NewLazyConstMetric(descInfo, metrics.GaugeValue, 1, info...)
 			ch <- metrics.NewLazyConstMetric(descAllocatedCores, metrics.GaugeValue, cores, labels...)
 			ch <- metrics.NewLazyConstMetric(descAllocatedMemory, metrics.GaugeValue, mem, labels...)
 			ch <- metrics.NewLazyConstMetric(descMemory, metrics.GaugeValue, float64(memCap), labels...)
-			ch <- metrics.NewLazyConstMetric(descGPUPods, metrics.GaugeValue, float64(pods[d]), labels...)
-			gpus[dev.Model]++
-			if st.Used&(1<<d) == 0 {
-				idle[dev.Model]++
+			ch <- metrics.NewLazyConstMetric(descGPUPods, metrics.GaugeValue, float64(nc.pods[d]), labels...)
+			if nc.live {
+				gpus[dev.Model]++
+				if st.Used&(1<<d) == 0 {
+					idle[dev.Model]++
+				}
 			}
 		}
-		if model != "" {
-			stranded[model] += c.engine.Stranded(n)
+		if model != "" && nc.live {
+			stranded[model] += c.engine.Stranded(n, st)
 		}
 	}
-	c.mu.RUnlock()
 	for _, m := range sortedKeys(gpus) {
 		ch <- metrics.NewLazyConstMetric(descGPUs, metrics.GaugeValue, gpus[m], m)
 		ch <- metrics.NewLazyConstMetric(descIdle, metrics.GaugeValue, idle[m], m)
@@ -237,10 +268,35 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	for _, m := range sortedKeys(stranded) {
 		ch <- metrics.NewLazyConstMetric(descStranded, metrics.GaugeValue, stranded[m], m)
 	}
+	ch <- metrics.NewLazyConstMetric(descNotLive, metrics.GaugeValue, float64(notLive))
+	c.prunePending()
 	counts := c.pending.byReason()
 	for r, n := range counts {
 		ch <- metrics.NewLazyConstMetric(descPending, metrics.GaugeValue, float64(n), pendingReasonNames[r])
 	}
+}
+
+// prunePending drops the pending pods the informer no longer holds
+// unbound: a pod deleted between the scheduling queue's pop and PreFilter
+// would otherwise be counted for ever.
+func (c *deviceCache) prunePending() {
+	pods, err := c.listPods()
+	if err != nil {
+		return
+	}
+	unbound := make(map[ktypes.UID]bool, len(pods))
+	for _, p := range pods {
+		if p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
+			unbound[p.UID] = true
+		}
+	}
+	c.pending.mu.Lock()
+	for uid := range c.pending.pods {
+		if !unbound[uid] {
+			delete(c.pending.pods, uid)
+		}
+	}
+	c.pending.mu.Unlock()
 }
 
 func sortedKeys(m map[string]float64) []string {

@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,6 +24,12 @@ func TestGPUMetrics(t *testing.T) {
 	logger := klog.Background()
 	c.updateNode(logger, testNode(t, "n1", "t4x4"))
 	c.updateLease(testLease("n1", testNow), false)
+	// A node that is not Ready: its GPUs are not counted among the
+	// cluster's (it gets no pods).
+	dead := testNode(t, "dead", "t4x4")
+	dead.Status.Conditions[0].Status = corev1.ConditionFalse
+	c.updateNode(logger, dead)
+	c.updateLease(testLease("dead", testNow), false)
 	r := wholeRequest(t, c, 1)
 	a := testPod("a")
 	alloc, err := c.reserve(a, "n1", r, noHost, noHost, nil)
@@ -41,17 +49,26 @@ func TestGPUMetrics(t *testing.T) {
 	c.pending.refuse("uid-bad", pendingInvalidRequest)
 	c.pending.start("uid-x")
 	c.pending.remove("uid-x")
+	// Deleted between the queue's pop and PreFilter: its delete event came
+	// first. The scrape drops it, since the informer no longer holds it.
+	c.pending.start("uid-gone")
+	c.listPods = func() ([]*corev1.Pod, error) {
+		return []*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: "uid-w"}}, {ObjectMeta: metav1.ObjectMeta{UID: "uid-bad"}}, bound}, nil
+	}
 
 	g := &gpuCollector{}
 	g.cache.Store(c)
 	var want strings.Builder
 	want.WriteString(`
-# HELP kubegpu_scheduler_idle_gpus [ALPHA] Allocatable GPUs no pod holds any share of, by model.
+# HELP kubegpu_scheduler_idle_gpus [ALPHA] Allocatable GPUs of live nodes that no pod holds any share of, by model.
 # TYPE kubegpu_scheduler_idle_gpus gauge
 kubegpu_scheduler_idle_gpus{model="Tesla T4"} 3
-# HELP kubegpu_scheduler_gpus [ALPHA] Allocatable GPUs (and MIG instances) of nodes with a usable inventory, by model.
+# HELP kubegpu_scheduler_gpus [ALPHA] Allocatable GPUs (and MIG instances) of live nodes with a usable inventory, by model.
 # TYPE kubegpu_scheduler_gpus gauge
 kubegpu_scheduler_gpus{model="Tesla T4"} 4
+# HELP kubegpu_scheduler_nodes_not_live [ALPHA] Nodes with a device inventory that get no GPU pods because they are not live: NotReady, or their Lease not seen renewed within heartbeatStaleness.
+# TYPE kubegpu_scheduler_nodes_not_live gauge
+kubegpu_scheduler_nodes_not_live 1
 # HELP kubegpu_scheduler_pending_gpu_pods [ALPHA] ` + pendingHelp + `
 # TYPE kubegpu_scheduler_pending_gpu_pods gauge
 `)
@@ -63,7 +80,7 @@ kubegpu_scheduler_gpus{model="Tesla T4"} 4
 		want.WriteString(`kubegpu_scheduler_pending_gpu_pods{reason="` + name + `"} ` + n + "\n")
 	}
 	if err := testutil.CustomCollectAndCompare(g, strings.NewReader(want.String()),
-		"kubegpu_scheduler_gpus", "kubegpu_scheduler_idle_gpus", "kubegpu_scheduler_pending_gpu_pods"); err != nil {
+		"kubegpu_scheduler_gpus", "kubegpu_scheduler_idle_gpus", "kubegpu_scheduler_nodes_not_live", "kubegpu_scheduler_pending_gpu_pods"); err != nil {
 		t.Error(err)
 	}
 	// The held GPU, whole; the others free.
@@ -79,15 +96,17 @@ kubegpu_scheduler_gpus{model="Tesla T4"} 4
 		if mf.GetName() != "kubegpu_scheduler_gpu_allocated_cores_percent" {
 			continue
 		}
-		if len(mf.GetMetric()) != 4 {
-			t.Errorf("%d GPUs reported, want 4", len(mf.GetMetric()))
+		if len(mf.GetMetric()) != 8 {
+			t.Errorf("%d GPUs reported, want the two nodes' 8", len(mf.GetMetric()))
 		}
 		for _, m := range mf.GetMetric() {
-			want := 0.0
+			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "device" && l.GetValue() == held {
-					want = 100
-				}
+				labels[l.GetName()] = l.GetValue()
+			}
+			want := 0.0
+			if labels["node"] == "n1" && labels["device"] == held {
+				want = 100
 			}
 			if got := m.GetGauge().GetValue(); got != want {
 				t.Errorf("%v: %v%% allocated, want %v", m.GetLabel(), got, want)
@@ -104,5 +123,41 @@ kubegpu_scheduler_gpus{model="Tesla T4"} 4
 	c.updatePod(logger, bound)
 	if after, _ := testutil.GetHistogramMetricCount(allocationToRunning.ObserverMetric); after != before+1 {
 		t.Errorf("allocation-to-running observed %d times, want once", after-before)
+	}
+}
+
+// TestSharedKeyFile: the key file may be read by the scheduler's own group
+// (a Secret volume with fsGroup), not by others or another group.
+func TestSharedKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		mode   os.FileMode
+		gid    int
+		shared bool
+	}{
+		{0o600, os.Getegid(), false},
+		{0o640, os.Getegid(), false},
+		{0o440, os.Getegid(), false},
+		{0o644, os.Getegid(), true},
+		{0o640, os.Getegid() + 1, true},
+	} {
+		p := filepath.Join(dir, "key.pem")
+		if err := os.WriteFile(p, []byte("k"), c.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, -1, c.gid); err != nil {
+			t.Skipf("chown: %v", err)
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sharedKeyFile(fi); got != c.shared {
+			t.Errorf("mode %v, group %d: shared = %v, want %v", c.mode, c.gid, got, c.shared)
+		}
+		os.Remove(p)
 	}
 }

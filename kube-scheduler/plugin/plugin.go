@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -339,6 +340,19 @@ func (p *Plugin) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment
 	return []fwk.SignFragment{{Key: "kubegpu.io/devices", Value: false}}, nil
 }
 
+// sharedKeyFile says whether others than the scheduler may read the key
+// file: anyone, or a group other than the scheduler's own (a Secret volume
+// with fsGroup, as the Helm chart mounts it, is readable by the
+// scheduler's group only).
+func sharedKeyFile(fi os.FileInfo) bool {
+	perm := fi.Mode().Perm()
+	if perm&0o007 != 0 {
+		return true
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return perm&0o070 != 0 && (!ok || int(st.Gid) != os.Getegid())
+}
+
 // loadKeys reads the key the scheduler signs with and the set of keys whose
 // allocations it counts: the signing key's public half and the
 // verification keys.
@@ -347,8 +361,8 @@ func loadKeys(logger klog.Logger, args *Args) (*kubeinterface.Key, *kubeinterfac
 	if err != nil {
 		return nil, nil, err
 	}
-	if fi, err := os.Stat(args.SigningKeyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		logger.Info("WARNING: the signing key file is readable by group or others: anyone who reads it can mint allocations; chmod 600 it", "file", args.SigningKeyFile, "mode", fi.Mode().Perm().String())
+	if fi, err := os.Stat(args.SigningKeyFile); err == nil && sharedKeyFile(fi) {
+		logger.Info("WARNING: the signing key file is readable by others, or by a group other than the scheduler's: anyone who reads it can mint allocations; chmod 600 it", "file", args.SigningKeyFile, "mode", fi.Mode().Perm().String())
 	}
 	if key.Algorithm() == kubeinterface.AlgHMACSHA256 {
 		logger.Info("WARNING: the signing key is a shared HMAC secret: every node that holds it can mint allocations for any pod on any node; use an Ed25519 key", "file", args.SigningKeyFile)

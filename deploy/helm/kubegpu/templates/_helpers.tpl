@@ -26,3 +26,29 @@ app.kubernetes.io/component: scheduler
 {{- define "kubegpu.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/* The leader-election Lease: in mode only the stock scheduler's own
+(kube-system/kube-scheduler), so that the chart's replicas stand by while
+a stock kube-scheduler still leads, and never two serve default-scheduler. */}}
+{{- define "kubegpu.leaseName" -}}
+{{- if .Values.leaderElection.leaseName -}}{{ .Values.leaderElection.leaseName }}{{- else if eq .Values.mode "only" -}}kube-scheduler{{- else -}}kubegpu-scheduler{{- end -}}
+{{- end -}}
+{{- define "kubegpu.leaseNamespace" -}}
+{{- if eq .Values.mode "only" -}}kube-system{{- else -}}{{ .Release.Namespace }}{{- end -}}
+{{- end -}}
+
+{{/* Values that render but would not run: refused with the fix. */}}
+{{- define "kubegpu.validate" -}}
+{{- if and (eq .Values.mode "only") (or (lt (int .Values.replicaCount) 2) (not .Values.leaderElection.enabled)) -}}
+{{- fail "mode only needs replicaCount of 2 or more with leader election: a replica being replaced is scheduled by the others, and with one nothing would schedule its successor" -}}
+{{- end -}}
+{{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicaCount) 1) -}}
+{{- fail "leaderElection.enabled=false with more than one replica would run several active schedulers: set replicaCount=1 or enable leader election" -}}
+{{- end -}}
+{{- if and .Values.apiServer.host (not .Values.apiServer.port) -}}
+{{- fail "apiServer.host needs apiServer.port (e.g. 6443)" -}}
+{{- end -}}
+{{- if and .Values.hostNetwork (eq (int .Values.securePort) 10259) -}}
+{{- fail "with hostNetwork=true set securePort to a port other than 10259, kube-scheduler's, which a control-plane node already uses (e.g. 10269)" -}}
+{{- end -}}
+{{- end -}}
