@@ -189,6 +189,14 @@ func TestHelmChart(t *testing.T) {
 		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}
 		return p
 	}
+	// The API server takes in each of the chart's policies on its own: a
+	// GPU pod is admitted only once the mutating one is in force too.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := tenant(t, ns).CoreV1().Pods(ns).Create(ctx, gpuPodOn("probe", nodeName), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal("the chart's admission policies did not admit a GPU pod:", err)
+	}
 	runsWithGPU := func(name string) {
 		t.Helper()
 		createPods(ctx, t, ns, gpuPodOn(name, nodeName))
