@@ -40,11 +40,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -154,12 +152,13 @@ func run(ctx context.Context, o options) ([]result, error) {
 		return nil, err
 	}
 	defer c.Stop()
-	if err := publishNodes(ctx, c, x); err != nil {
+	names, err := publishNodes(ctx, c, x)
+	if err != nil {
 		return nil, err
 	}
 	renewCtx, stopRenewing := context.WithCancel(ctx)
 	defer stopRenewing()
-	go renewLeases(renewCtx, c, x)
+	go c.RenewLeases(renewCtx, names)
 	keyFile, _, err := keyfiles.WriteEd25519(dir)
 	if err != nil {
 		return nil, err
@@ -273,90 +272,29 @@ func report(w io.Writer, x *sim.Experiment, results []result) {
 const nodeLabel = "kubegpu.io/replay"
 
 // publishNodes registers the experiment's nodes as kubegpu-crishim would
-// publish them: the trace's CPU and memory, its GPUs as a simulated
-// inventory of its model, a Lease.
-func publishNodes(ctx context.Context, c *localcluster.Cluster, x *sim.Experiment) error {
-	if err := c.EnsureNamespace(ctx, kubeinterface.LeaseNamespace); err != nil {
-		return err
-	}
-	client, err := advertiser.NewClient(c.Config)
-	if err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, len(x.Nodes))
-	sem := make(chan struct{}, 32)
-	for _, spec := range x.Nodes {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			errs <- publishNode(ctx, c, client, spec)
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
+// publish them (the trace's CPU and memory, its GPUs as a simulated
+// inventory of its model, a Lease), with the stock scheduler's extended
+// resource and model label beside.
+func publishNodes(ctx context.Context, c *localcluster.Cluster, x *sim.Experiment) ([]string, error) {
+	names := make([]string, len(x.Nodes))
+	nodes := make([]localcluster.DeviceNode, len(x.Nodes))
+	for i, spec := range x.Nodes {
+		inv := simgpu.Inventory(sim.Topology(spec), spec.Name)
+		capacity := advertiser.Capacity(inv, 100)
+		capacity[stockGPUMilli] = *resource.NewQuantity(int64(spec.GPUs)*1000, resource.DecimalSI)
+		names[i] = spec.Name
+		nodes[i] = localcluster.DeviceNode{
+			Name: spec.Name,
+			Host: corev1.ResourceList{
+				corev1.ResourceCPU:    *resource.NewMilliQuantity(spec.CPUMilli, resource.DecimalSI),
+				corev1.ResourceMemory: *resource.NewQuantity(spec.MemoryMiB<<20, resource.BinarySI),
+				corev1.ResourcePods:   *resource.NewQuantity(1000, resource.DecimalSI),
+			},
+			Labels:    map[string]string{nodeLabel: "true", stockModel: spec.Model},
+			Inventory: inv, Capacity: capacity,
 		}
 	}
-	return nil
-}
-
-func publishNode(ctx context.Context, c *localcluster.Cluster, client advertiser.Client, spec sim.NodeSpec) error {
-	host := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewMilliQuantity(spec.CPUMilli, resource.DecimalSI),
-		corev1.ResourceMemory: *resource.NewQuantity(spec.MemoryMiB<<20, resource.BinarySI),
-		corev1.ResourcePods:   *resource.NewQuantity(1000, resource.DecimalSI),
-	}
-	if err := c.RegisterNode(ctx, spec.Name, host); err != nil {
-		return err
-	}
-	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:"true",%q:%q}}}`, nodeLabel, stockModel, spec.Model)
-	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, spec.Name, ktypes.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return err
-	}
-	inv := simgpu.Inventory(sim.Topology(spec), spec.Name)
-	capacity := advertiser.Capacity(inv, 100)
-	capacity[stockGPUMilli] = *resource.NewQuantity(int64(spec.GPUs)*1000, resource.DecimalSI)
-	if err := advertiser.PublishInventory(ctx, client, spec.Name, inv, capacity); err != nil {
-		return err
-	}
-	now := metav1.NewMicroTime(time.Now())
-	_, err := c.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Create(ctx, &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: kubeinterface.LeaseNamespace},
-		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(spec.Name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
-	}, metav1.CreateOptions{})
-	return err
-}
-
-// renewLeases renews every node's Lease every 10 s until ctx ends, as
-// kubelets do.
-func renewLeases(ctx context.Context, c *localcluster.Cluster, x *sim.Experiment) {
-	tick := time.NewTicker(10 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 16)
-		for _, spec := range x.Nodes {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				patch := fmt.Appendf(nil, `{"spec":{"renewTime":%q}}`, metav1.NewMicroTime(time.Now()).Format(metav1.RFC3339Micro))
-				_, _ = c.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Patch(ctx, spec.Name, ktypes.MergePatchType, patch, metav1.PatchOptions{})
-			}()
-		}
-		wg.Wait()
-	}
+	return names, c.AddDeviceNodes(ctx, nodes)
 }
 
 // clusterScheduler is sim.Scheduler through the API server: Schedule

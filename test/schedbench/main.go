@@ -22,11 +22,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -105,7 +103,7 @@ func run(ctx context.Context, o options) error {
 	// renewals, and both schedulers run under the same API load.
 	renewCtx, stopRenewing := context.WithCancel(ctx)
 	defer stopRenewing()
-	go renewLeases(renewCtx, c, names)
+	go c.RenewLeases(renewCtx, names)
 	if o.adversarial > 0 {
 		return runMemory(ctx, c, o, dir, keyFile)
 	}
@@ -135,88 +133,22 @@ func createNodes(ctx context.Context, c *localcluster.Cluster, o options) ([]str
 	if err != nil {
 		return nil, err
 	}
-	if err := c.EnsureNamespace(ctx, kubeinterface.LeaseNamespace); err != nil {
-		return nil, err
+	names := make([]string, o.nodes)
+	nodes := make([]localcluster.DeviceNode, o.nodes)
+	for i := range nodes {
+		names[i] = fmt.Sprintf("node-%04d", i)
+		inv := simgpu.Inventory(topo, names[i])
+		nodes[i] = localcluster.DeviceNode{Name: names[i], Host: localcluster.NodeCapacity("96", "768Gi", 110),
+			Inventory: inv, Capacity: advertiser.Capacity(inv, o.slicesPerGPU())}
 	}
-	var names []string
-	var wg sync.WaitGroup
-	errs := make(chan error, o.nodes)
-	sem := make(chan struct{}, 32)
-	for i := 0; i < o.nodes; i++ {
-		name := fmt.Sprintf("node-%04d", i)
-		names = append(names, name)
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			errs <- createNode(ctx, c, name, topo, o.slicesPerGPU())
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return names, nil
+	return names, c.AddDeviceNodes(ctx, nodes)
 }
 
-// slicesPerGPU is how many nvidia.com/gpu each GPU counts: 1 for the
-// throughput runs, where the stock scheduler counts whole GPUs; 100, as
-// kubegpu-crishim publishes by default, for the adversarial pods' slices.
 func (o options) slicesPerGPU() int {
 	if o.adversarial > 0 {
 		return 100
 	}
 	return 1
-}
-
-func createNode(ctx context.Context, c *localcluster.Cluster, name string, topo simgpu.Topology, slices int) error {
-	if err := c.RegisterNode(ctx, name, localcluster.NodeCapacity("96", "768Gi", 110)); err != nil {
-		return err
-	}
-	inv := simgpu.Inventory(topo, name)
-	client, err := advertiser.NewClient(c.Config)
-	if err != nil {
-		return err
-	}
-	if err := advertiser.PublishInventory(ctx, client, name, inv, advertiser.Capacity(inv, slices)); err != nil {
-		return err
-	}
-	now := metav1.NewMicroTime(time.Now())
-	_, err = c.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Create(ctx, &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: kubeinterface.LeaseNamespace},
-		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
-	}, metav1.CreateOptions{})
-	return err
-}
-
-// renewLeases renews every node's Lease every 10 s until ctx ends.
-func renewLeases(ctx context.Context, c *localcluster.Cluster, names []string) {
-	tick := time.NewTicker(10 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 16)
-		for _, name := range names {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				patch := fmt.Appendf(nil, `{"spec":{"renewTime":%q}}`, metav1.NewMicroTime(time.Now()).Format(metav1.RFC3339Micro))
-				_, _ = c.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Patch(ctx, name, ktypes.MergePatchType, patch, metav1.PatchOptions{})
-			}()
-		}
-		wg.Wait()
-	}
 }
 
 func pod(i int) *corev1.Pod {
