@@ -56,10 +56,13 @@ func helm(ctx context.Context, t *testing.T, args ...string) string {
 	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", cluster.Kubeconfig}, args...)...)
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(workDir, "helm", "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(workDir, "helm", "config"), "HELM_DATA_HOME="+filepath.Join(workDir, "helm", "data"))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	// Helm warns on stderr of the chart's symbolic links (to the
+	// generated policies and rules), with their absolute paths: only
+	// stdout is the output.
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), stderr.String())
 	}
 	return out.String()
 }
