@@ -98,12 +98,11 @@ func main() {
 
 // result is one replay's figures.
 type result struct {
-	name                 string
-	allocAt100, unalloc  float64
-	placed, failed       int
-	elapsed              time.Duration
-	perPod               time.Duration
-	unexpectedOutcomeErr error
+	name                string
+	allocAt100, unalloc float64
+	placed, failed      int
+	elapsed             time.Duration
+	perPod              time.Duration
 }
 
 func summarize(name string, x *sim.Experiment, r sim.Run, elapsed time.Duration) result {
