@@ -191,6 +191,27 @@ REPLAY_SEED ?= 1
 bench-replay: build plugins kube-binaries ## Replay the openb trace through the real kubegpu-scheduler beside the simulator (OPENB, REPLAY_PODS, REPLAY_SEED)
 	$(GO) run ./test/replay --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) --openb $(OPENB) --pods $(REPLAY_PODS) --seed $(REPLAY_SEED)
 
+# Upstream's scheduler_perf harness with the KubeGPU plugin registered out
+# of tree, beside the stock plugins on the same workloads (test/schedperf).
+# The in-process API server finds its test files by absolute path, so the
+# test and its device modules are built without -trimpath, apart from
+# _output/plugins; its etcd listens on a unix socket, so it runs etcd 3.6
+# (hack/etcd), not Debian's 3.4.
+SCHEDPERF := $(OUT)/schedperf
+SCHEDPERF_BENCH ?= .*/5000Nodes
+SCHEDPERF_FILTER ?= performance
+SCHEDPERF_COUNT ?= 1
+
+.PHONY: bench-schedperf
+bench-schedperf: deps ## Upstream scheduler_perf, kubegpu vs stock plugins (SCHEDPERF_BENCH='.*/500Nodes' SCHEDPERF_FILTER=short for 500 nodes, SCHEDPERF_COUNT)
+	@mkdir -p $(SCHEDPERF)/bin $(SCHEDPERF)/plugins
+	cd hack/etcd && GOFLAGS= $(GO) build -o $(CURDIR)/$(SCHEDPERF)/bin/etcd go.etcd.io/etcd/server/v3
+	$(foreach p,$(PLUGINS),GOFLAGS=-buildvcs=false $(GO) build -buildmode=plugin -o $(SCHEDPERF)/plugins/$(p).so $($(p)_PKG) &&) true
+	cd test/schedperf && PATH=$(CURDIR)/$(SCHEDPERF)/bin:$$PATH KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(SCHEDPERF)/plugins GOFLAGS=-buildvcs=false \
+		$(GO) test -run '^$$' -bench 'BenchmarkPerfScheduling/$(SCHEDPERF_BENCH)' -benchtime 1x -count $(SCHEDPERF_COUNT) -timeout 180m . \
+		-args -perf-scheduling-label-filter=$(SCHEDPERF_FILTER) -data-items-dir=$(CURDIR)/$(SCHEDPERF) >$(CURDIR)/$(SCHEDPERF)/results.txt; \
+		rc=$$?; grep -E '^Benchmark' $(CURDIR)/$(SCHEDPERF)/results.txt | awk '{for (i = 1; i < NF; i++) if ($$(i+1) == "SchedulingThroughput/Average") print $$1, $$i, "pods/s"}'; exit $$rc
+
 .PHONY: bench-scheduler-memory
 bench-scheduler-memory: build plugins kube-binaries ## kubegpu-scheduler's heap across 10,000 adversarial pods created and deleted (SCHED_MEMORY_NODES, SCHED_MEMORY_PODS)
 	$(GO) run ./test/schedbench --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) --nodes $(SCHED_MEMORY_NODES) --adversarial-pods $(SCHED_MEMORY_PODS)

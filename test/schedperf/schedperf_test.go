@@ -1,0 +1,243 @@
+// Package schedperf runs kubegpu-scheduler's plugin in upstream's
+// scheduler_perf harness (k8s.io/kubernetes/test/integration/scheduler_perf:
+// an in-process API server on etcd, fake nodes, SchedulingThroughput),
+// registered out of tree, beside the stock plugin set on the same
+// workloads: DGX-1 nodes (8 GPUs, published as kubegpu-crishim publishes
+// them, with Leases renewed), and pods of one whole GPU, of 4 GPUs that
+// need an NVLink quad, of 25% GPU slices, and without GPUs.
+//
+//	make bench-schedperf                      # 5,000 nodes
+//	go test ./test/schedperf -bench . -perf-scheduling-label-filter=short   # 500 nodes
+//
+// It needs etcd on PATH and KUBEGPU_PLUGIN_DIR (the device modules of the
+// same build); without them it skips.
+package schedperf
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	_ "k8s.io/component-base/logs/json/register"
+	"k8s.io/kubernetes/pkg/scheduler"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	perf "k8s.io/kubernetes/test/integration/scheduler_perf"
+	"k8s.io/kubernetes/test/utils/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	"github.com/kubegpu/kubegpu/internal/keyfiles"
+	"github.com/kubegpu/kubegpu/kube-scheduler/plugin"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+)
+
+func TestMain(m *testing.M) {
+	if err := perf.InitTests(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// workloads are the pods measured, by their template.
+var workloads = []struct{ name, template string }{
+	{"WholeGPU", "pod-gpu-1.yaml"},
+	{"Topology4GPU", "pod-gpu-4-topology.yaml"},
+	{"Slices", "pod-gpu-slice.yaml"},
+	{"NoGPU", "pod-cpu.yaml"},
+}
+
+func BenchmarkPerfScheduling(b *testing.B) {
+	pluginDir := os.Getenv("KUBEGPU_PLUGIN_DIR")
+	if pluginDir == "" {
+		b.Skip("needs KUBEGPU_PLUGIN_DIR with the device modules of this build (make bench-schedperf)")
+	}
+	dir := b.TempDir()
+	keyFile, _, err := keyfiles.WriteEd25519(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	config, err := writeConfig(dir, pluginDir, keyFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var r renewer
+	perf.RunBenchmarkPerfScheduling(b, config, "kubegpu", frameworkruntime.Registry{plugin.Name: plugin.New},
+		perf.WithNodeUpdateFn(r.publish), perf.WithPreRunFn(r.start))
+}
+
+// writeConfig writes the harness's configuration: per workload a test case
+// with kubegpu-scheduler's profile and one with the stock scheduler's.
+func writeConfig(dir, pluginDir, keyFile string) (string, error) {
+	templates, err := filepath.Abs("templates")
+	if err != nil {
+		return "", err
+	}
+	pluginDir, err = filepath.Abs(pluginDir)
+	if err != nil {
+		return "", err
+	}
+	schedConfig := filepath.Join(dir, "kubegpu-scheduler.yaml")
+	// The shipped profile (kube-scheduler/config/kubegpu-scheduler.yaml):
+	// KubeGPU at weight 10, binding first. heartbeatStaleness of an hour:
+	// the Leases are renewed every 30 s, which is slower than kubelets'.
+	if err := os.WriteFile(schedConfig, fmt.Appendf(nil, `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled:
+      - name: KubeGPU
+        weight: 10
+    bind:
+      enabled:
+      - name: KubeGPU
+  pluginConfig:
+  - name: KubeGPU
+    args:
+      pluginDir: %s
+      signingKeyFile: %s
+      heartbeatStaleness: 1h
+`, pluginDir, keyFile), 0o600); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, w := range workloads {
+		for _, sched := range []string{"KubeGPU", "Stock"} {
+			fmt.Fprintf(&b, "- name: %s_%s\n", sched, w.name)
+			if sched == "KubeGPU" {
+				fmt.Fprintf(&b, "  schedulerConfigPath: %s\n", schedConfig)
+			}
+			fmt.Fprintf(&b, `  defaultPodTemplatePath: %[1]s/%[2]s
+  workloadTemplate:
+  - opcode: createNodes
+    countParam: $nodes
+    nodeTemplatePath: %[1]s/node.yaml
+  - opcode: createPods
+    countParam: $initPods
+  - opcode: createPods
+    countParam: $measurePods
+    collectMetrics: true
+  workloads:
+  - name: 500Nodes
+    labels: [performance, short]
+    params: {nodes: 500, initPods: 500, measurePods: 1000}
+  - name: 5000Nodes
+    labels: [performance]
+    params: {nodes: 5000, initPods: 1000, measurePods: 5000}
+`, templates, w.template)
+		}
+	}
+	path := filepath.Join(dir, "performance-config.yaml")
+	return path, os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// renewer publishes the nodes' devices as kubegpu-crishim does, and renews
+// their Leases every 30 s while a workload runs.
+type renewer struct {
+	mu     sync.Mutex
+	client kubernetes.Interface
+	nodes  []string
+}
+
+// publish is the harness's node hook: a DGX-1's inventory and capacity (100
+// slices per GPU, as nodes publish them) and a Lease for every new node.
+func (r *renewer) publish(tCtx ktesting.TContext, _ *scheduler.Scheduler, _ *perf.Workload, nodes *corev1.NodeList) error {
+	topo, err := simgpu.Preset("dgx1")
+	if err != nil {
+		return err
+	}
+	client := tCtx.Client()
+	ac, err := advertiser.NewClient(tCtx.RESTConfig())
+	if err != nil {
+		return err
+	}
+	if _, err := client.CoreV1().Namespaces().Create(tCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kubeinterface.LeaseNamespace}}, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return err
+	}
+	r.mu.Lock()
+	r.client = client
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(nodes.Items))
+	sem := make(chan struct{}, 32)
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if _, ok := n.Annotations[kubeinterface.AnnotationInventory]; ok {
+			continue
+		}
+		r.mu.Lock()
+		r.nodes = append(r.nodes, n.Name)
+		r.mu.Unlock()
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			inv := simgpu.Inventory(topo, n.Name)
+			if err := advertiser.PublishInventory(tCtx, ac, n.Name, inv, advertiser.Capacity(inv, 100)); err != nil {
+				errs <- err
+				return
+			}
+			now := metav1.NewMicroTime(time.Now())
+			_, err := client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Create(tCtx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: kubeinterface.LeaseNamespace},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n.Name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+			}, metav1.CreateOptions{})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start is the harness's pre-run hook: Leases are renewed every 30 s
+// until the workload ends.
+func (r *renewer) start(tCtx ktesting.TContext, _ *perf.Workload) (func(), error) {
+	ctx, cancel := context.WithCancel(tCtx)
+	go func() {
+		tick := time.NewTicker(30 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			r.mu.Lock()
+			client, nodes := r.client, append([]string(nil), r.nodes...)
+			r.mu.Unlock()
+			if client == nil {
+				continue
+			}
+			for _, name := range nodes {
+				patch := fmt.Appendf(nil, `{"spec":{"renewTime":%q}}`, metav1.NewMicroTime(time.Now()).Format(metav1.RFC3339Micro))
+				_, _ = client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Patch(ctx, name, ktypes.MergePatchType, patch, metav1.PatchOptions{})
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		r.mu.Lock()
+		r.client, r.nodes = nil, nil
+		r.mu.Unlock()
+	}, nil
+}
