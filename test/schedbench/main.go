@@ -4,7 +4,9 @@
 // published as kubegpu-crishim publishes them, and PODS whole-GPU pods
 // (1, 2 or 4 GPUs) that both schedulers can place. For each scheduler the
 // pods are created first, the scheduler is started, and pods/s is measured
-// from the first binding to the last. It prints a table and the ratio.
+// from the first binding to the last; then the scheduler's live heap is
+// read. It prints a table, the ratio and the heap per node beyond the
+// stock scheduler's.
 //
 //	go run ./test/schedbench --bin-dir _output/bin --plugin-dir _output/plugins --nodes 1000
 package main
@@ -72,6 +74,9 @@ type result struct {
 	elapsed   time.Duration
 	// CPU time of the scheduler and of kube-apiserver during the run.
 	schedCPU, apiCPU time.Duration
+	// heapMiB is the scheduler's live heap (after a forced GC) once the
+	// pods are bound: every node and pod in its caches.
+	heapMiB float64
 }
 
 func run(ctx context.Context, o options) error {
@@ -256,10 +261,11 @@ func runOnce(ctx context.Context, c *localcluster.Cluster, o options, dir, keyFi
 			}
 			schedCPU, err1 := p.CPUTime()
 			apiEnd, err2 := c.APIServer().CPUTime()
-			if err := errors.Join(err1, err2); err != nil {
+			heap, err3 := schedulerHeap(ctx, schedulerPort, "")
+			if err := errors.Join(err1, err2, err3); err != nil {
 				return result{}, err
 			}
-			return result{scheduler: sched, bound: n, elapsed: elapsed, schedCPU: schedCPU, apiCPU: apiEnd - apiStart}, nil
+			return result{scheduler: sched, bound: n, elapsed: elapsed, schedCPU: schedCPU, apiCPU: apiEnd - apiStart, heapMiB: heap}, nil
 		}
 	}
 }
@@ -322,15 +328,20 @@ func mustAbs(p string) string {
 func report(o options, results []result) {
 	fmt.Printf("Scheduling throughput: %d nodes (%s, 8 GPUs), %d pods of 1, 1, 2, 4 GPUs each, first to last binding\n\n", o.nodes, o.preset, o.pods)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scheduler\tround\tbound\tseconds\tpods/s\tscheduler CPU ms/pod\tapiserver CPU ms/pod\t")
-	sums := map[string]float64{}
+	fmt.Fprintln(tw, "scheduler\tround\tbound\tseconds\tpods/s\tscheduler CPU ms/pod\tapiserver CPU ms/pod\theap MiB\t")
+	sums, heaps := map[string]float64{}, map[string]float64{}
 	for _, r := range results {
 		rate := float64(r.bound-1) / r.elapsed.Seconds()
 		sums[r.scheduler] += rate
+		heaps[r.scheduler] += r.heapMiB
 		perPod := func(d time.Duration) float64 { return float64(d.Milliseconds()) / float64(r.bound) }
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.1f\t%.2f\t%.2f\t\n", r.scheduler, r.round, r.bound, r.elapsed.Seconds(), rate, perPod(r.schedCPU), perPod(r.apiCPU))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.1f\t%.2f\t%.2f\t%.1f\t\n", r.scheduler, r.round, r.bound, r.elapsed.Seconds(), rate, perPod(r.schedCPU), perPod(r.apiCPU), r.heapMiB)
 	}
 	tw.Flush()
-	stock, ours := sums["kube-scheduler"]/float64(o.rounds), sums["kubegpu-scheduler"]/float64(o.rounds)
+	rounds := float64(o.rounds)
+	stock, ours := sums["kube-scheduler"]/rounds, sums["kubegpu-scheduler"]/rounds
 	fmt.Printf("\nmean pods/s: kube-scheduler %.1f, kubegpu-scheduler %.1f, ratio %.2fx\n", stock, ours, ours/stock)
+	stockHeap, ourHeap := heaps["kube-scheduler"]/rounds, heaps["kubegpu-scheduler"]/rounds
+	fmt.Printf("mean heap with %d nodes and %d pods: kube-scheduler %.1f MiB, kubegpu-scheduler %.1f MiB, %.1f KiB more per node\n",
+		o.nodes, o.pods, stockHeap, ourHeap, (ourHeap-stockHeap)*1024/float64(o.nodes))
 }
