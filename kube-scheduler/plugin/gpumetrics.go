@@ -142,7 +142,41 @@ func (p *pendingPods) byReason() [numPendingReasons]int {
 // the pending pods are the ones the replica tried, so the leader's.
 type gpuCollector struct {
 	metrics.BaseStableCollector
-	cache atomic.Pointer[deviceCache]
+	cache  atomic.Pointer[deviceCache]
+	models modelLabels
+}
+
+// maxModels bounds the values of the model label over the scheduler's
+// life. Nodes publish their GPUs' model names: a node that republished its
+// inventory with ever new names would otherwise add series without end.
+const maxModels = 64
+
+// otherModel is the model label of GPUs whose model came after the first
+// maxModels.
+const otherModel = "other"
+
+// modelLabels hands out model label values: the first maxModels models
+// seen keep their names, for as long as the process runs; later ones are
+// otherModel.
+type modelLabels struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+func (m *modelLabels) label(model string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.seen[model]; ok {
+		return model
+	}
+	if len(m.seen) >= maxModels {
+		return otherModel
+	}
+	if m.seen == nil {
+		m.seen = map[string]struct{}{}
+	}
+	m.seen[model] = struct{}{}
+	return model
 }
 
 var (
@@ -159,7 +193,7 @@ var (
 	descGPUPods = metrics.NewDesc("kubegpu_scheduler_gpu_pods",
 		"Pods holding a share of the GPU.", gpuLabels, nil, metrics.ALPHA, "")
 	descInfo = metrics.NewDesc("kubegpu_scheduler_gpu_info",
-		"1 for each allocatable GPU (or MIG instance), with its index, model and UUID as its node publishes them.", infoLabels, nil, metrics.ALPHA, "")
+		"1 for each allocatable GPU (or MIG instance), with its index, model and UUID as its node publishes them (model: the first 64 models the scheduler saw keep their names, later ones are other).", infoLabels, nil, metrics.ALPHA, "")
 	descUnhealthy = metrics.NewDesc("kubegpu_scheduler_gpu_unhealthy",
 		"1 for each GPU (or MIG instance) its node publishes as not healthy; no series for healthy ones.", infoLabels, nil, metrics.ALPHA, "")
 	descGPUs = metrics.NewDesc("kubegpu_scheduler_gpus",
@@ -227,7 +261,8 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		model := ""
 		for d := range inv.Devices {
 			dev := &inv.Devices[d]
-			info := []string{nc.name, dev.ID, strconv.Itoa(dev.Index), dev.Model, dev.UUID}
+			devModel := g.models.label(dev.Model)
+			info := []string{nc.name, dev.ID, strconv.Itoa(dev.Index), devModel, dev.UUID}
 			if dev.Health != types.Healthy {
 				ch <- metrics.NewLazyConstMetric(descUnhealthy, metrics.GaugeValue, 1, info...)
 			}
@@ -235,8 +270,8 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 				continue // unhealthy, or a GPU in MIG mode (its instances count)
 			}
 			if model == "" {
-				model = dev.Model
-			} else if model != dev.Model {
+				model = devModel
+			} else if model != devModel {
 				model = "mixed"
 			}
 			labels := []string{nc.name, dev.ID}
@@ -251,9 +286,9 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			ch <- metrics.NewLazyConstMetric(descMemory, metrics.GaugeValue, float64(memCap), labels...)
 			ch <- metrics.NewLazyConstMetric(descGPUPods, metrics.GaugeValue, float64(nc.pods[d]), labels...)
 			if nc.live {
-				gpus[dev.Model]++
+				gpus[devModel]++
 				if st.Used&(1<<d) == 0 {
-					idle[dev.Model]++
+					idle[devModel]++
 				}
 			}
 		}

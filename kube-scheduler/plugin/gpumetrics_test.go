@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,9 @@ import (
 	"k8s.io/klog/v2"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // TestGPUMetrics: per GPU what pods hold, idle GPUs by model, and pending
@@ -159,5 +163,87 @@ func TestSharedKeyFile(t *testing.T) {
 			t.Errorf("mode %v, group %d: shared = %v, want %v", c.mode, c.gid, got, c.shared)
 		}
 		os.Remove(p)
+	}
+}
+
+// TestModelLabelsBounded: nodes that keep publishing new model names add
+// at most maxModels values of the model label (then "other"), whatever
+// the series they are on.
+func TestModelLabelsBounded(t *testing.T) {
+	c, _ := testCache(t)
+	logger := klog.Background()
+	g := &gpuCollector{}
+	g.cache.Store(c)
+	reg := metrics.NewKubeRegistry()
+	reg.CustomMustRegister(g)
+	models := map[string]bool{}
+	for i := range 3 * maxModels {
+		n := testNode(t, "n1", "t4x4")
+		topo, _ := simgpu.Preset("t4x4")
+		inv := simgpu.Inventory(topo, "n1")
+		for d := range inv.Devices {
+			inv.Devices[d].Model = fmt.Sprintf("Model %d-%d", i, d)
+			inv.Devices[d].UUID = fmt.Sprintf("GPU-%d-%d", i, d)
+		}
+		inv.Devices[0].Health = types.Unhealthy
+		if err := objects.SetNodeInventory(n, inv); err != nil {
+			t.Fatal(err)
+		}
+		c.updateNode(logger, n)
+		c.updateLease(testLease("n1", testNow), false)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "model" && l.GetValue() != "mixed" {
+						models[l.GetValue()] = true
+					}
+				}
+			}
+		}
+	}
+	if len(models) > maxModels+1 || !models[otherModel] {
+		t.Errorf("%d values of the model label (other: %v), want at most %d and other", len(models), models[otherModel], maxModels+1)
+	}
+}
+
+// TestDeletedNodeSeriesGone: a deleted node's per-GPU series leave the
+// scrape with it.
+func TestDeletedNodeSeriesGone(t *testing.T) {
+	c, _ := testCache(t)
+	logger := klog.Background()
+	c.updateNode(logger, testNode(t, "n1", "t4x4"))
+	c.updateNode(logger, testNode(t, "gone", "t4x4"))
+	g := &gpuCollector{}
+	g.cache.Store(c)
+	reg := metrics.NewKubeRegistry()
+	reg.CustomMustRegister(g)
+	seriesOf := func() map[string]int {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "node" {
+						out[l.GetValue()]++
+					}
+				}
+			}
+		}
+		return out
+	}
+	if got := seriesOf(); got["gone"] == 0 || got["gone"] != got["n1"] {
+		t.Fatalf("series by node before the deletion: %v", got)
+	}
+	c.deleteNode("gone")
+	if got := seriesOf(); got["gone"] != 0 || got["n1"] == 0 {
+		t.Errorf("series by node after the deletion: %v, want none of gone", got)
 	}
 }
