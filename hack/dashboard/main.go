@@ -119,6 +119,9 @@ func build() ([]byte, error) {
 		WithRow(dashboard.NewRowBuilder("GPU pods")).
 		WithPanel(series("Pending GPU pods by reason", "GPU pods the leader tried and has not placed, by the reason most nodes gave.", "none",
 			query(`max by (reason) (kubegpu_scheduler_pending_gpu_pods{`+sched+`})`, "{{reason}}"))).
+		WithPanel(series("Bound GPU pods without an allocation", "GPU pods bound by another scheduler, or with spec.nodeName, whose containers run without GPUs (alert: KubeGPUPodsWithoutAllocation); and whether a kubegpu-scheduler replica leads (alert: KubeGPUSchedulerNotLeading).", "none",
+			query(`max(kubegpu_scheduler_gpu_pods_without_allocation{`+sched+`})`, "pods without allocation"),
+			query(`max(leader_election_master_status{`+sched+`})`, "a replica leads"))).
 		WithPanel(series("Allocation to running", "From a GPU pod's binding to the scheduler seeing it running.", "s",
 			query(`histogram_quantile(0.5, sum by (le) (rate(kubegpu_scheduler_allocation_to_running_seconds_bucket{`+sched+`}[$__rate_interval])))`, "p50"),
 			query(`histogram_quantile(0.9, sum by (le) (rate(kubegpu_scheduler_allocation_to_running_seconds_bucket{`+sched+`}[$__rate_interval])))`, "p90"))).

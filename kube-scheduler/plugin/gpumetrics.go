@@ -13,6 +13,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -205,7 +206,11 @@ var (
 		[]string{"model"}, nil, metrics.ALPHA, "")
 	descNotLive = metrics.NewDesc("kubegpu_scheduler_nodes_not_live",
 		"Nodes with a device inventory that get no GPU pods because they are not live: NotReady, or their Lease not seen renewed within heartbeatStaleness.", nil, nil, metrics.ALPHA, "")
-	descPending = metrics.NewDesc("kubegpu_scheduler_pending_gpu_pods", pendingHelp, []string{"reason"}, nil, metrics.ALPHA, "")
+	descPending     = metrics.NewDesc("kubegpu_scheduler_pending_gpu_pods", pendingHelp, []string{"reason"}, nil, metrics.ALPHA, "")
+	descUnallocated = metrics.NewDesc("kubegpu_scheduler_gpu_pods_without_allocation",
+		"Bound GPU pods that have not finished and hold no allocation the scheduler counts: bound by another scheduler "+
+			"(a stock kube-scheduler holding the Lease in mode only), created with spec.nodeName, or whose allocation was refused. "+
+			"Their containers get no GPUs.", nil, nil, metrics.ALPHA, "")
 )
 
 const pendingHelp = "GPU pods this scheduler tried and has not placed, by the reason most nodes gave in the pod's last cycle: " +
@@ -215,7 +220,7 @@ var theCollector = &gpuCollector{}
 
 // DescribeWithStability sends the collector's descriptors.
 func (g *gpuCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descInfo, descUnhealthy, descGPUs, descIdle, descStranded, descNotLive, descPending} {
+	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descInfo, descUnhealthy, descGPUs, descIdle, descStranded, descNotLive, descPending, descUnallocated} {
 		ch <- d
 	}
 }
@@ -304,21 +309,41 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		ch <- metrics.NewLazyConstMetric(descStranded, metrics.GaugeValue, stranded[m], m)
 	}
 	ch <- metrics.NewLazyConstMetric(descNotLive, metrics.GaugeValue, float64(notLive))
-	c.prunePending()
+	// One pass over the informer's pods per scrape, as for the pending
+	// pods: no state kept between scrapes.
+	if pods, err := c.listPods(); err == nil {
+		c.prunePending(pods)
+		ch <- metrics.NewLazyConstMetric(descUnallocated, metrics.GaugeValue, float64(c.unallocatedGPUPods(pods)))
+	}
 	counts := c.pending.byReason()
 	for r, n := range counts {
 		ch <- metrics.NewLazyConstMetric(descPending, metrics.GaugeValue, float64(n), pendingReasonNames[r])
 	}
 }
 
-// prunePending drops the pending pods the informer no longer holds
+// unallocatedGPUPods counts the pods that are bound, have not finished
+// and ask for GPUs, but hold no allocation the cache counts (or assumes):
+// their containers run without GPUs. It takes the cache's read lock once.
+func (c *deviceCache) unallocatedGPUPods(pods []*corev1.Pod) int {
+	n := 0
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, p := range pods {
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if _, ok := c.pods[p.UID]; ok || !objects.WantsDevices(p) {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// prunePending drops the pending pods the informer (pods) no longer holds
 // unbound: a pod deleted between the scheduling queue's pop and PreFilter
 // would otherwise be counted for ever.
-func (c *deviceCache) prunePending() {
-	pods, err := c.listPods()
-	if err != nil {
-		return
-	}
+func (c *deviceCache) prunePending(pods []*corev1.Pod) {
 	unbound := make(map[ktypes.UID]bool, len(pods))
 	for _, p := range pods {
 		if p.Spec.NodeName == "" && p.DeletionTimestamp == nil {

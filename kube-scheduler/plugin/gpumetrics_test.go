@@ -166,6 +166,51 @@ func TestSharedKeyFile(t *testing.T) {
 	}
 }
 
+// TestGPUPodsWithoutAllocation: bound GPU pods that have not finished and
+// hold no allocation the cache counts (bound by another scheduler, say a
+// stock kube-scheduler that holds the Lease) are counted at each scrape;
+// pods with their allocation, CPU pods, pending and finished pods are not.
+func TestGPUPodsWithoutAllocation(t *testing.T) {
+	c, key := testCache(t)
+	logger := klog.Background()
+	c.updateNode(logger, testNode(t, "n1", "t4x4"))
+	c.updateLease(testLease("n1", testNow), false)
+	counted := gpuPod("counted", 1, 0, testNow)
+	alloc, err := c.reserve(counted, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted = boundWith(t, key, counted, alloc)
+	c.updatePod(logger, counted)
+	bindBy := func(p *corev1.Pod, node string) *corev1.Pod {
+		p.Spec.NodeName = node
+		return p
+	}
+	stock := bindBy(gpuPod("stock", 1, 0, testNow), "n1")
+	slice := bindBy(gpuPod("slice", 1, 50, testNow), "n1")
+	forged := bindBy(gpuPod("forged", 1, 0, testNow), "n1")
+	forged.Annotations = map[string]string{"kubegpu.io/allocation": "not an allocation"}
+	done := bindBy(gpuPod("done", 1, 0, testNow), "n1")
+	done.Status.Phase = corev1.PodSucceeded
+	cpu := bindBy(testPod("cpu"), "n1")
+	pending := gpuPod("pending", 1, 0, testNow)
+	pods := []*corev1.Pod{counted, stock, slice, forged, done, cpu, pending}
+	for _, p := range pods {
+		c.updatePod(logger, p)
+	}
+	c.listPods = func() ([]*corev1.Pod, error) { return pods, nil }
+	g := &gpuCollector{}
+	g.cache.Store(c)
+	want := `
+# HELP kubegpu_scheduler_gpu_pods_without_allocation [ALPHA] Bound GPU pods that have not finished and hold no allocation the scheduler counts: bound by another scheduler (a stock kube-scheduler holding the Lease in mode only), created with spec.nodeName, or whose allocation was refused. Their containers get no GPUs.
+# TYPE kubegpu_scheduler_gpu_pods_without_allocation gauge
+kubegpu_scheduler_gpu_pods_without_allocation 3
+`
+	if err := testutil.CustomCollectAndCompare(g, strings.NewReader(want), "kubegpu_scheduler_gpu_pods_without_allocation"); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestModelLabelsBounded: nodes that keep publishing new model names add
 // at most maxModels values of the model label (then "other"), whatever
 // the series they are on.
