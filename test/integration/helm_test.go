@@ -165,6 +165,10 @@ func TestHelmChart(t *testing.T) {
 		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never",
 		"--set", "replicaCount=1", "--set", "hostNetwork=true", "--set", "securePort=" + port,
 		"--set", "apiServer.host=" + api.Hostname(), "--set", "apiServer.port=" + api.Port(),
+		// The real node plays the node trusted as the control plane that
+		// the replicas (which hold the signing key) must run on: the
+		// chart's default selector, control-plane nodes, is replaced by it.
+		"--set", "nodeSelector.node-role\\.kubernetes\\.io/control-plane=null",
 		"--set", "nodeSelector.kubernetes\\.io/hostname=" + nodeName,
 		"--wait", "--timeout", "3m"}
 	installed := false
