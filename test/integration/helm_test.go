@@ -504,16 +504,16 @@ func TestHelmTemplate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, args := range map[string][]string{
+		// The default image tag is the chart's appVersion, make image's tag.
 		"default": nil,
-		"only": {"--set", "mode=only", "--set", "plugin.writeAllocation=PreBind", "--set", "plugin.nodePolicy=binpack",
+		"only": {"--set", "image.tag=v0.0.0-test", "--set", "mode=only", "--set", "plugin.writeAllocation=PreBind", "--set", "plugin.nodePolicy=binpack",
 			"--set", "plugin.pluginOptions={nvidia.nvml-library=/usr/lib/libnvidia-ml.so.1}",
 			"--set", "verificationKeys.secretName=kubegpu-old-key", "--set", "hostNetwork=true", "--set", "securePort=10269",
 			"--set", "apiServer.host=10.0.0.10", "--set", "apiServer.port=6443", "--set", "featureGates=GenericWorkload=true\\,GangScheduling=true",
 			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true", "-f", values},
 	} {
 		t.Run(name, func(t *testing.T) {
-			out := helm(ctx, t, append([]string{"template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.36.3",
-				"--set", "image.tag=v0.0.0-test"}, args...)...)
+			out := helm(ctx, t, append([]string{"template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.36.3"}, args...)...)
 			got := goldenView(out)
 			path := filepath.Join("testdata", "helm", name+".yaml")
 			if *updateGolden {
