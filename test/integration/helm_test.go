@@ -32,8 +32,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
-	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/kubegpu/kubegpu/internal/alertrules"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
@@ -443,32 +443,25 @@ func checkQueriedMetrics(t *testing.T, scraped string) {
 	}
 	walk(dash)
 	panels := len(exprs)
-	b, err = os.ReadFile(filepath.Join(repoRoot, "deploy", "prometheus", "kubegpu-alerts.yaml"))
+	rules, err := alertrules.Read(alertrules.File)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rules struct {
-		Groups []struct {
-			Rules []struct {
-				Expr string `json:"expr"`
-			} `json:"rules"`
-		} `json:"groups"`
+	for _, r := range rules {
+		exprs = append(exprs, r.Expr)
 	}
-	if err := sigsyaml.Unmarshal(b, &rules); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range rules.Groups {
-		for _, r := range g.Rules {
-			exprs = append(exprs, r.Expr)
-		}
-	}
-	if panels < 20 || len(exprs)-panels < 11 {
+	if panels < 20 || len(exprs)-panels < 14 {
 		t.Fatalf("%d dashboard queries and %d alert rules read", panels, len(exprs)-panels)
 	}
 	names := map[string]bool{}
 	for _, e := range exprs {
 		for _, m := range metricName.FindAllString(e, -1) {
 			names[m] = true
+		}
+		// Each of kubegpu's series is selected with its job, so that a
+		// tenant's pod exporting series of the same names changes nothing.
+		for _, sel := range alertrules.Unscoped(e) {
+			t.Errorf("%s selects no job, in %q", sel, e)
 		}
 	}
 	for name := range names {
@@ -484,8 +477,9 @@ func checkQueriedMetrics(t *testing.T, scraped string) {
 	}
 }
 
-// metricName finds kubegpu's metric names in PromQL.
-var metricName = regexp.MustCompile(`\bkubegpu_[a-z0-9_]+`)
+// metricName finds the metric names in PromQL that kubegpu's components
+// export: kubegpu's own and the scheduler's leader election.
+var metricName = regexp.MustCompile(`\b(kubegpu_[a-z0-9_]+|leader_election_master_status)\b`)
 
 var updateGolden = flag.Bool("update", false, "rewrite the chart's golden files in testdata/helm")
 
@@ -533,6 +527,33 @@ func TestHelmTemplate(t *testing.T) {
 			}
 		})
 	}
+	// The alert rules select the jobs the chart's ServiceMonitor and the
+	// shims' scrapes are named.
+	out := helm(ctx, t, "template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.36.3",
+		"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.serviceMonitor.enabled=true",
+		"--set", "metrics.schedulerJob=gpu-scheduler", "--set", "metrics.crishimJob=gpu-nodes")
+	var rules, service string
+	for _, doc := range strings.Split(out, "\n---\n") {
+		switch {
+		case strings.Contains(doc, "kind: PrometheusRule"):
+			rules = doc
+		case strings.Contains(doc, "kind: Service\n"):
+			service = doc
+		}
+	}
+	if !strings.Contains(service, "kubegpu.io/job: gpu-scheduler") {
+		t.Errorf("the Service does not name the job gpu-scheduler:\n%s", service)
+	}
+	if strings.Count(rules, `job="gpu-scheduler"`) < 10 || strings.Count(rules, `job="gpu-nodes"`) < 3 ||
+		strings.Contains(rules, `job="kubegpu-`) {
+		t.Errorf("the PrometheusRule does not select the jobs gpu-scheduler and gpu-nodes:\n%s", rules)
+	}
+	for _, l := range strings.Split(rules, "\n") {
+		for _, sel := range alertrules.Unscoped(l) {
+			t.Errorf("the PrometheusRule's %s selects no job", sel)
+		}
+	}
+
 	// Values the schema refuses.
 	for _, bad := range [][]string{
 		{"--set", "mode=both"},
