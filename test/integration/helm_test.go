@@ -554,24 +554,49 @@ func TestHelmTemplate(t *testing.T) {
 		}
 	}
 
-	// Values the schema refuses.
-	for _, bad := range [][]string{
-		{"--set", "mode=both"},
-		{"--set", "plugin.nodePolicy=fastest"},
-		{"--set", "plugin.unknownArg=1"},
-		{"--set", "schedulerName=Bad\"Name"},
-		{"--set-string", "nodesPublicKey=-----BEGIN PRIVATE KEY-----"},
-		{"--set", "mode=only", "--set", "replicaCount=1"},
-		{"--set", "leaderElection.enabled=false"},
-		{"--set", "apiServer.host=10.0.0.10"},
-		{"--set", "hostNetwork=true"},
+	// Values the schema or the templates refuse, with the words that say
+	// why.
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "mode=both"}, "/mode"},
+		{[]string{"--set", "plugin.nodePolicy=fastest"}, "/plugin/nodePolicy"},
+		{[]string{"--set", "plugin.unknownArg=1"}, "unknownArg"},
+		{[]string{"--set", "schedulerName=Bad\"Name"}, "/schedulerName"},
+		// The stock scheduler's name in mode second: two schedulers would
+		// serve default-scheduler.
+		{[]string{"--set", "schedulerName=default-scheduler"}, "/schedulerName"},
+		// A budget that blocks every drain.
+		{[]string{"--set", "podDisruptionBudget.maxUnavailable=0"}, "/podDisruptionBudget/maxUnavailable"},
+		{[]string{"--set-string", "podDisruptionBudget.maxUnavailable=0%"}, "/podDisruptionBudget/maxUnavailable"},
+		// Typos, at the top and nested.
+		{[]string{"--set", "replicaCont=3"}, "replicaCont"},
+		{[]string{"--set", "image.tga=v1"}, "tga"},
+		{[]string{"--set", "metrics.serviceMonitor.enable=true"}, "enable"},
+		{[]string{"--set", "podDisruptionBudget.maxUnavaliable=1"}, "maxUnavaliable"},
+		// Durations without a unit.
+		{[]string{"--set", "plugin.heartbeatStaleness=40"}, "/plugin/heartbeatStaleness"},
+		{[]string{"--set", "plugin.workloadHalfLife=1 day"}, "/plugin/workloadHalfLife"},
+		{[]string{"--set", "metrics.serviceMonitor.interval=30"}, "/metrics/serviceMonitor/interval"},
+		// Only PEM PUBLIC KEY blocks are published to nodes.
+		{[]string{"--set-string", "nodesPublicKey=-----BEGIN PRIVATE KEY-----"}, "private key"},
+		{[]string{"--set-string", "nodesPublicKey=-----BEGIN KUBEGPU HMAC-SHA256 SECRET-----\nc2VjcmV0\n-----END KUBEGPU HMAC-SHA256 SECRET-----"}, "KUBEGPU HMAC-SHA256 SECRET block"},
+		{[]string{"--set-string", "nodesPublicKey=ssh-ed25519 AAAAC3NzaC1lZDI1NTE5"}, "no PEM block"},
+		{[]string{"--set", "mode=only", "--set", "replicaCount=1"}, "replicaCount of 2 or more"},
+		{[]string{"--set", "leaderElection.enabled=false"}, "leaderElection.enabled=false"},
+		{[]string{"--set", "apiServer.host=10.0.0.10"}, "apiServer.port"},
+		{[]string{"--set", "hostNetwork=true"}, "securePort"},
 	} {
 		bin := filepath.Join(nodeBinDir, "helm")
-		out, err := exec.CommandContext(ctx, bin, append([]string{"template", "kubegpu", chart, "--kube-version", "1.36.3"}, bad...)...).CombinedOutput()
-		if err == nil {
-			t.Errorf("helm template %v: accepted", bad)
-		} else if !strings.Contains(string(out), "values don't meet the specifications of the schema") && !strings.Contains(string(out), "execution error") {
-			t.Errorf("helm template %v: %s", bad, out)
+		out, err := exec.CommandContext(ctx, bin, append([]string{"template", "kubegpu", chart, "--kube-version", "1.36.3"}, bad.args...)...).CombinedOutput()
+		switch {
+		case err == nil:
+			t.Errorf("helm template %v: accepted", bad.args)
+		case !strings.Contains(string(out), "values don't meet the specifications of the schema") && !strings.Contains(string(out), "execution error"):
+			t.Errorf("helm template %v: %s", bad.args, out)
+		case !strings.Contains(string(out), bad.want):
+			t.Errorf("helm template %v: refused without naming %q:\n%s", bad.args, bad.want, out)
 		}
 	}
 }
