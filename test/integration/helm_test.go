@@ -505,6 +505,14 @@ func TestHelmTemplate(t *testing.T) {
 			"--set", "verificationKeys.secretName=kubegpu-old-key", "--set", "hostNetwork=true", "--set", "securePort=10269",
 			"--set", "apiServer.host=10.0.0.10", "--set", "apiServer.port=6443", "--set", "featureGates=GenericWorkload=true\\,GangScheduling=true",
 			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true", "-f", values},
+		// Beside the stock scheduler on a dedicated node pool, watched by a
+		// Prometheus in namespace monitoring, behind a NetworkPolicy.
+		"monitored": {"--set", "image.tag=v0.0.0-test", "--set", "replicaCount=3", "--set", "podDisruptionBudget.maxUnavailable=34%",
+			"--set", "nodeSelector.node-role\\.kubernetes\\.io/control-plane=null", "--set-string", "nodeSelector.kubegpu\\.io/scheduler-pool=true",
+			"--set-json", `tolerations=[{"key":"kubegpu.io/scheduler-pool","operator":"Exists","effect":"NoSchedule"}]`,
+			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.sampleLimit=20000",
+			"--set", "metrics.serviceMonitor.labelValueLengthLimit=256", "--set", "metrics.serviceMonitor.labels.release=prometheus",
+			"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsPodSelector.matchLabels.app\\.kubernetes\\.io/name=prometheus"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out := helm(ctx, t, append([]string{"template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.36.3"}, args...)...)
@@ -527,6 +535,7 @@ func TestHelmTemplate(t *testing.T) {
 			}
 		})
 	}
+
 	// The alert rules select the jobs the chart's ServiceMonitor and the
 	// shims' scrapes are named.
 	out := helm(ctx, t, "template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.36.3",
@@ -587,6 +596,7 @@ func TestHelmTemplate(t *testing.T) {
 		{[]string{"--set", "leaderElection.enabled=false"}, "leaderElection.enabled=false"},
 		{[]string{"--set", "apiServer.host=10.0.0.10"}, "apiServer.port"},
 		{[]string{"--set", "hostNetwork=true"}, "securePort"},
+		{[]string{"--set", "hostNetwork=true", "--set", "securePort=10269", "--set", "networkPolicy.enabled=true"}, "host's network"},
 	} {
 		bin := filepath.Join(nodeBinDir, "helm")
 		out, err := exec.CommandContext(ctx, bin, append([]string{"template", "kubegpu", chart, "--kube-version", "1.36.3"}, bad.args...)...).CombinedOutput()
