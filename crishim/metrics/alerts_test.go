@@ -11,7 +11,7 @@ import (
 // TestAlertRulesMatchEmittedReasons: the reasons the alert rules match on
 // the shim's refusals are Reasons the shim emits.
 func TestAlertRulesMatchEmittedReasons(t *testing.T) {
-	rules, err := alertrules.Read(alertrules.File)
+	rules, err := alertrules.ReadFile()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,17 +5,42 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 
 	"sigs.k8s.io/yaml"
 )
 
-// File is the rule file's path in the checkout.
-var File = func() string {
-	_, self, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(self), "..", "..", "deploy", "prometheus", "kubegpu-alerts.yaml")
-}()
+// FileName is the rule file's path in the checkout.
+var FileName = filepath.Join("deploy", "prometheus", "kubegpu-alerts.yaml")
+
+// File finds the rule file above the working directory (a test's package
+// directory in the checkout).
+func File() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find alert rules: %w", err)
+	}
+	for {
+		p := filepath.Join(dir, FileName)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("find alert rules: no %s above the working directory", FileName)
+		}
+		dir = parent
+	}
+}
+
+// ReadFile reads the rules of the checkout's rule file (see File).
+func ReadFile() ([]Rule, error) {
+	p, err := File()
+	if err != nil {
+		return nil, err
+	}
+	return Read(p)
+}
 
 // Rule is one alerting rule: its name and expression.
 type Rule struct {

@@ -30,12 +30,12 @@ func TestSelectors(t *testing.T) {
 // selected with its job, so that a tenant's pod exporting series of
 // kubegpu's names neither fires nor hides an alert.
 func TestEverySelectorNamesItsJob(t *testing.T) {
-	rules, err := Read(File)
+	rules, err := ReadFile()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rules) < 10 {
-		t.Fatalf("%d rules read from %s", len(rules), File)
+		t.Fatalf("%d rules read from %s", len(rules), FileName)
 	}
 	for _, r := range rules {
 		if len(Selectors(r.Expr)) == 0 {

@@ -13,7 +13,7 @@ import (
 // values the scheduler emits, so that no rule waits for a value that never
 // comes.
 func TestAlertRulesMatchEmittedLabels(t *testing.T) {
-	rules, err := alertrules.Read(alertrules.File)
+	rules, err := alertrules.ReadFile()
 	if err != nil {
 		t.Fatal(err)
 	}

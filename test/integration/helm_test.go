@@ -443,7 +443,7 @@ func checkQueriedMetrics(t *testing.T, scraped string) {
 	}
 	walk(dash)
 	panels := len(exprs)
-	rules, err := alertrules.Read(alertrules.File)
+	rules, err := alertrules.ReadFile()
 	if err != nil {
 		t.Fatal(err)
 	}
