@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/kubegpu/kubegpu/internal/alertrules"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
@@ -557,9 +558,21 @@ func TestHelmTemplate(t *testing.T) {
 		strings.Contains(rules, `job="kubegpu-`) {
 		t.Errorf("the PrometheusRule does not select the jobs gpu-scheduler and gpu-nodes:\n%s", rules)
 	}
-	for _, l := range strings.Split(rules, "\n") {
-		for _, sel := range alertrules.Unscoped(l) {
-			t.Errorf("the PrometheusRule's %s selects no job", sel)
+	var rule struct {
+		Spec struct {
+			Groups []struct {
+				Rules []alertrules.Rule `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := sigsyaml.Unmarshal([]byte(rules), &rule); err != nil || len(rule.Spec.Groups) == 0 {
+		t.Fatalf("the PrometheusRule: %v\n%s", err, rules)
+	}
+	for _, g := range rule.Spec.Groups {
+		for _, r := range g.Rules {
+			for _, sel := range alertrules.Unscoped(r.Expr) {
+				t.Errorf("the PrometheusRule's %s: %s selects no job", r.Alert, sel)
+			}
 		}
 	}
 
