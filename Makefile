@@ -124,7 +124,8 @@ plugins: deps ## Build the device modules into _output/plugins/*.so
 # Container images, built by hack/image (its own module) with no base image:
 # the binary, the device modules of the same build for the scheduler, the
 # shared libraries they need, a non-root user, no shell. Each is a tar of an
-# OCI image layout (`ctr images import`, `crane push`); the same commit
+# OCI image layout (`ctr images import`) with docker-save's manifest.json
+# (`docker load`, `crane push`), the same digest either way; the same commit
 # gives the same digests on machines with the same glibc (the libraries are
 # the build machine's). SOURCE_DATE_EPOCH defaults to the commit's time.
 IMAGE_REPO ?= ghcr.io/kubegpu

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"debug/elf"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -54,11 +55,15 @@ func Build(spec Spec) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
+	// Docker's media types (schema 2), which every runtime and registry
+	// reads: a docker-save archive's manifest.json describes the image
+	// with them, so that tools that push the archive through it (crane
+	// push) push the very manifest, and digest, of the OCI layout.
+	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.DockerManifestSchema2), layer)
 	if err != nil {
 		return nil, fmt.Errorf("build image: %w", err)
 	}
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	img = mutate.ConfigMediaType(img, types.DockerConfigJSON)
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, fmt.Errorf("build image: %w", err)
@@ -132,7 +137,7 @@ func layerOf(spec Spec) (v1.Layer, error) {
 	}
 	b := raw.Bytes()
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil },
-		tarball.WithMediaType(types.OCILayer))
+		tarball.WithMediaType(types.DockerLayer))
 	if err != nil {
 		return nil, fmt.Errorf("build image layer: %w", err)
 	}
@@ -141,7 +146,10 @@ func layerOf(spec Spec) (v1.Layer, error) {
 
 // WriteArchive writes img as a tar of an OCI image layout at archive,
 // named ref (a full reference with a tag) the way `ctr images import`
-// and registries' tools read it. It returns the manifest's digest.
+// and registries' tools read it, with the manifest.json of `docker save`
+// beside it (as Docker writes since version 25) for the tools that read
+// only that (`docker load`, `crane push` of a file). It returns the
+// manifest's digest.
 func WriteArchive(archive, ref string, img v1.Image, created time.Time) (v1.Hash, error) {
 	colon, slash := strings.LastIndexByte(ref, ':'), strings.LastIndexByte(ref, '/')
 	if slash <= 0 || colon < slash {
@@ -166,6 +174,9 @@ func WriteArchive(archive, ref string, img v1.Image, created time.Time) (v1.Hash
 	})); err != nil {
 		return v1.Hash{}, fmt.Errorf("write image: %w", err)
 	}
+	if err := writeDockerManifest(dir, ref, img); err != nil {
+		return v1.Hash{}, fmt.Errorf("write image: %w", err)
+	}
 	var out bytes.Buffer
 	if err := tarDir(&out, dir, created); err != nil {
 		return v1.Hash{}, fmt.Errorf("write image: %w", err)
@@ -178,6 +189,33 @@ func WriteArchive(archive, ref string, img v1.Image, created time.Time) (v1.Hash
 		return v1.Hash{}, fmt.Errorf("write image: %w", err)
 	}
 	return digest, nil
+}
+
+// dockerManifest is one image of a docker-save archive's manifest.json:
+// paths of its configuration and layers in the archive.
+type dockerManifest struct {
+	Config   string
+	RepoTags []string
+	Layers   []string
+}
+
+// writeDockerManifest writes manifest.json into the OCI layout dir, naming
+// img's blobs there.
+func writeDockerManifest(dir, ref string, img v1.Image) error {
+	m, err := img.Manifest()
+	if err != nil {
+		return err
+	}
+	blob := func(h v1.Hash) string { return path.Join("blobs", h.Algorithm, h.Hex) }
+	d := dockerManifest{Config: blob(m.Config.Digest), RepoTags: []string{ref}}
+	for _, l := range m.Layers {
+		d.Layers = append(d.Layers, blob(l.Digest))
+	}
+	b, err := json.Marshal([]dockerManifest{d})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "manifest.json"), b, 0o644)
 }
 
 // tarDir writes the files under dir to w, in name order, with fixed times

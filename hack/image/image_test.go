@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
 
 // TestReproducible: the same inputs give the same digest and the same
@@ -58,6 +61,28 @@ func TestReproducible(t *testing.T) {
 	img, err := p.Image(m.Manifests[0].Digest)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The same image read through the archive's docker-save manifest.json,
+	// as `docker load` and `crane push` of the file do: the same digest.
+	tag, err := name.NewTag("example.com/kubegpu/true:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tag := range []*name.Tag{nil, &tag} {
+		viaTarball, err := tarball.ImageFromPath(out, tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := viaTarball.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != m.Manifests[0].Digest {
+			t.Errorf("read as a docker-save archive (tag %v) the image's digest is %v, want the OCI layout's %v", tag, got, m.Manifests[0].Digest)
+		}
+		if err := validate.Image(viaTarball); err != nil {
+			t.Errorf("read as a docker-save archive: %v", err)
+		}
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {

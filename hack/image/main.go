@@ -2,7 +2,12 @@
 // files given, the shared libraries the ELF ones need (read from their
 // dynamic sections, found on the build machine), a non-root user, and no
 // shell. It writes each image as a tar of an OCI image layout, which
-// `ctr images import` and registries' tools read, and prints its digest.
+// `ctr images import` and registries' tools read, with a docker-save
+// manifest.json beside it (as Docker writes since version 25) for `docker
+// load` and `crane push`, and prints its digest. The manifest has Docker's
+// media types (schema 2), so that the image read through manifest.json,
+// which go-containerregistry's tools describe with them, has the digest
+// printed.
 // The same inputs and -created give the same digest; the inputs include the
 // build machine's glibc (libc.so.6 and the loader are copied from it), so
 // two machines give the same digest only with the same glibc, as two

@@ -98,6 +98,10 @@ type nodeState struct {
 	inventory    string
 	hasInventory bool
 	built        bool
+	// gpus is true when the node's capacity advertises GPUs
+	// (kubegpu.io/gpus or nvidia.com/gpu): a node that should publish an
+	// inventory.
+	gpus bool
 	// devices is nil when the node has no valid inventory; err says why.
 	devices *devicescheduler.Node
 	// idle is the node's devices with no pod: whether a pod could fit at
@@ -248,9 +252,14 @@ func (c *deviceCache) updateNode(logger klog.Logger, node *corev1.Node) {
 	c.mu.Lock()
 	ns := c.node(node.Name)
 	becameReady := setReady(ns, node)
+	gpus := advertisesGPUs(node)
 	rebuilt := !ns.built || has != ns.hasInventory || value != ns.inventory
+	counted := ns.gpus != gpus
+	ns.gpus = gpus
 	if rebuilt {
 		c.rebuildNode(logger, ns, node, value, has)
+	} else if counted {
+		c.metrics.setNodes(c.nodes)
 	}
 	c.mu.Unlock()
 	if becameReady {
@@ -288,6 +297,18 @@ func (c *deviceCache) rebuildNode(logger klog.Logger, ns *nodeState, node *corev
 	logger.V(4).Info("Node devices updated", "node", klog.KObj(node), "devices", deviceCount(ns), "pods", len(ns.pods))
 }
 
+// advertisesGPUs reports whether node's capacity has GPUs: kubegpu.io/gpus,
+// which kubegpu-crishim's advertiser publishes, or nvidia.com/gpu, which
+// any device plugin does.
+func advertisesGPUs(node *corev1.Node) bool {
+	for _, r := range []corev1.ResourceName{kubeinterface.ResourceGPUs, kubeinterface.ResourceGPU} {
+		if q, ok := node.Status.Capacity[r]; ok && q.Sign() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func deviceCount(ns *nodeState) int {
 	if ns.devices == nil {
 		return 0
@@ -307,7 +328,7 @@ func (c *deviceCache) deleteNode(name string) {
 	for uid := range ns.pods {
 		c.pods[uid].applied = false
 	}
-	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err = false, false, "", nil, errNoInventory
+	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err, ns.gpus = false, false, "", nil, errNoInventory, false
 	ns.memo.n = 0
 	c.metrics.setNodes(c.nodes)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -142,7 +143,41 @@ func (p *pendingPods) byReason() [numPendingReasons]int {
 // the pending pods are the ones the replica tried, so the leader's.
 type gpuCollector struct {
 	metrics.BaseStableCollector
-	cache atomic.Pointer[deviceCache]
+	cache  atomic.Pointer[deviceCache]
+	models modelLabels
+}
+
+// maxModels bounds the values of the model label over the scheduler's
+// life. Nodes publish their GPUs' model names: a node that republished its
+// inventory with ever new names would otherwise add series without end.
+const maxModels = 64
+
+// otherModel is the model label of GPUs whose model came after the first
+// maxModels.
+const otherModel = "other"
+
+// modelLabels hands out model label values: the first maxModels models
+// seen keep their names, for as long as the process runs; later ones are
+// otherModel.
+type modelLabels struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+func (m *modelLabels) label(model string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.seen[model]; ok {
+		return model
+	}
+	if len(m.seen) >= maxModels {
+		return otherModel
+	}
+	if m.seen == nil {
+		m.seen = map[string]struct{}{}
+	}
+	m.seen[model] = struct{}{}
+	return model
 }
 
 var (
@@ -159,7 +194,7 @@ var (
 	descGPUPods = metrics.NewDesc("kubegpu_scheduler_gpu_pods",
 		"Pods holding a share of the GPU.", gpuLabels, nil, metrics.ALPHA, "")
 	descInfo = metrics.NewDesc("kubegpu_scheduler_gpu_info",
-		"1 for each allocatable GPU (or MIG instance), with its index, model and UUID as its node publishes them.", infoLabels, nil, metrics.ALPHA, "")
+		"1 for each allocatable GPU (or MIG instance), with its index, model and UUID as its node publishes them (model: the first 64 models the scheduler saw keep their names, later ones are other).", infoLabels, nil, metrics.ALPHA, "")
 	descUnhealthy = metrics.NewDesc("kubegpu_scheduler_gpu_unhealthy",
 		"1 for each GPU (or MIG instance) its node publishes as not healthy; no series for healthy ones.", infoLabels, nil, metrics.ALPHA, "")
 	descGPUs = metrics.NewDesc("kubegpu_scheduler_gpus",
@@ -171,7 +206,11 @@ var (
 		[]string{"model"}, nil, metrics.ALPHA, "")
 	descNotLive = metrics.NewDesc("kubegpu_scheduler_nodes_not_live",
 		"Nodes with a device inventory that get no GPU pods because they are not live: NotReady, or their Lease not seen renewed within heartbeatStaleness.", nil, nil, metrics.ALPHA, "")
-	descPending = metrics.NewDesc("kubegpu_scheduler_pending_gpu_pods", pendingHelp, []string{"reason"}, nil, metrics.ALPHA, "")
+	descPending     = metrics.NewDesc("kubegpu_scheduler_pending_gpu_pods", pendingHelp, []string{"reason"}, nil, metrics.ALPHA, "")
+	descUnallocated = metrics.NewDesc("kubegpu_scheduler_gpu_pods_without_allocation",
+		"Bound GPU pods that have not finished and hold no allocation the scheduler counts: bound by another scheduler "+
+			"(a stock kube-scheduler holding the Lease in mode only), created with spec.nodeName, or whose allocation was refused. "+
+			"Their containers get no GPUs.", nil, nil, metrics.ALPHA, "")
 )
 
 const pendingHelp = "GPU pods this scheduler tried and has not placed, by the reason most nodes gave in the pod's last cycle: " +
@@ -181,7 +220,7 @@ var theCollector = &gpuCollector{}
 
 // DescribeWithStability sends the collector's descriptors.
 func (g *gpuCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descInfo, descUnhealthy, descGPUs, descIdle, descStranded, descNotLive, descPending} {
+	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descInfo, descUnhealthy, descGPUs, descIdle, descStranded, descNotLive, descPending, descUnallocated} {
 		ch <- d
 	}
 }
@@ -227,7 +266,8 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		model := ""
 		for d := range inv.Devices {
 			dev := &inv.Devices[d]
-			info := []string{nc.name, dev.ID, strconv.Itoa(dev.Index), dev.Model, dev.UUID}
+			devModel := g.models.label(dev.Model)
+			info := []string{nc.name, dev.ID, strconv.Itoa(dev.Index), devModel, dev.UUID}
 			if dev.Health != types.Healthy {
 				ch <- metrics.NewLazyConstMetric(descUnhealthy, metrics.GaugeValue, 1, info...)
 			}
@@ -235,8 +275,8 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 				continue // unhealthy, or a GPU in MIG mode (its instances count)
 			}
 			if model == "" {
-				model = dev.Model
-			} else if model != dev.Model {
+				model = devModel
+			} else if model != devModel {
 				model = "mixed"
 			}
 			labels := []string{nc.name, dev.ID}
@@ -251,9 +291,9 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			ch <- metrics.NewLazyConstMetric(descMemory, metrics.GaugeValue, float64(memCap), labels...)
 			ch <- metrics.NewLazyConstMetric(descGPUPods, metrics.GaugeValue, float64(nc.pods[d]), labels...)
 			if nc.live {
-				gpus[dev.Model]++
+				gpus[devModel]++
 				if st.Used&(1<<d) == 0 {
-					idle[dev.Model]++
+					idle[devModel]++
 				}
 			}
 		}
@@ -269,21 +309,41 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		ch <- metrics.NewLazyConstMetric(descStranded, metrics.GaugeValue, stranded[m], m)
 	}
 	ch <- metrics.NewLazyConstMetric(descNotLive, metrics.GaugeValue, float64(notLive))
-	c.prunePending()
+	// One pass over the informer's pods per scrape, as for the pending
+	// pods: no state kept between scrapes.
+	if pods, err := c.listPods(); err == nil {
+		c.prunePending(pods)
+		ch <- metrics.NewLazyConstMetric(descUnallocated, metrics.GaugeValue, float64(c.unallocatedGPUPods(pods)))
+	}
 	counts := c.pending.byReason()
 	for r, n := range counts {
 		ch <- metrics.NewLazyConstMetric(descPending, metrics.GaugeValue, float64(n), pendingReasonNames[r])
 	}
 }
 
-// prunePending drops the pending pods the informer no longer holds
+// unallocatedGPUPods counts the pods that are bound, have not finished
+// and ask for GPUs, but hold no allocation the cache counts (or assumes):
+// their containers run without GPUs. It takes the cache's read lock once.
+func (c *deviceCache) unallocatedGPUPods(pods []*corev1.Pod) int {
+	n := 0
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, p := range pods {
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if _, ok := c.pods[p.UID]; ok || !objects.WantsDevices(p) {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// prunePending drops the pending pods the informer (pods) no longer holds
 // unbound: a pod deleted between the scheduling queue's pop and PreFilter
 // would otherwise be counted for ever.
-func (c *deviceCache) prunePending() {
-	pods, err := c.listPods()
-	if err != nil {
-		return
-	}
+func (c *deviceCache) prunePending(pods []*corev1.Pod) {
 	unbound := make(map[ktypes.UID]bool, len(pods))
 	for _, p := range pods {
 		if p.Spec.NodeName == "" && p.DeletionTimestamp == nil {

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,9 @@ import (
 	"k8s.io/klog/v2"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // TestGPUMetrics: per GPU what pods hold, idle GPUs by model, and pending
@@ -159,5 +163,132 @@ func TestSharedKeyFile(t *testing.T) {
 			t.Errorf("mode %v, group %d: shared = %v, want %v", c.mode, c.gid, got, c.shared)
 		}
 		os.Remove(p)
+	}
+}
+
+// TestGPUPodsWithoutAllocation: bound GPU pods that have not finished and
+// hold no allocation the cache counts (bound by another scheduler, say a
+// stock kube-scheduler that holds the Lease) are counted at each scrape;
+// pods with their allocation, CPU pods, pending and finished pods are not.
+func TestGPUPodsWithoutAllocation(t *testing.T) {
+	c, key := testCache(t)
+	logger := klog.Background()
+	c.updateNode(logger, testNode(t, "n1", "t4x4"))
+	c.updateLease(testLease("n1", testNow), false)
+	counted := gpuPod("counted", 1, 0, testNow)
+	alloc, err := c.reserve(counted, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted = boundWith(t, key, counted, alloc)
+	c.updatePod(logger, counted)
+	bindBy := func(p *corev1.Pod, node string) *corev1.Pod {
+		p.Spec.NodeName = node
+		return p
+	}
+	stock := bindBy(gpuPod("stock", 1, 0, testNow), "n1")
+	slice := bindBy(gpuPod("slice", 1, 50, testNow), "n1")
+	forged := bindBy(gpuPod("forged", 1, 0, testNow), "n1")
+	forged.Annotations = map[string]string{"kubegpu.io/allocation": "not an allocation"}
+	done := bindBy(gpuPod("done", 1, 0, testNow), "n1")
+	done.Status.Phase = corev1.PodSucceeded
+	cpu := bindBy(testPod("cpu"), "n1")
+	pending := gpuPod("pending", 1, 0, testNow)
+	pods := []*corev1.Pod{counted, stock, slice, forged, done, cpu, pending}
+	for _, p := range pods {
+		c.updatePod(logger, p)
+	}
+	c.listPods = func() ([]*corev1.Pod, error) { return pods, nil }
+	g := &gpuCollector{}
+	g.cache.Store(c)
+	want := `
+# HELP kubegpu_scheduler_gpu_pods_without_allocation [ALPHA] Bound GPU pods that have not finished and hold no allocation the scheduler counts: bound by another scheduler (a stock kube-scheduler holding the Lease in mode only), created with spec.nodeName, or whose allocation was refused. Their containers get no GPUs.
+# TYPE kubegpu_scheduler_gpu_pods_without_allocation gauge
+kubegpu_scheduler_gpu_pods_without_allocation 3
+`
+	if err := testutil.CustomCollectAndCompare(g, strings.NewReader(want), "kubegpu_scheduler_gpu_pods_without_allocation"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestModelLabelsBounded: nodes that keep publishing new model names add
+// at most maxModels values of the model label (then "other"), whatever
+// the series they are on.
+func TestModelLabelsBounded(t *testing.T) {
+	c, _ := testCache(t)
+	logger := klog.Background()
+	g := &gpuCollector{}
+	g.cache.Store(c)
+	reg := metrics.NewKubeRegistry()
+	reg.CustomMustRegister(g)
+	models := map[string]bool{}
+	for i := range 3 * maxModels {
+		n := testNode(t, "n1", "t4x4")
+		topo, _ := simgpu.Preset("t4x4")
+		inv := simgpu.Inventory(topo, "n1")
+		for d := range inv.Devices {
+			inv.Devices[d].Model = fmt.Sprintf("Model %d-%d", i, d)
+			inv.Devices[d].UUID = fmt.Sprintf("GPU-%d-%d", i, d)
+		}
+		inv.Devices[0].Health = types.Unhealthy
+		if err := objects.SetNodeInventory(n, inv); err != nil {
+			t.Fatal(err)
+		}
+		c.updateNode(logger, n)
+		c.updateLease(testLease("n1", testNow), false)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "model" && l.GetValue() != "mixed" {
+						models[l.GetValue()] = true
+					}
+				}
+			}
+		}
+	}
+	if len(models) > maxModels+1 || !models[otherModel] {
+		t.Errorf("%d values of the model label (other: %v), want at most %d and other", len(models), models[otherModel], maxModels+1)
+	}
+}
+
+// TestDeletedNodeSeriesGone: a deleted node's per-GPU series leave the
+// scrape with it.
+func TestDeletedNodeSeriesGone(t *testing.T) {
+	c, _ := testCache(t)
+	logger := klog.Background()
+	c.updateNode(logger, testNode(t, "n1", "t4x4"))
+	c.updateNode(logger, testNode(t, "gone", "t4x4"))
+	g := &gpuCollector{}
+	g.cache.Store(c)
+	reg := metrics.NewKubeRegistry()
+	reg.CustomMustRegister(g)
+	seriesOf := func() map[string]int {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "node" {
+						out[l.GetValue()]++
+					}
+				}
+			}
+		}
+		return out
+	}
+	if got := seriesOf(); got["gone"] == 0 || got["gone"] != got["n1"] {
+		t.Fatalf("series by node before the deletion: %v", got)
+	}
+	c.deleteNode("gone")
+	if got := seriesOf(); got["gone"] != 0 || got["n1"] == 0 {
+		t.Errorf("series by node after the deletion: %v, want none of gone", got)
 	}
 }

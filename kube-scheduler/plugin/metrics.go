@@ -29,50 +29,79 @@ var (
 // registerMetrics registers the metrics once per process.
 func registerMetrics() *cacheMetrics {
 	metricsOnce.Do(func() {
-		m := &cacheMetrics{
-			nodes: metrics.NewGaugeVec(&metrics.GaugeOpts{
-				Namespace: "kubegpu", Subsystem: "scheduler", Name: "nodes",
-				Help:           "Nodes known to the device cache, by the state of their device inventory (ok, missing, invalid).",
-				StabilityLevel: metrics.ALPHA,
-			}, []string{"inventory"}),
-			rejects: metrics.NewCounterVec(&metrics.CounterOpts{
-				Namespace: "kubegpu", Subsystem: "scheduler", Name: "rejected_allocations_total",
-				Help:           "Allocations on bound pods that the device cache did not count, by reason (bad_signature, mismatch, invalid, conflict, changed_after_binding: kept as first verified).",
-				StabilityLevel: metrics.ALPHA,
-			}, []string{"reason"}),
-			writes: metrics.NewCounterVec(&metrics.CounterOpts{
-				Namespace: "kubegpu", Subsystem: "scheduler", Name: "allocations_written_total",
-				Help:           "Signed allocations written onto pods (with the binding, or in PreBind), by result (signed, error, missing: bound by another bind plugin first).",
-				StabilityLevel: metrics.ALPHA,
-			}, []string{"result"}),
-			records: metrics.NewCounterVec(&metrics.CounterOpts{
-				Namespace: "kubegpu", Subsystem: "scheduler", Name: "allocation_records_total",
-				Help:           "Writes of the scheduler's record of an allocation into the pod's status, by result (written, gone: the pod was deleted, retry, error: left to the next leader).",
-				StabilityLevel: metrics.ALPHA,
-			}, []string{"result"}),
-		}
-		legacyregistry.MustRegister(m.nodes, m.rejects, m.writes, m.records)
-		// Every series from the start, at 0, so that increase() and
-		// alerts see the first event.
-		for _, r := range []string{"bad_signature", "mismatch", "invalid", "conflict", "changed_after_binding"} {
-			m.rejects.WithLabelValues(r).Add(0)
-		}
-		for _, r := range []string{"signed", "error", "missing"} {
-			m.writes.WithLabelValues(r).Add(0)
-		}
-		for _, r := range []string{"written", "gone", "retry", "error"} {
-			m.records.WithLabelValues(r).Add(0)
-		}
+		m := newCacheMetrics()
+		m.register(legacyregistry.Register)
 		theMetrics = m
 	})
 	return theMetrics
+}
+
+// newCacheMetrics makes the metrics, not yet registered (until then they
+// record nothing).
+func newCacheMetrics() *cacheMetrics {
+	return &cacheMetrics{
+		nodes: metrics.NewGaugeVec(&metrics.GaugeOpts{
+			Namespace: "kubegpu", Subsystem: "scheduler", Name: "nodes",
+			Help:           "Nodes known to the device cache, by the state of their device inventory: ok, invalid, missing (the node's capacity has GPUs but it publishes no inventory), none (no GPUs and no inventory: CPU-only and control-plane nodes).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"inventory"}),
+		rejects: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: "kubegpu", Subsystem: "scheduler", Name: "rejected_allocations_total",
+			Help:           "Allocations on bound pods that the device cache did not count, by reason (bad_signature, mismatch, invalid, conflict, changed_after_binding: kept as first verified).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"reason"}),
+		writes: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: "kubegpu", Subsystem: "scheduler", Name: "allocations_written_total",
+			Help:           "Signed allocations written onto pods (with the binding, or in PreBind), by result (signed, error, missing: bound by another bind plugin first).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"result"}),
+		records: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: "kubegpu", Subsystem: "scheduler", Name: "allocation_records_total",
+			Help:           "Writes of the scheduler's record of an allocation into the pod's status, by result (written, gone: the pod was deleted, retry, error: left to the next leader).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"result"}),
+	}
+}
+
+// Label values of the plugin's metrics: every series exists from the
+// start, at 0, so that increase() and alerts see the first event.
+var (
+	inventoryStates = []string{"ok", "missing", "invalid", "none"}
+	rejectReasons   = []string{"bad_signature", "mismatch", "invalid", "conflict", "changed_after_binding"}
+	writeResults    = []string{"signed", "error", "missing"}
+	recordResults   = []string{"written", "gone", "retry", "error"}
+)
+
+// register registers the metrics with register (a registry's Register)
+// and creates every series.
+func (m *cacheMetrics) register(register func(metrics.Registerable) error) {
+	for _, c := range []metrics.Registerable{m.nodes, m.rejects, m.writes, m.records} {
+		if err := register(c); err != nil {
+			panic(err)
+		}
+	}
+	for _, r := range inventoryStates {
+		m.nodes.WithLabelValues(r).Set(0)
+	}
+	for _, r := range rejectReasons {
+		m.rejects.WithLabelValues(r).Add(0)
+	}
+	for _, r := range writeResults {
+		m.writes.WithLabelValues(r).Add(0)
+	}
+	for _, r := range recordResults {
+		m.records.WithLabelValues(r).Add(0)
+	}
 }
 
 func (m *cacheMetrics) setNodes(nodes map[string]*nodeState) {
 	if m == nil {
 		return
 	}
-	counts := map[string]float64{"ok": 0, "missing": 0, "invalid": 0}
+	counts := make(map[string]float64, len(inventoryStates))
+	for _, k := range inventoryStates {
+		counts[k] = 0
+	}
 	for _, ns := range nodes {
 		if !ns.built {
 			continue // only a Lease seen: no Node (yet)
@@ -80,8 +109,10 @@ func (m *cacheMetrics) setNodes(nodes map[string]*nodeState) {
 		switch {
 		case ns.devices != nil:
 			counts["ok"]++
-		case errors.Is(ns.err, errNoInventory):
+		case errors.Is(ns.err, errNoInventory) && ns.gpus:
 			counts["missing"]++
+		case errors.Is(ns.err, errNoInventory):
+			counts["none"]++
 		default:
 			counts["invalid"]++
 		}

@@ -34,6 +34,7 @@ import (
 	"k8s.io/utils/ptr"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/kubegpu/kubegpu/internal/alertrules"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
@@ -165,6 +166,10 @@ func TestHelmChart(t *testing.T) {
 		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never",
 		"--set", "replicaCount=1", "--set", "hostNetwork=true", "--set", "securePort=" + port,
 		"--set", "apiServer.host=" + api.Hostname(), "--set", "apiServer.port=" + api.Port(),
+		// The real node plays the node trusted as the control plane that
+		// the replicas (which hold the signing key) must run on: the
+		// chart's default selector, control-plane nodes, is replaced by it.
+		"--set", "nodeSelector.node-role\\.kubernetes\\.io/control-plane=null",
 		"--set", "nodeSelector.kubernetes\\.io/hostname=" + nodeName,
 		"--wait", "--timeout", "3m"}
 	installed := false
@@ -439,32 +444,25 @@ func checkQueriedMetrics(t *testing.T, scraped string) {
 	}
 	walk(dash)
 	panels := len(exprs)
-	b, err = os.ReadFile(filepath.Join(repoRoot, "deploy", "prometheus", "kubegpu-alerts.yaml"))
+	rules, err := alertrules.ReadFile()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rules struct {
-		Groups []struct {
-			Rules []struct {
-				Expr string `json:"expr"`
-			} `json:"rules"`
-		} `json:"groups"`
+	for _, r := range rules {
+		exprs = append(exprs, r.Expr)
 	}
-	if err := sigsyaml.Unmarshal(b, &rules); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range rules.Groups {
-		for _, r := range g.Rules {
-			exprs = append(exprs, r.Expr)
-		}
-	}
-	if panels < 20 || len(exprs)-panels < 11 {
+	if panels < 20 || len(exprs)-panels < 14 {
 		t.Fatalf("%d dashboard queries and %d alert rules read", panels, len(exprs)-panels)
 	}
 	names := map[string]bool{}
 	for _, e := range exprs {
 		for _, m := range metricName.FindAllString(e, -1) {
 			names[m] = true
+		}
+		// Each of kubegpu's series is selected with its job, so that a
+		// tenant's pod exporting series of the same names changes nothing.
+		for _, sel := range alertrules.Unscoped(e) {
+			t.Errorf("%s selects no job, in %q", sel, e)
 		}
 	}
 	for name := range names {
@@ -480,8 +478,9 @@ func checkQueriedMetrics(t *testing.T, scraped string) {
 	}
 }
 
-// metricName finds kubegpu's metric names in PromQL.
-var metricName = regexp.MustCompile(`\bkubegpu_[a-z0-9_]+`)
+// metricName finds the metric names in PromQL that kubegpu's components
+// export: kubegpu's own and the scheduler's leader election.
+var metricName = regexp.MustCompile(`\b(kubegpu_[a-z0-9_]+|leader_election_master_status)\b`)
 
 var updateGolden = flag.Bool("update", false, "rewrite the chart's golden files in testdata/helm")
 
@@ -500,16 +499,24 @@ func TestHelmTemplate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, args := range map[string][]string{
+		// The default image tag is the chart's appVersion, make image's tag.
 		"default": nil,
-		"only": {"--set", "mode=only", "--set", "plugin.writeAllocation=PreBind", "--set", "plugin.nodePolicy=binpack",
+		"only": {"--set", "image.tag=v0.0.0-test", "--set", "mode=only", "--set", "plugin.writeAllocation=PreBind", "--set", "plugin.nodePolicy=binpack",
 			"--set", "plugin.pluginOptions={nvidia.nvml-library=/usr/lib/libnvidia-ml.so.1}",
 			"--set", "verificationKeys.secretName=kubegpu-old-key", "--set", "hostNetwork=true", "--set", "securePort=10269",
 			"--set", "apiServer.host=10.0.0.10", "--set", "apiServer.port=6443", "--set", "featureGates=GenericWorkload=true\\,GangScheduling=true",
 			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true", "-f", values},
+		// Beside the stock scheduler on a dedicated node pool, watched by a
+		// Prometheus in namespace monitoring, behind a NetworkPolicy.
+		"monitored": {"--set", "image.tag=v0.0.0-test", "--set", "replicaCount=3", "--set", "podDisruptionBudget.maxUnavailable=34%",
+			"--set", "nodeSelector.node-role\\.kubernetes\\.io/control-plane=null", "--set-string", "nodeSelector.kubegpu\\.io/scheduler-pool=true",
+			"--set-json", `tolerations=[{"key":"kubegpu.io/scheduler-pool","operator":"Exists","effect":"NoSchedule"}]`,
+			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.sampleLimit=20000",
+			"--set", "metrics.serviceMonitor.labelValueLengthLimit=256", "--set", "metrics.serviceMonitor.labels.release=prometheus",
+			"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsPodSelector.matchLabels.app\\.kubernetes\\.io/name=prometheus"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			out := helm(ctx, t, append([]string{"template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.36.3",
-				"--set", "image.tag=v0.0.0-test"}, args...)...)
+			out := helm(ctx, t, append([]string{"template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.36.3"}, args...)...)
 			got := goldenView(out)
 			path := filepath.Join("testdata", "helm", name+".yaml")
 			if *updateGolden {
@@ -529,24 +536,90 @@ func TestHelmTemplate(t *testing.T) {
 			}
 		})
 	}
-	// Values the schema refuses.
-	for _, bad := range [][]string{
-		{"--set", "mode=both"},
-		{"--set", "plugin.nodePolicy=fastest"},
-		{"--set", "plugin.unknownArg=1"},
-		{"--set", "schedulerName=Bad\"Name"},
-		{"--set-string", "nodesPublicKey=-----BEGIN PRIVATE KEY-----"},
-		{"--set", "mode=only", "--set", "replicaCount=1"},
-		{"--set", "leaderElection.enabled=false"},
-		{"--set", "apiServer.host=10.0.0.10"},
-		{"--set", "hostNetwork=true"},
+
+	// The alert rules select the jobs the chart's ServiceMonitor and the
+	// shims' scrapes are named.
+	out := helm(ctx, t, "template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.36.3",
+		"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.serviceMonitor.enabled=true",
+		"--set", "metrics.schedulerJob=gpu-scheduler", "--set", "metrics.crishimJob=gpu-nodes")
+	var rules, service string
+	for _, doc := range strings.Split(out, "\n---\n") {
+		switch {
+		case strings.Contains(doc, "kind: PrometheusRule"):
+			rules = doc
+		case strings.Contains(doc, "kind: Service\n"):
+			service = doc
+		}
+	}
+	if !strings.Contains(service, "kubegpu.io/job: gpu-scheduler") {
+		t.Errorf("the Service does not name the job gpu-scheduler:\n%s", service)
+	}
+	if strings.Count(rules, `job="gpu-scheduler"`) < 10 || strings.Count(rules, `job="gpu-nodes"`) < 3 ||
+		strings.Contains(rules, `job="kubegpu-`) {
+		t.Errorf("the PrometheusRule does not select the jobs gpu-scheduler and gpu-nodes:\n%s", rules)
+	}
+	var rule struct {
+		Spec struct {
+			Groups []struct {
+				Rules []alertrules.Rule `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := sigsyaml.Unmarshal([]byte(rules), &rule); err != nil || len(rule.Spec.Groups) == 0 {
+		t.Fatalf("the PrometheusRule: %v\n%s", err, rules)
+	}
+	for _, g := range rule.Spec.Groups {
+		for _, r := range g.Rules {
+			for _, sel := range alertrules.Unscoped(r.Expr) {
+				t.Errorf("the PrometheusRule's %s: %s selects no job", r.Alert, sel)
+			}
+		}
+	}
+
+	// Values the schema or the templates refuse, with the words that say
+	// why.
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "mode=both"}, "/mode"},
+		{[]string{"--set", "plugin.nodePolicy=fastest"}, "/plugin/nodePolicy"},
+		{[]string{"--set", "plugin.unknownArg=1"}, "unknownArg"},
+		{[]string{"--set", "schedulerName=Bad\"Name"}, "/schedulerName"},
+		// The stock scheduler's name in mode second: two schedulers would
+		// serve default-scheduler.
+		{[]string{"--set", "schedulerName=default-scheduler"}, "/schedulerName"},
+		// A budget that blocks every drain.
+		{[]string{"--set", "podDisruptionBudget.maxUnavailable=0"}, "/podDisruptionBudget/maxUnavailable"},
+		{[]string{"--set-string", "podDisruptionBudget.maxUnavailable=0%"}, "/podDisruptionBudget/maxUnavailable"},
+		// Typos, at the top and nested.
+		{[]string{"--set", "replicaCont=3"}, "replicaCont"},
+		{[]string{"--set", "image.tga=v1"}, "tga"},
+		{[]string{"--set", "metrics.serviceMonitor.enable=true"}, "enable"},
+		{[]string{"--set", "podDisruptionBudget.maxUnavaliable=1"}, "maxUnavaliable"},
+		// Durations without a unit.
+		{[]string{"--set", "plugin.heartbeatStaleness=40"}, "/plugin/heartbeatStaleness"},
+		{[]string{"--set", "plugin.workloadHalfLife=1 day"}, "/plugin/workloadHalfLife"},
+		{[]string{"--set", "metrics.serviceMonitor.interval=30"}, "/metrics/serviceMonitor/interval"},
+		// Only PEM PUBLIC KEY blocks are published to nodes.
+		{[]string{"--set-string", "nodesPublicKey=-----BEGIN PRIVATE KEY-----"}, "private key"},
+		{[]string{"--set-string", "nodesPublicKey=-----BEGIN KUBEGPU HMAC-SHA256 SECRET-----\nc2VjcmV0\n-----END KUBEGPU HMAC-SHA256 SECRET-----"}, "KUBEGPU HMAC-SHA256 SECRET block"},
+		{[]string{"--set-string", "nodesPublicKey=ssh-ed25519 AAAAC3NzaC1lZDI1NTE5"}, "no PEM block"},
+		{[]string{"--set", "mode=only", "--set", "replicaCount=1"}, "replicaCount of 2 or more"},
+		{[]string{"--set", "leaderElection.enabled=false"}, "leaderElection.enabled=false"},
+		{[]string{"--set", "apiServer.host=10.0.0.10"}, "apiServer.port"},
+		{[]string{"--set", "hostNetwork=true"}, "securePort"},
+		{[]string{"--set", "hostNetwork=true", "--set", "securePort=10269", "--set", "networkPolicy.enabled=true"}, "host's network"},
 	} {
 		bin := filepath.Join(nodeBinDir, "helm")
-		out, err := exec.CommandContext(ctx, bin, append([]string{"template", "kubegpu", chart, "--kube-version", "1.36.3"}, bad...)...).CombinedOutput()
-		if err == nil {
-			t.Errorf("helm template %v: accepted", bad)
-		} else if !strings.Contains(string(out), "values don't meet the specifications of the schema") && !strings.Contains(string(out), "execution error") {
-			t.Errorf("helm template %v: %s", bad, out)
+		out, err := exec.CommandContext(ctx, bin, append([]string{"template", "kubegpu", chart, "--kube-version", "1.36.3"}, bad.args...)...).CombinedOutput()
+		switch {
+		case err == nil:
+			t.Errorf("helm template %v: accepted", bad.args)
+		case !strings.Contains(string(out), "values don't meet the specifications of the schema") && !strings.Contains(string(out), "execution error"):
+			t.Errorf("helm template %v: %s", bad.args, out)
+		case !strings.Contains(string(out), bad.want):
+			t.Errorf("helm template %v: refused without naming %q:\n%s", bad.args, bad.want, out)
 		}
 	}
 }

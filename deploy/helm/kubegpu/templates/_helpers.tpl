@@ -48,6 +48,9 @@ a stock kube-scheduler still leads, and never two serve default-scheduler. */}}
 {{- if and .Values.apiServer.host (not .Values.apiServer.port) -}}
 {{- fail "apiServer.host needs apiServer.port (e.g. 6443)" -}}
 {{- end -}}
+{{- if and .Values.hostNetwork .Values.networkPolicy.enabled -}}
+{{- fail "networkPolicy.enabled=true does nothing with hostNetwork=true: a NetworkPolicy does not apply to pods on the host's network" -}}
+{{- end -}}
 {{- if and .Values.hostNetwork (eq (int .Values.securePort) 10259) -}}
 {{- fail "with hostNetwork=true set securePort to a port other than 10259, kube-scheduler's, which a control-plane node already uses (e.g. 10269)" -}}
 {{- end -}}
