@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -131,8 +132,9 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		}
 	}
 	if borrowing(pod) {
-		fmt.Fprintf(w, "It runs over its namespace's GPU budget (ResourceQuota %s), at PriorityClass %s: it gets only GPUs no pod within a budget uses, preempts nothing, and is among the first evicted when a pod that may preempt needs its GPUs.\n",
-			kubeinterface.BudgetQuota, kubeinterface.PriorityClassBorrowed)
+		fmt.Fprintf(w, "It borrows: it runs at PriorityClass %s (it was over its namespace's GPU budget, ResourceQuota %s, when created, or asked for the class), gets only GPUs no pod within a budget uses, preempts nothing, and is among the first evicted when a pod that may preempt needs its GPUs.\n",
+			kubeinterface.PriorityClassBorrowed, kubeinterface.BudgetQuota)
+		fmt.Fprintln(w, budgetNote(ctx, c, pod))
 	}
 	if pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
 		fmt.Fprintln(w, nominationNote(s, pod))
@@ -354,8 +356,31 @@ func nominationNote(s *clusterState, pod *corev1.Pod) string {
 	return fmt.Sprintf("It is nominated to %s by preemption and waits for the pods evicted there to leave: %s%s.", sanitize(node), sanitize(strings.Join(leaving, ", ")), more)
 }
 
-// borrowing says whether pod runs over its namespace's GPU budget: the
-// admission policy kubegpu-budget gave it the borrowers' PriorityClass.
+// borrowing says whether pod borrows: it runs at the borrowers'
+// PriorityClass, which the admission policy kubegpu-budget gives a pod over
+// its namespace's GPU budget (or the tenant asked for).
 func borrowing(pod *corev1.Pod) bool {
 	return pod.Spec.PriorityClassName == kubeinterface.PriorityClassBorrowed
+}
+
+// budgetNote says whether borrower pod's namespace budget has room for it
+// now. Whether a pod borrows is decided at its creation, and a pod created
+// while the one it replaces still counted (a rolling update, a restarted
+// Job pod) borrows for life although its namespace is within budget.
+func budgetNote(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) string {
+	q, err := c.CoreV1().ResourceQuotas(pod.Namespace).Get(ctx, kubeinterface.BudgetQuota, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "Its namespace has no GPU budget (no ResourceQuota " + kubeinterface.BudgetQuota + "): the pod asked for the class itself."
+	case err != nil:
+		return "Its namespace's GPU budget cannot be read: " + sanitize(err.Error())
+	}
+	key := corev1.ResourceName("requests." + kubeinterface.ResourceGPUShare)
+	hard, used := q.Status.Hard[key], q.Status.Used[key]
+	share := objects.PodShare(pod)
+	if free := hard.Value() - used.Value(); free >= share {
+		return fmt.Sprintf("Its namespace's budget has room for it now (%d of %d per cent of a GPU used, the pod is worth %d): deleted and re-created (e.g. by its controller), it would run within budget.",
+			used.Value(), hard.Value(), share)
+	}
+	return fmt.Sprintf("Its namespace's budget has no room for it now (%d of %d per cent of a GPU used, the pod is worth %d).", used.Value(), hard.Value(), share)
 }

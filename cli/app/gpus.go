@@ -90,7 +90,7 @@ func gpus(s *clusterState) []GPU {
 				name += " (annotation changed)"
 			}
 			if borrowing(pa.pod) {
-				name += " (over budget)"
+				name += " (borrowing)"
 			}
 			for _, c := range append(append([]types.ContainerAllocation{}, pa.alloc.InitContainers...), pa.alloc.Containers...) {
 				for _, sh := range c.Devices {

@@ -522,7 +522,10 @@ description: >-
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicy
 {{template "budgetPolicy" $r}}
-  reinvocationPolicy: Never
+  # Reinvoked if a later mutation changes the pod: naming the borrowers'
+  # class keeps a borrower borrowing, so a webhook that sets another class
+  # afterwards cannot bring it back into the budget's scope.
+  reinvocationPolicy: IfNeeded
 {{template "budgetVariables" $r}}
   - name: borrowing
     expression: >-
@@ -554,6 +557,46 @@ apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicyBinding
 {{template "budgetBinding" $r}}
 ---
+# {{$r.Borrowed}}-grace: any pod of the borrowers' class, also in a
+# namespace without a budget, leaves its GPUs within {{$r.BorrowedGrace}}s of
+# being evicted. Preemption prefers the lowest priority, and a preemptor
+# waits for its victims to leave: a day of grace on a pod that named the
+# class itself would hold the preemptor a day.
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: {{$r.Borrowed}}-grace
+  labels:
+    app.kubernetes.io/part-of: kubegpu
+spec:
+  failurePolicy: Fail
+  reinvocationPolicy: IfNeeded
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  matchConditions:
+  - name: borrower
+    expression: >-
+      object.spec.?priorityClassName.orValue('') == {{str $r.Borrowed}} &&
+      object.spec.?terminationGracePeriodSeconds.orValue(0) > {{$r.BorrowedGrace}}
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >-
+        Object{spec: Object.spec{terminationGracePeriodSeconds: {{$r.BorrowedGrace}}}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: {{$r.Borrowed}}-grace
+  labels:
+    app.kubernetes.io/part-of: kubegpu
+spec:
+  policyName: {{$r.Borrowed}}-grace
+---
 # {{$r.Budget}} (validating): a budget that is not scoped as above would
 # refuse the pods it should let borrow; say so rather than refuse them
 # with a quota message that names no cause.
@@ -580,6 +623,27 @@ kind: ValidatingAdmissionPolicy
       '(scopeSelector: {matchExpressions: [{scopeName: PriorityClass, operator: NotIn, values: [{{$r.Borrowed}}]}]}), ' +
       'so that pods over it borrow idle GPUs: ask the cluster operator to fix it'
     reason: Invalid
+  - expression: >-
+      params.spec.?hard.orValue({}).size() == 1
+    messageExpression: >-
+      'ResourceQuota ' + params.metadata.name + ' in namespace ' + params.metadata.namespace +
+      ' is a GPU budget and must limit requests.{{$r.Share}} and nothing else, ' +
+      'so that pods over it borrow idle GPUs rather than being refused: ask the cluster operator ' +
+      'to move its other limits to a quota of another name'
+    reason: Invalid
+  # Slices of memory only are worth 0: under a budget they would run
+  # within it at any size, never borrowing.
+  - expression: >-
+      (object.spec.?initContainers.orValue([]) + object.spec.containers).all(c,
+        {{template "ctrShare" $r}} > 0 ||
+        !({{list (lst $r.GPU $r.Memory $r.Cores)}}.exists(r,
+          sign(quantity(string(c.?resources.?limits[?r].orValue('0')))) != 0 ||
+          sign(quantity(string(c.?resources.?requests[?r].orValue('0')))) != 0)))
+    messageExpression: >-
+      'namespace ' + params.metadata.namespace + ' has a GPU budget (ResourceQuota ' + params.metadata.name +
+      '), which counts GPU compute: GPU slices of memory only ({{$r.Memory}} without {{$r.Cores}}) are not allowed here; ' +
+      'ask for {{$r.Cores}} too'
+    reason: Forbidden
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding

@@ -3,6 +3,8 @@ package objects
 import (
 	corev1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
 )
 
 // HostRequest is the pod's CPU (millicores) and memory (MiB) request as
@@ -18,4 +20,13 @@ func HostRequest(pod *corev1.Pod) (cpuMilli, memoryMiB int64) {
 func NodeHost(node *corev1.Node) (cpuMilli, memoryMiB int64) {
 	a := node.Status.Allocatable
 	return a.Cpu().MilliValue(), a.Memory().Value() >> 20
+}
+
+// PodShare is what quota counts of the pod in
+// requests.kubegpu.io/gpu-share, as ResourceQuota counts requests: the
+// share the admission policy kubegpu-gpu-share wrote on its containers.
+func PodShare(pod *corev1.Pod) int64 {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{SkipPodLevelResources: true, ExcludeOverhead: true})
+	share := reqs[corev1.ResourceName(kubeinterface.ResourceGPUShare)]
+	return share.Value()
 }
