@@ -22,7 +22,7 @@ func TestAlertRulesMatchEmittedLabels(t *testing.T) {
 		"kubegpu_scheduler_rejected_allocations_total": {"reason": rejectReasons},
 		"kubegpu_scheduler_allocations_written_total":  {"result": writeResults},
 		"kubegpu_scheduler_allocation_records_total":   {"result": recordResults},
-		"kubegpu_scheduler_nodes":                      {"inventory": inventoryStates},
+		"kubegpu_scheduler_nodes":                      {"inventory": inventoryStates[:]},
 	}
 	checked := 0
 	for _, r := range rules {

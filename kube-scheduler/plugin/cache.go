@@ -252,14 +252,10 @@ func (c *deviceCache) updateNode(logger klog.Logger, node *corev1.Node) {
 	c.mu.Lock()
 	ns := c.node(node.Name)
 	becameReady := setReady(ns, node)
-	gpus := advertisesGPUs(node)
+	ns.gpus = advertisesGPUs(node)
 	rebuilt := !ns.built || has != ns.hasInventory || value != ns.inventory
-	counted := ns.gpus != gpus
-	ns.gpus = gpus
 	if rebuilt {
 		c.rebuildNode(logger, ns, node, value, has)
-	} else if counted {
-		c.metrics.setNodes(c.nodes)
 	}
 	c.mu.Unlock()
 	if becameReady {
@@ -293,7 +289,6 @@ func (c *deviceCache) rebuildNode(logger klog.Logger, ns *nodeState, node *corev
 		c.pods[uid].applied = false
 		c.apply(logger, uid, c.pods[uid])
 	}
-	c.metrics.setNodes(c.nodes)
 	logger.V(4).Info("Node devices updated", "node", klog.KObj(node), "devices", deviceCount(ns), "pods", len(ns.pods))
 }
 
@@ -330,7 +325,6 @@ func (c *deviceCache) deleteNode(name string) {
 	}
 	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err, ns.gpus = false, false, "", nil, errNoInventory, false
 	ns.memo.n = 0
-	c.metrics.setNodes(c.nodes)
 }
 
 // updatePod takes in a pod from the informer. A bound pod holds the devices

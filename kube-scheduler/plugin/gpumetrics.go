@@ -204,6 +204,9 @@ var (
 	descStranded = metrics.NewDesc("kubegpu_scheduler_stranded_gpus",
 		"Free GPU share of live nodes, in GPUs, that the learned workload mix cannot use where it lies (fragmentation, the measure the kubegpu policy keeps low), by the nodes' GPU model (mixed for nodes of several).",
 		[]string{"model"}, nil, metrics.ALPHA, "")
+	descNodes = metrics.NewDesc("kubegpu_scheduler_nodes",
+		"Nodes known to the device cache, by the state of their device inventory: ok, invalid, missing (the node's capacity has GPUs but it publishes no inventory), none (no GPUs and no inventory: CPU-only and control-plane nodes).",
+		[]string{"inventory"}, nil, metrics.ALPHA, "")
 	descNotLive = metrics.NewDesc("kubegpu_scheduler_nodes_not_live",
 		"Nodes with a device inventory that get no GPU pods because they are not live: NotReady, or their Lease not seen renewed within heartbeatStaleness.", nil, nil, metrics.ALPHA, "")
 	descPending     = metrics.NewDesc("kubegpu_scheduler_pending_gpu_pods", pendingHelp, []string{"reason"}, nil, metrics.ALPHA, "")
@@ -220,7 +223,7 @@ var theCollector = &gpuCollector{}
 
 // DescribeWithStability sends the collector's descriptors.
 func (g *gpuCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descInfo, descUnhealthy, descGPUs, descIdle, descStranded, descNotLive, descPending, descUnallocated} {
+	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descInfo, descUnhealthy, descGPUs, descIdle, descStranded, descNodes, descNotLive, descPending, descUnallocated} {
 		ch <- d
 	}
 }
@@ -244,9 +247,13 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		return
 	}
 	now := c.now()
+	var states [numInventoryStates]int
 	c.mu.RLock()
 	nodes := make([]nodeCopy, 0, len(c.nodes))
 	for name, ns := range c.nodes {
+		if st := inventoryState(ns); st != stateUnbuilt {
+			states[st]++
+		}
 		if ns.devices == nil {
 			continue
 		}
@@ -307,6 +314,9 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	}
 	for _, m := range sortedKeys(stranded) {
 		ch <- metrics.NewLazyConstMetric(descStranded, metrics.GaugeValue, stranded[m], m)
+	}
+	for st, n := range states {
+		ch <- metrics.NewLazyConstMetric(descNodes, metrics.GaugeValue, float64(n), inventoryStates[st])
 	}
 	ch <- metrics.NewLazyConstMetric(descNotLive, metrics.GaugeValue, float64(notLive))
 	// One pass over the informer's pods per scrape, as for the pending

@@ -15,7 +15,6 @@ import (
 // cacheMetrics are the plugin's metrics, served on the scheduler's /metrics
 // with every upstream one.
 type cacheMetrics struct {
-	nodes   *metrics.GaugeVec
 	rejects *metrics.CounterVec
 	writes  *metrics.CounterVec
 	records *metrics.CounterVec
@@ -40,11 +39,6 @@ func registerMetrics() *cacheMetrics {
 // record nothing).
 func newCacheMetrics() *cacheMetrics {
 	return &cacheMetrics{
-		nodes: metrics.NewGaugeVec(&metrics.GaugeOpts{
-			Namespace: "kubegpu", Subsystem: "scheduler", Name: "nodes",
-			Help:           "Nodes known to the device cache, by the state of their device inventory: ok, invalid, missing (the node's capacity has GPUs but it publishes no inventory), none (no GPUs and no inventory: CPU-only and control-plane nodes).",
-			StabilityLevel: metrics.ALPHA,
-		}, []string{"inventory"}),
 		rejects: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace: "kubegpu", Subsystem: "scheduler", Name: "rejected_allocations_total",
 			Help:           "Allocations on bound pods that the device cache did not count, by reason (bad_signature, mismatch, invalid, conflict, changed_after_binding: kept as first verified).",
@@ -66,7 +60,7 @@ func newCacheMetrics() *cacheMetrics {
 // Label values of the plugin's metrics: every series exists from the
 // start, at 0, so that increase() and alerts see the first event.
 var (
-	inventoryStates = []string{"ok", "missing", "invalid", "none"}
+	inventoryStates = [numInventoryStates]string{"ok", "missing", "invalid", "none"}
 	rejectReasons   = []string{"bad_signature", "mismatch", "invalid", "conflict", "changed_after_binding"}
 	writeResults    = []string{"signed", "error", "missing"}
 	recordResults   = []string{"written", "gone", "retry", "error"}
@@ -75,13 +69,10 @@ var (
 // register registers the metrics with register (a registry's Register)
 // and creates every series.
 func (m *cacheMetrics) register(register func(metrics.Registerable) error) {
-	for _, c := range []metrics.Registerable{m.nodes, m.rejects, m.writes, m.records} {
+	for _, c := range []metrics.Registerable{m.rejects, m.writes, m.records} {
 		if err := register(c); err != nil {
 			panic(err)
 		}
-	}
-	for _, r := range inventoryStates {
-		m.nodes.WithLabelValues(r).Set(0)
 	}
 	for _, r := range rejectReasons {
 		m.rejects.WithLabelValues(r).Add(0)
@@ -94,32 +85,31 @@ func (m *cacheMetrics) register(register func(metrics.Registerable) error) {
 	}
 }
 
-func (m *cacheMetrics) setNodes(nodes map[string]*nodeState) {
-	if m == nil {
-		return
+// Inventory states of kubegpu_scheduler_nodes (counted at each scrape, see
+// gpuCollector), indexes of inventoryStates; stateUnbuilt is a node of
+// which only a Lease was seen, not counted.
+const (
+	stateOK = iota
+	stateMissing
+	stateInvalid
+	stateNone
+	numInventoryStates
+	stateUnbuilt = -1
+)
+
+// inventoryState is ns's state for kubegpu_scheduler_nodes.
+func inventoryState(ns *nodeState) int {
+	switch {
+	case !ns.built:
+		return stateUnbuilt // only a Lease seen: no Node (yet)
+	case ns.devices != nil:
+		return stateOK
+	case errors.Is(ns.err, errNoInventory) && ns.gpus:
+		return stateMissing
+	case errors.Is(ns.err, errNoInventory):
+		return stateNone
 	}
-	counts := make(map[string]float64, len(inventoryStates))
-	for _, k := range inventoryStates {
-		counts[k] = 0
-	}
-	for _, ns := range nodes {
-		if !ns.built {
-			continue // only a Lease seen: no Node (yet)
-		}
-		switch {
-		case ns.devices != nil:
-			counts["ok"]++
-		case errors.Is(ns.err, errNoInventory) && ns.gpus:
-			counts["missing"]++
-		case errors.Is(ns.err, errNoInventory):
-			counts["none"]++
-		default:
-			counts["invalid"]++
-		}
-	}
-	for k, v := range counts {
-		m.nodes.WithLabelValues(k).Set(v)
-	}
+	return stateInvalid
 }
 
 func (m *cacheMetrics) rejected(err error) {

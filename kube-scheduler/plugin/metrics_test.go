@@ -29,7 +29,8 @@ func testMetrics(t *testing.T, c *deviceCache) metrics.KubeRegistry {
 // "none", so that the inventory alert does not fire for them.
 func TestNodesByInventory(t *testing.T) {
 	c, _ := testCache(t)
-	reg := testMetrics(t, c)
+	g := &gpuCollector{}
+	g.cache.Store(c)
 	logger := klog.Background()
 	withCapacity := func(name string, capacity corev1.ResourceList) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Capacity: capacity}}
@@ -54,14 +55,16 @@ func TestNodesByInventory(t *testing.T) {
 		}
 		return b.String()
 	}
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(1, 2, 0, 2)), "kubegpu_scheduler_nodes"); err != nil {
+	if err := testutil.CustomCollectAndCompare(g, strings.NewReader(want(1, 2, 0, 2)), "kubegpu_scheduler_nodes"); err != nil {
 		t.Error(err)
 	}
 	// The CPU-only node gets a GPU (its capacity changes, not its
 	// annotations): now it misses an inventory.
 	c.updateNode(logger, withCapacity("cpu-only", corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("1")}))
 	c.deleteNode("gpu-stale")
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(1, 2, 0, 1)), "kubegpu_scheduler_nodes"); err != nil {
+	g = &gpuCollector{}
+	g.cache.Store(c)
+	if err := testutil.CustomCollectAndCompare(g, strings.NewReader(want(1, 2, 0, 1)), "kubegpu_scheduler_nodes"); err != nil {
 		t.Error(err)
 	}
 }
