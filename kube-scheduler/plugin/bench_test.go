@@ -48,7 +48,7 @@ func BenchmarkCacheMemory(b *testing.B) {
 				var pl devicescheduler.Placement
 				in := c.evalInput(shapeKey{1}, wholeRequest(&testing.T{}, c, 1))
 				for _, n := range objs {
-					_, _ = c.evaluate(n.Name, &in, noHost, noHost, &pl)
+					_, _ = c.evaluate(n, &in, noHost, noHost, &pl)
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)
@@ -148,4 +148,56 @@ func BenchmarkFilterNominated(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkFilterScore is one scheduling cycle's Filter and Score calls
+// for a 1-GPU pod on 5,000 DGX-1 nodes, as kube-scheduler makes them at that
+// size: 500 nodes (percentageOfNodesToScore's adaptive 10%), from where the
+// previous cycle stopped, each with 8 results in its memo. It reports the
+// cost per node.
+func BenchmarkFilterScore(b *testing.B) {
+	const nodes, perCycle = 5000, 500
+	c, _ := testCache(&testing.T{})
+	c.warmed.Store(true)
+	logger := klog.Background()
+	infos := make([]*framework.NodeInfo, nodes)
+	for i := range infos {
+		n := testNode(&testing.T{}, fmt.Sprintf("kubegpu-perf-%05x", i*7919), "dgx1")
+		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("768Gi")}
+		c.updateNode(logger, n)
+		c.updateLease(testLease(n.Name, testNow), false)
+		infos[i] = framework.NewNodeInfo()
+		infos[i].SetNode(n)
+	}
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
+	p.ready.Store(true)
+	// Pods of a few shapes, so that every node's memo holds several.
+	pods := make([]*corev1.Pod, 8)
+	for i := range pods {
+		pods[i] = gpuPod(fmt.Sprint("p-", i), int64(1+i%4), 0, testNow)
+		pods[i].Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(fmt.Sprint(100+i, "m"))}
+	}
+	start, cycle := 0, 0
+	b.ReportAllocs()
+	for b.Loop() {
+		pod := pods[cycle%len(pods)]
+		cycle++
+		cs := framework.NewCycleState()
+		if _, st := p.PreFilter(context.Background(), cs, pod, nil); !st.IsSuccess() {
+			b.Fatal(st)
+		}
+		for i := range perCycle {
+			ni := infos[(start+i)%nodes]
+			if st := p.Filter(context.Background(), cs, pod, ni); !st.IsSuccess() {
+				b.Fatal(st)
+			}
+		}
+		for i := range perCycle {
+			if _, st := p.Score(context.Background(), cs, pod, infos[(start+i)%nodes]); !st.IsSuccess() {
+				b.Fatal(st)
+			}
+		}
+		start = (start + perCycle) % nodes
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perCycle*2), "ns/call")
 }

@@ -57,7 +57,12 @@ type deviceCache struct {
 
 	mu    sync.RWMutex
 	nodes map[string]*nodeState
-	pods  map[ktypes.UID]*podState
+	// byObject holds the same states by the Node object the informer
+	// last handed the cache for them, which the scheduler's NodeInfo
+	// shares: Filter and Score find a node by a pointer, without hashing
+	// and comparing its name (see lookup).
+	byObject map[*corev1.Node]*nodeState
+	pods     map[ktypes.UID]*podState
 
 	// recorder writes the scheduler's records of allocations; nil in
 	// tests that do not need it.
@@ -108,6 +113,8 @@ type nodeState struct {
 	// all, were pods evicted.
 	idle *devicescheduler.Node
 	err  error
+	// object is the Node object last seen, its key in byObject.
+	object *corev1.Node
 	// live is what the scheduler has seen of the node's liveness.
 	live liveness
 	pods map[ktypes.UID]struct{}
@@ -228,7 +235,7 @@ func seenOf(pod *corev1.Pod) podSeen {
 func newDeviceCache(engine *devicescheduler.Engine, keys *kubeinterface.KeySet, staleness time.Duration, m *cacheMetrics) *deviceCache {
 	return &deviceCache{
 		engine: engine, keys: keys, staleness: staleness, now: time.Now, started: time.Now(), metrics: m,
-		nodes: map[string]*nodeState{}, pods: map[ktypes.UID]*podState{},
+		nodes: map[string]*nodeState{}, byObject: map[*corev1.Node]*nodeState{}, pods: map[ktypes.UID]*podState{},
 		activate: func(map[string]*corev1.Pod) {}, liveWaiters: newWaitSet(), deviceWaiters: newWaitSet(),
 		shapes: map[shapeKey]uint32{}, listPods: func() ([]*corev1.Pod, error) { return nil, nil },
 		pending: newPendingPods(),
@@ -251,6 +258,8 @@ func (c *deviceCache) updateNode(logger klog.Logger, node *corev1.Node) {
 	value, has := node.Annotations[kubeinterface.AnnotationInventory]
 	c.mu.Lock()
 	ns := c.node(node.Name)
+	delete(c.byObject, ns.object)
+	ns.object, c.byObject[node] = node, ns
 	becameReady := setReady(ns, node)
 	ns.gpus = advertisesGPUs(node)
 	rebuilt := !ns.built || has != ns.hasInventory || value != ns.inventory
@@ -325,6 +334,8 @@ func (c *deviceCache) deleteNode(name string) {
 	}
 	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err, ns.gpus = false, false, "", nil, errNoInventory, false
 	ns.memo.n = 0
+	delete(c.byObject, ns.object)
+	ns.object = nil
 }
 
 // updatePod takes in a pod from the informer. A bound pod holds the devices
@@ -539,13 +550,25 @@ func (c *deviceCache) forgetLocked(uid ktypes.UID) bool {
 	return freed
 }
 
-// evaluate checks in's request against node name under the read lock and
+// lookup is node's state: by the object itself, which the scheduler's
+// NodeInfo shares with the informer's event that this cache took in, else
+// (the cache has not seen that object yet, or node is a copy) by its name.
+// Must hold c.mu for reading.
+func (c *deviceCache) lookup(node *corev1.Node) (*nodeState, bool) {
+	if ns, ok := c.byObject[node]; ok {
+		return ns, true
+	}
+	ns, ok := c.nodes[node.Name]
+	return ns, ok
+}
+
+// evaluate checks in's request against node under the read lock and
 // returns the node's score. p is scratch space. Results are remembered per
 // node version and request shape (see filterMemo).
-func (c *deviceCache) evaluate(name string, in *evalInput, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
+func (c *deviceCache) evaluate(node *corev1.Node, in *evalInput, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	ns, ok := c.nodes[name]
+	ns, ok := c.lookup(node)
 	if !ok {
 		return 0, errNoInventory
 	}
@@ -559,10 +582,10 @@ func (c *deviceCache) evaluate(name string, in *evalInput, capacity, free device
 // only the pod's CPU and memory. The node's liveness does not matter: the
 // pod takes no devices, and its score only weighs the idle devices beside
 // it. errNoInventory means the node publishes no devices.
-func (c *deviceCache) evaluateHostOnly(name string, in *evalInput, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
+func (c *deviceCache) evaluateHostOnly(node *corev1.Node, in *evalInput, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	ns, ok := c.nodes[name]
+	ns, ok := c.lookup(node)
 	switch {
 	case !ok || (ns.devices == nil && !ns.hasInventory):
 		return 0, errNoInventory

@@ -45,6 +45,9 @@ func testCache(t *testing.T) (*deviceCache, *kubeinterface.Key) {
 	return c, key
 }
 
+// named is a Node object of that name, which the cache finds by name.
+func named(name string) *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+
 func testNode(t *testing.T, name, preset string) *corev1.Node {
 	t.Helper()
 	topo, err := simgpu.Preset(preset)
@@ -105,7 +108,7 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	r := wholeRequest(t, c, 4)
 
 	var p devicescheduler.Placement
-	if _, err := c.evaluate("n1", ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, errNoLease) {
+	if _, err := c.evaluate(named("n1"), ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, errNoLease) {
 		t.Fatalf("evaluate without a Lease: %v", err)
 	}
 	var activated []string
@@ -120,16 +123,16 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	if !reflect.DeepEqual(activated, []string{"ns/waiting"}) {
 		t.Fatalf("activated %v when the node became live, want [ns/waiting]", activated)
 	}
-	if _, err := c.evaluate("missing", ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, errNoInventory) {
+	if _, err := c.evaluate(named("missing"), ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, errNoInventory) {
 		t.Fatalf("evaluate on an unknown node: %v", err)
 	}
 
 	// Filter results are remembered until the node changes.
-	first, err := c.evaluate("n1", ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p)
+	first, err := c.evaluate(named("n1"), ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := c.evaluate("n1", ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); err != nil || again != first {
+	if again, err := c.evaluate(named("n1"), ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); err != nil || again != first {
 		t.Fatalf("second evaluate = %d, %v; want %d", again, err, first)
 	}
 
@@ -144,7 +147,7 @@ func TestCacheReserveBindRelease(t *testing.T) {
 	if _, err := c.reserve(testPod("c"), "n1", r, noHost, noHost, nil); err == nil {
 		t.Fatal("a third 4-GPU pod was reserved on an 8-GPU node")
 	}
-	if _, err := c.evaluate("n1", ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
+	if _, err := c.evaluate(named("n1"), ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
 		t.Fatalf("evaluate on the full node = %v, want ErrDoesNotFit (a stale memo?)", err)
 	}
 	c.unreserve(b.UID)
@@ -244,16 +247,19 @@ func ptr[T any](v T) *T { return &v }
 func TestCacheNodeChanges(t *testing.T) {
 	c, key := testCache(t)
 	logger := klog.Background()
-	c.updateNode(logger, testNode(t, "n1", "t4x4"))
+	healthy := testNode(t, "n1", "t4x4")
+	c.updateNode(logger, healthy)
 	c.updateLease(testLease("n1", testNow), false)
 	var p devicescheduler.Placement
 	r := wholeRequest(t, c, 4)
 	in := c.evalInput(shapeKey{4}, r)
-	if _, err := c.evaluate("n1", &in, noHost, noHost, &p); err != nil {
+	if _, err := c.evaluate(named("n1"), &in, noHost, noHost, &p); err != nil {
 		t.Fatal(err)
 	}
 	// One GPU turns unhealthy: the idle node's version is 0 again, but the
-	// 4-GPU pod must no longer fit.
+	// 4-GPU pod must no longer fit, whether the node is looked up by the
+	// new object, by the object the scheduler held before (it may not have
+	// taken in the update yet) or by name.
 	topo, _ := simgpu.Preset("t4x4")
 	inv := simgpu.Inventory(topo, "n1")
 	inv.Devices[3].Health = types.Unhealthy
@@ -262,8 +268,13 @@ func TestCacheNodeChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.updateNode(logger, sick)
-	if _, err := c.evaluate("n1", &in, noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
-		t.Fatalf("after a GPU turned unhealthy: %v, want ErrDoesNotFit (a stale memo?)", err)
+	for _, n := range []*corev1.Node{sick, healthy, named("n1")} {
+		if _, err := c.evaluate(n, &in, noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
+			t.Fatalf("after a GPU turned unhealthy: %v, want ErrDoesNotFit (a stale memo, or the old object's state?)", err)
+		}
+	}
+	if len(c.byObject) != 1 {
+		t.Errorf("the cache holds %d Node objects for one node", len(c.byObject))
 	}
 
 	c.updateNode(logger, testNode(t, "n2", "t4x4"))
@@ -274,6 +285,9 @@ func TestCacheNodeChanges(t *testing.T) {
 	}
 	c.updatePod(logger, boundWith(t, key, testPod("a"), alloc))
 	c.deleteNode("n2")
+	if len(c.byObject) != 1 {
+		t.Errorf("after n2's deletion the cache holds %d Node objects, want n1's", len(c.byObject))
+	}
 	c.updateNode(logger, testNode(t, "n2", "t4x4"))
 	if got := c.snapshot()["n2"].Pods; !reflect.DeepEqual(got, []string{"uid-a"}) {
 		t.Fatalf("pods on the re-added node = %v, want [uid-a]", got)

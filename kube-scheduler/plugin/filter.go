@@ -20,22 +20,28 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	if s == nil {
 		return nil
 	}
-	name := ni.Node().Name
+	node := ni.Node()
 	capacity, free := nodeHost(ni)
 	pl := placements.Get().(*devicescheduler.Placement)
-	defer placements.Put(pl)
-	var nf *devicescheduler.NotFitError
 	var err error
-	if o := overlayOf(cs, name); !o.empty() {
+	if o := overlayOf(cs, node.Name); !o.empty() {
 		// Preemption's dry run, or pods nominated to the node: not counted
 		// among the reasons the pod waits (a dry run shares the state).
-		_, err = p.cache.evaluateWith(name, o, &s.eval, corev1helpers.PodPriority(pod), capacity, free, pl)
-	} else if _, err = p.cache.evaluate(name, &s.eval, capacity, free, pl); err != nil {
+		_, err = p.cache.evaluateWith(node, o, &s.eval, corev1helpers.PodPriority(pod), capacity, free, pl)
+	} else if _, err = p.cache.evaluate(node, &s.eval, capacity, free, pl); err != nil {
 		s.pending.count(filterReason(err))
 	}
-	switch {
-	case err == nil:
+	placements.Put(pl)
+	if err == nil {
 		return nil
+	}
+	return p.filterStatus(pod, s, err)
+}
+
+// filterStatus is Filter's status for a node that refused the pod with err.
+func (p *Plugin) filterStatus(pod *corev1.Pod, s *cycleState, err error) *fwk.Status {
+	var nf *devicescheduler.NotFitError
+	switch {
 	case errors.As(err, &nf) && errors.Is(err, errNeverFits):
 		// Evicting pods would not help: preemption skips the node.
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+nf.Reason)

@@ -66,15 +66,15 @@ func TestCacheEvaluatesWithHost(t *testing.T) {
 	in := c.evalInput(shapeKey{5}, r)
 	capacity := devicescheduler.Host{CPUMilli: 32000, MemoryMiB: 64 << 10}
 	var p devicescheduler.Placement
-	if _, err := c.evaluate("n1", &in, capacity, capacity, &p); err != nil {
+	if _, err := c.evaluate(named("n1"), &in, capacity, capacity, &p); err != nil {
 		t.Fatalf("on an idle node: %v", err)
 	}
 	busy := devicescheduler.Host{CPUMilli: 3000, MemoryMiB: 64 << 10}
 	var nf *devicescheduler.NotFitError
-	if _, err := c.evaluate("n1", &in, capacity, busy, &p); !errors.As(err, &nf) || nf.Reason != devicescheduler.ReasonHostResources {
+	if _, err := c.evaluate(named("n1"), &in, capacity, busy, &p); !errors.As(err, &nf) || nf.Reason != devicescheduler.ReasonHostResources {
 		t.Fatalf("with 3 CPUs free: %v, want %s (a stale memo?)", err, devicescheduler.ReasonHostResources)
 	}
-	if _, err := c.evaluate("n1", &in, capacity, capacity, &p); err != nil {
+	if _, err := c.evaluate(named("n1"), &in, capacity, capacity, &p); err != nil {
 		t.Fatalf("idle again: %v", err)
 	}
 }
@@ -165,7 +165,7 @@ func TestShapeTableStartsOver(t *testing.T) {
 	c.updateLease(testLease("n1", testNow), false)
 	var p devicescheduler.Placement
 	tooBig := c.evalInput(shapeKey{8}, wholeRequest(t, c, 8))
-	if _, err := c.evaluate("n1", &tooBig, noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
+	if _, err := c.evaluate(named("n1"), &tooBig, noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
 		t.Fatalf("8 GPUs on a T4x4: %v, want ErrDoesNotFit", err)
 	}
 	for i := len(c.shapes); i < maxShapeIDs; i++ {
@@ -175,7 +175,7 @@ func TestShapeTableStartsOver(t *testing.T) {
 	if one.shape != tooBig.shape || one.epoch == tooBig.epoch {
 		t.Fatalf("after the table filled: shape %d epoch %d, want number %d again in a new epoch", one.shape, one.epoch, tooBig.shape)
 	}
-	if _, err := c.evaluate("n1", &one, noHost, noHost, &p); err != nil {
+	if _, err := c.evaluate(named("n1"), &one, noHost, noHost, &p); err != nil {
 		t.Errorf("1 GPU on an idle T4x4: %v (an old epoch's result?)", err)
 	}
 }

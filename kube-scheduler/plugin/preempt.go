@@ -153,9 +153,9 @@ func (c *deviceCache) holdsOn(uid ktypes.UID, node string) bool {
 // prio is the priority of the pod being scheduled: in a dry run, pods the
 // scheduler is evicting already (and so soon gone) count as gone if their
 // priority is below it.
-func (c *deviceCache) evaluateWith(name string, o *nodeOverlay, in *evalInput, prio int32, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
+func (c *deviceCache) evaluateWith(node *corev1.Node, o *nodeOverlay, in *evalInput, prio int32, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
 	c.mu.RLock()
-	ns, ok := c.nodes[name]
+	ns, ok := c.lookup(node)
 	if !ok {
 		c.mu.RUnlock()
 		return 0, errNoInventory

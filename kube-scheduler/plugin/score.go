@@ -35,7 +35,7 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni f
 	capacity, free := nodeHost(ni)
 	pl := placements.Get().(*devicescheduler.Placement)
 	defer placements.Put(pl)
-	score, err := p.cache.evaluate(ni.Node().Name, &s.eval, capacity, free, pl)
+	score, err := p.cache.evaluate(ni.Node(), &s.eval, capacity, free, pl)
 	if err != nil {
 		// The node changed since Filter and the pod no longer fits:
 		// rank it last; Reserve will check again.
@@ -53,7 +53,7 @@ func (p *Plugin) scoreHostOnly(h *hostOnlyState, ni fwk.NodeInfo) int64 {
 	capacity, free := nodeHost(ni)
 	pl := placements.Get().(*devicescheduler.Placement)
 	defer placements.Put(pl)
-	score, err := p.cache.evaluateHostOnly(ni.Node().Name, &h.eval, capacity, free, pl)
+	score, err := p.cache.evaluateHostOnly(ni.Node(), &h.eval, capacity, free, pl)
 	switch {
 	case errors.Is(err, errNoInventory):
 		return noDevices
