@@ -3,7 +3,6 @@ package plugin
 import (
 	"errors"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -14,7 +13,6 @@ import (
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
-	"github.com/kubegpu/kubegpu/types"
 )
 
 // Why a pending GPU pod waits, as kubegpu_scheduler_pending_gpu_pods
@@ -145,6 +143,10 @@ type gpuCollector struct {
 	metrics.BaseStableCollector
 	cache  atomic.Pointer[deviceCache]
 	models modelLabels
+	// mu serialises scrapes, which share the per-GPU series' labels.
+	mu     sync.Mutex
+	series gpuSeries
+	scrape uint64
 }
 
 // maxModels bounds the values of the model label over the scheduler's
@@ -261,6 +263,9 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	}
 	c.mu.RUnlock()
 
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.scrape++
 	gpus, idle, stranded := map[string]float64{}, map[string]float64{}, map[string]float64{}
 	notLive := 0
 	for i := range nodes {
@@ -269,34 +274,25 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		if !nc.live {
 			notLive++
 		}
-		inv := n.Inventory()
+		ns := g.series.update(nc, g.scrape, &g.models)
+		alloc := n.Allocatable()
 		model := ""
-		for d := range inv.Devices {
-			dev := &inv.Devices[d]
-			devModel := g.models.label(dev.Model)
-			info := []string{nc.name, dev.ID, strconv.Itoa(dev.Index), devModel, dev.UUID}
-			if dev.Health != types.Healthy {
-				ch <- metrics.NewLazyConstMetric(descUnhealthy, metrics.GaugeValue, 1, info...)
-			}
-			if n.Allocatable()&(1<<d) == 0 {
+		for d := range ns.gpu {
+			if alloc&(1<<d) == 0 {
 				continue // unhealthy, or a GPU in MIG mode (its instances count)
 			}
+			devModel := ns.model[d]
 			if model == "" {
 				model = devModel
 			} else if model != devModel {
 				model = "mixed"
 			}
-			labels := []string{nc.name, dev.ID}
 			memCap := n.MemoryMiB(d) << 20
 			cores, mem := float64(1000-st.MilliFree[d])/10, float64(memCap-st.MemFree[d]<<20)
 			if st.Exclusive&(1<<d) != 0 {
 				cores, mem = 100, float64(memCap)
 			}
-			ch <- metrics.NewLazyConstMetric(descInfo, metrics.GaugeValue, 1, info...)
-			ch <- metrics.NewLazyConstMetric(descAllocatedCores, metrics.GaugeValue, cores, labels...)
-			ch <- metrics.NewLazyConstMetric(descAllocatedMemory, metrics.GaugeValue, mem, labels...)
-			ch <- metrics.NewLazyConstMetric(descMemory, metrics.GaugeValue, float64(memCap), labels...)
-			ch <- metrics.NewLazyConstMetric(descGPUPods, metrics.GaugeValue, float64(nc.pods[d]), labels...)
+			ns.values[d] = gpuValues{cores: cores, memory: mem, memoryCap: float64(memCap), pods: float64(nc.pods[d])}
 			if nc.live {
 				gpus[devModel]++
 				if st.Used&(1<<d) == 0 {
@@ -308,6 +304,9 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			stranded[model] += c.engine.Stranded(n, st)
 		}
 	}
+	g.series.prune(g.scrape)
+	g.series.send(ch)
+	g.series.sendUnhealthy(ch)
 	for _, m := range sortedKeys(gpus) {
 		ch <- metrics.NewLazyConstMetric(descGPUs, metrics.GaugeValue, gpus[m], m)
 		ch <- metrics.NewLazyConstMetric(descIdle, metrics.GaugeValue, idle[m], m)
