@@ -266,15 +266,22 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.scrape++
+	// The nodes' label pairs first, so that the GPUs' places in the
+	// series are known when their values are.
+	series := make([]*nodeSeries, len(nodes))
+	for i := range nodes {
+		series[i] = g.series.update(&nodes[i], g.scrape, &g.models)
+	}
+	g.series.prune(g.scrape)
+	values := make([]gpuValues, len(g.series.byDevice))
 	gpus, idle, stranded := map[string]float64{}, map[string]float64{}, map[string]float64{}
 	notLive := 0
 	for i := range nodes {
-		nc := &nodes[i]
+		nc, ns := &nodes[i], series[i]
 		n, st := nc.node, &nc.state
 		if !nc.live {
 			notLive++
 		}
-		ns := g.series.update(nc, g.scrape, &g.models)
 		alloc := n.Allocatable()
 		model := ""
 		for d := range ns.gpu {
@@ -292,7 +299,7 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			if st.Exclusive&(1<<d) != 0 {
 				cores, mem = 100, float64(memCap)
 			}
-			ns.values[d] = gpuValues{cores: cores, memory: mem, memoryCap: float64(memCap), pods: float64(nc.pods[d])}
+			values[ns.devicePos[d]] = gpuValues{cores: cores, memory: mem, memoryCap: float64(memCap), pods: float64(nc.pods[d])}
 			if nc.live {
 				gpus[devModel]++
 				if st.Used&(1<<d) == 0 {
@@ -304,8 +311,7 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			stranded[model] += c.engine.Stranded(n, st)
 		}
 	}
-	g.series.prune(g.scrape)
-	g.series.send(ch)
+	g.series.send(ch, values)
 	g.series.sendUnhealthy(ch)
 	for _, m := range sortedKeys(gpus) {
 		ch <- metrics.NewLazyConstMetric(descGPUs, metrics.GaugeValue, gpus[m], m)

@@ -23,9 +23,11 @@ import (
 type gpuSeries struct {
 	nodes map[string]*nodeSeries
 	// byDevice is the order of the dense per-GPU families (labels device,
-	// node); byInfo the order of the info family (device, index, model,
-	// node, uuid). Both hold the allocatable GPUs of every node.
-	byDevice, byInfo []gpuRef
+	// node), as their label pairs; byInfo the order of the info family
+	// (device, index, model, node, uuid). Both hold the allocatable GPUs
+	// of every node; a node's devicePos says where its GPUs are in
+	// byDevice. A scrape reads them front to back.
+	byDevice, byInfo [][]*dto.LabelPair
 	// stale is set when a node came, went or changed its devices.
 	stale bool
 	// seen is the scrape's mark: nodes not marked are gone.
@@ -39,8 +41,9 @@ type nodeSeries struct {
 	gpu     [][]*dto.LabelPair // device, node
 	info    [][]*dto.LabelPair // device, index, model, node, uuid
 	model   []string           // model label per device
-	values  [devicescheduler.MaxDevices]gpuValues
-	seen    uint64
+	// devicePos is each allocatable GPU's place in byDevice.
+	devicePos []int32
+	seen      uint64
 }
 
 // gpuValues are one GPU's values in the scrape.
@@ -73,7 +76,8 @@ func (s *gpuSeries) update(nc *nodeCopy, mark uint64, models *modelLabels) *node
 func newNodeSeries(name string, n *devicescheduler.Node, models *modelLabels) *nodeSeries {
 	inv := n.Inventory()
 	ns := &nodeSeries{name: name, devices: n,
-		gpu: make([][]*dto.LabelPair, len(inv.Devices)), info: make([][]*dto.LabelPair, len(inv.Devices)), model: make([]string, len(inv.Devices))}
+		gpu: make([][]*dto.LabelPair, len(inv.Devices)), info: make([][]*dto.LabelPair, len(inv.Devices)),
+		model: make([]string, len(inv.Devices)), devicePos: make([]int32, len(inv.Devices))}
 	// The node's label pairs and their values side by side in memory: a
 	// scrape reads them all.
 	pairs := make([]dto.LabelPair, 0, 1+4*len(inv.Devices))
@@ -110,18 +114,26 @@ func (s *gpuSeries) prune(mark uint64) {
 		return
 	}
 	s.stale = false
-	s.byDevice = s.byDevice[:0]
+	var gpus []gpuRef
 	for _, ns := range s.nodes {
 		alloc := ns.devices.Allocatable()
 		for d := range ns.gpu {
 			if alloc&(1<<d) != 0 {
-				s.byDevice = append(s.byDevice, gpuRef{ns, d})
+				gpus = append(gpus, gpuRef{ns, d})
 			}
 		}
 	}
-	s.byInfo = append(s.byInfo[:0], s.byDevice...)
-	slices.SortFunc(s.byDevice, func(a, b gpuRef) int { return compareLabels(a.node.gpu[a.d], b.node.gpu[b.d]) })
-	slices.SortFunc(s.byInfo, func(a, b gpuRef) int { return compareLabels(a.node.info[a.d], b.node.info[b.d]) })
+	slices.SortFunc(gpus, func(a, b gpuRef) int { return compareLabels(a.node.info[a.d], b.node.info[b.d]) })
+	s.byInfo = s.byInfo[:0]
+	for _, r := range gpus {
+		s.byInfo = append(s.byInfo, r.node.info[r.d])
+	}
+	slices.SortFunc(gpus, func(a, b gpuRef) int { return compareLabels(a.node.gpu[a.d], b.node.gpu[b.d]) })
+	s.byDevice = s.byDevice[:0]
+	for i, r := range gpus {
+		s.byDevice = append(s.byDevice, r.node.gpu[r.d])
+		r.node.devicePos[r.d] = int32(i)
+	}
 }
 
 // compareLabels orders label sets as the registry does: by their values,
@@ -164,41 +176,36 @@ func promDesc(desc *metrics.Desc, labels int) *prometheus.Desc {
 }
 
 // send sends the per-GPU series of the scrape, each family in the order
-// the registry sorts it in, from one allocation of gauges.
-func (s *gpuSeries) send(ch chan<- metrics.Metric) {
-	type family struct {
+// the registry sorts it in, from one allocation of gauges. values are the
+// GPUs' in byDevice's order.
+func (s *gpuSeries) send(ch chan<- metrics.Metric, values []gpuValues) {
+	families := []struct {
 		desc  *metrics.Desc
-		info  bool
 		value func(v *gpuValues) float64
+	}{
+		{descAllocatedCores, func(v *gpuValues) float64 { return v.cores }},
+		{descAllocatedMemory, func(v *gpuValues) float64 { return v.memory }},
+		{descMemory, func(v *gpuValues) float64 { return v.memoryCap }},
+		{descGPUPods, func(v *gpuValues) float64 { return v.pods }},
 	}
-	families := []family{
-		{descInfo, true, func(*gpuValues) float64 { return 1 }},
-		{descAllocatedCores, false, func(v *gpuValues) float64 { return v.cores }},
-		{descAllocatedMemory, false, func(v *gpuValues) float64 { return v.memory }},
-		{descMemory, false, func(v *gpuValues) float64 { return v.memoryCap }},
-		{descGPUPods, false, func(v *gpuValues) float64 { return v.pods }},
-	}
-	gauges := make([]gauge, len(families)*len(s.byDevice))
+	gauges := make([]gauge, (len(families)+1)*len(s.byDevice))
 	i := 0
-	for _, f := range families {
-		order, labels := s.byDevice, len(gpuLabels)
-		if f.info {
-			order, labels = s.byInfo, len(infoLabels)
+	if desc := promDesc(descInfo, len(infoLabels)); desc != nil {
+		for _, labels := range s.byInfo {
+			gauges[i] = gauge{desc: desc, labels: labels, value: 1}
+			ch <- &gauges[i]
+			i++
 		}
-		desc := promDesc(f.desc, labels)
+	}
+	for _, f := range families {
+		desc := promDesc(f.desc, len(gpuLabels))
 		if desc == nil {
 			continue
 		}
-		for _, r := range order {
-			g := &gauges[i]
+		for j, labels := range s.byDevice {
+			gauges[i] = gauge{desc: desc, labels: labels, value: f.value(&values[j])}
+			ch <- &gauges[i]
 			i++
-			g.desc, g.value = desc, f.value(&r.node.values[r.d])
-			if f.info {
-				g.labels = r.node.info[r.d]
-			} else {
-				g.labels = r.node.gpu[r.d]
-			}
-			ch <- g
 		}
 	}
 }
