@@ -201,17 +201,22 @@ bench-replay: build plugins kube-binaries ## Replay the openb trace through the 
 SCHEDPERF := $(OUT)/schedperf
 SCHEDPERF_BENCH ?= .*/5000Nodes
 SCHEDPERF_FILTER ?= performance
-SCHEDPERF_COUNT ?= 1
+SCHEDPERF_ROUNDS ?= 3
 
 .PHONY: bench-schedperf
-bench-schedperf: deps ## Upstream scheduler_perf, kubegpu vs stock plugins (SCHEDPERF_BENCH='.*/500Nodes' SCHEDPERF_FILTER=short for 500 nodes, SCHEDPERF_COUNT)
+bench-schedperf: deps ## Upstream scheduler_perf, kubegpu vs stock plugins, interleaved rounds (SCHEDPERF_BENCH='.*/500Nodes' SCHEDPERF_FILTER=short for 500 nodes, SCHEDPERF_ROUNDS)
 	@mkdir -p $(SCHEDPERF)/bin $(SCHEDPERF)/plugins
 	cd hack/etcd && GOFLAGS= $(GO) build -o $(CURDIR)/$(SCHEDPERF)/bin/etcd go.etcd.io/etcd/server/v3
 	$(foreach p,$(PLUGINS),GOFLAGS=-buildvcs=false $(GO) build -buildmode=plugin -o $(SCHEDPERF)/plugins/$(p).so $($(p)_PKG) &&) true
-	cd test/schedperf && PATH=$(CURDIR)/$(SCHEDPERF)/bin:$$PATH KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(SCHEDPERF)/plugins GOFLAGS=-buildvcs=false \
-		$(GO) test -run '^$$' -bench 'BenchmarkPerfScheduling/$(SCHEDPERF_BENCH)' -benchtime 1x -count $(SCHEDPERF_COUNT) -timeout 180m . \
-		-args -perf-scheduling-label-filter=$(SCHEDPERF_FILTER) -data-items-dir=$(CURDIR)/$(SCHEDPERF) >$(CURDIR)/$(SCHEDPERF)/results.txt; \
-		rc=$$?; grep -E '^Benchmark' $(CURDIR)/$(SCHEDPERF)/results.txt | awk '{for (i = 1; i < NF; i++) if ($$(i+1) == "SchedulingThroughput/Average") print $$1, $$i, "pods/s"}'; exit $$rc
+	cd test/schedperf && GOFLAGS=-buildvcs=false $(GO) test -c -o $(CURDIR)/$(SCHEDPERF)/bin/schedperf.test .
+	rm -f $(SCHEDPERF)/round-*.txt
+	cd test/schedperf && for r in $$(seq $(SCHEDPERF_ROUNDS)); do \
+		PATH=$(CURDIR)/$(SCHEDPERF)/bin:$$PATH KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(SCHEDPERF)/plugins \
+		$(CURDIR)/$(SCHEDPERF)/bin/schedperf.test -test.run '^$$' -test.bench 'BenchmarkPerfScheduling/$(SCHEDPERF_BENCH)' -test.benchtime 1x -test.timeout 180m \
+			-perf-scheduling-label-filter=$(SCHEDPERF_FILTER) -data-items-dir=$(CURDIR)/$(SCHEDPERF) >$(CURDIR)/$(SCHEDPERF)/round-$$r.txt 2>&1 || exit 1; \
+		grep -E '^Benchmark' $(CURDIR)/$(SCHEDPERF)/round-$$r.txt | awk -v r=$$r '{for (i = 1; i < NF; i++) if ($$(i+1) == "SchedulingThroughput/Average") print "round", r, $$1, $$i, "pods/s"}'; \
+	done
+	@hack/schedperf-summary.sh $(SCHEDPERF)/round-*.txt
 
 .PHONY: bench-scheduler-memory
 bench-scheduler-memory: build plugins kube-binaries ## kubegpu-scheduler's heap across 10,000 adversarial pods created and deleted (SCHED_MEMORY_NODES, SCHED_MEMORY_PODS)

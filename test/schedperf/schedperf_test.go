@@ -161,14 +161,19 @@ profiles:
 }
 
 // metricsConfig is each test case's metricsCollectorConfig: the
-// scheduling attempt's and the pod's scheduling latency, and the KubeGPU
-// plugin's time at each extension point it implements.
+// scheduling attempt's, the algorithm's and the pod's scheduling latency,
+// every plugin's time at each extension point, and the KubeGPU and
+// NodeResourcesFit plugins' own.
 const metricsConfig = `  metricsCollectorConfig:
     metrics:
       scheduler_scheduling_attempt_duration_seconds:
       - label: result
         values: [scheduled]
       scheduler_pod_scheduling_duration_seconds:
+      scheduler_scheduling_algorithm_duration_seconds:
+      scheduler_framework_extension_point_duration_seconds:
+      - label: extension_point
+        values: [PreFilter, Filter, PreScore, Score, Reserve, Permit, PreBind, Bind]
       scheduler_plugin_execution_duration_seconds:
       - label: plugin
         values: [KubeGPU, NodeResourcesFit]
