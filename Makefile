@@ -208,7 +208,7 @@ bench-schedperf: deps ## Upstream scheduler_perf, kubegpu vs stock plugins, inte
 	@mkdir -p $(SCHEDPERF)/bin $(SCHEDPERF)/plugins
 	cd hack/etcd && GOFLAGS= $(GO) build -o $(CURDIR)/$(SCHEDPERF)/bin/etcd go.etcd.io/etcd/server/v3
 	$(foreach p,$(PLUGINS),GOFLAGS=-buildvcs=false $(GO) build -buildmode=plugin -o $(SCHEDPERF)/plugins/$(p).so $($(p)_PKG) &&) true
-	cd test/schedperf && GOFLAGS=-buildvcs=false $(GO) test -c -o $(CURDIR)/$(SCHEDPERF)/bin/schedperf.test .
+	cd test/schedperf && GOFLAGS=-buildvcs=false $(GO) test -tags schedperf -c -o $(CURDIR)/$(SCHEDPERF)/bin/schedperf.test .
 	rm -f $(SCHEDPERF)/round-*.txt
 	cd test/schedperf && for r in $$(seq $(SCHEDPERF_ROUNDS)); do \
 		PATH=$(CURDIR)/$(SCHEDPERF)/bin:$$PATH KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(SCHEDPERF)/plugins \

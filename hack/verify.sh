@@ -12,6 +12,7 @@ fi
 
 echo "verify: go vet"
 go vet ./... || fail=1
+go vet -tags schedperf ./test/schedperf || fail=1
 (cd hack/image && GOFLAGS=-trimpath go vet ./...) || fail=1
 (cd hack/dashboard && GOFLAGS=-trimpath go vet ./...) || fail=1
 

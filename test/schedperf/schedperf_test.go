@@ -1,3 +1,5 @@
+//go:build schedperf
+
 // Package schedperf runs kubegpu-scheduler's plugin in upstream's
 // scheduler_perf harness (k8s.io/kubernetes/test/integration/scheduler_perf:
 // an in-process API server on etcd, fake nodes, SchedulingThroughput),
@@ -7,7 +9,10 @@
 // need an NVLink quad, of 25% GPU slices, and without GPUs.
 //
 //	make bench-schedperf                      # 5,000 nodes
-//	go test ./test/schedperf -bench . -perf-scheduling-label-filter=short   # 500 nodes
+//	make bench-schedperf SCHEDPERF_BENCH='.*/500Nodes' SCHEDPERF_FILTER=short
+//
+// It builds only with the tag schedperf, so that `go test ./...` does not
+// compile the in-process API server for a benchmark it would skip.
 //
 // It needs etcd on PATH and KUBEGPU_PLUGIN_DIR (the device modules of the
 // same build); without them it skips. KUBEGPU_SCHEDPERF_PROFILE_DIR names a
