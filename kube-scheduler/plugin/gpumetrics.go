@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -396,13 +397,16 @@ var allocationToRunning = metrics.NewHistogram(&metrics.HistogramOpts{
 var registerCollectorOnce sync.Once
 
 // registerGPUMetrics makes c the cache the GPU metrics report (the last
-// plugin instance made, in a process with several profiles or tests).
-func registerGPUMetrics(c *deviceCache) {
+// plugin instance made, in a process with several profiles or tests) until
+// ctx, the scheduler's, ends: a scheduler that stopped is neither reported
+// nor kept alive by the collector.
+func registerGPUMetrics(ctx context.Context, c *deviceCache) {
 	registerCollectorOnce.Do(func() {
 		legacyregistry.CustomMustRegister(theCollector)
 		legacyregistry.MustRegister(allocationToRunning)
 	})
 	theCollector.cache.Store(c)
+	context.AfterFunc(ctx, func() { theCollector.cache.CompareAndSwap(c, nil) })
 }
 
 // observeRunning records a bound GPU pod's allocation-to-running time

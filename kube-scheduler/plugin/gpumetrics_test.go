@@ -1,15 +1,20 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
@@ -24,7 +29,7 @@ import (
 // GPU pods by the reason most nodes gave.
 func TestGPUMetrics(t *testing.T) {
 	c, key := testCache(t)
-	registerGPUMetrics(c)
+	registerGPUMetrics(t.Context(), c)
 	logger := klog.Background()
 	c.updateNode(logger, testNode(t, "n1", "t4x4"))
 	c.updateLease(testLease("n1", testNow), false)
@@ -290,5 +295,117 @@ func TestDeletedNodeSeriesGone(t *testing.T) {
 	c.deleteNode("gone")
 	if got := seriesOf(); got["gone"] != 0 || got["n1"] == 0 {
 		t.Errorf("series by node after the deletion: %v, want none of gone", got)
+	}
+}
+
+// TestGPUMetricsFollowTheScheduler: the GPU metrics report the cache of the
+// last scheduler made until its context ends; then they report nothing
+// and keep nothing of it alive. A later scheduler's cache stays when an
+// earlier one's context ends.
+func TestGPUMetricsFollowTheScheduler(t *testing.T) {
+	first, _ := testCache(t)
+	second, _ := testCache(t)
+	ctx1, stop1 := context.WithCancel(context.Background())
+	ctx2, stop2 := context.WithCancel(context.Background())
+	defer stop2()
+	registerGPUMetrics(ctx1, first)
+	registerGPUMetrics(ctx2, second)
+	stop1()
+	time.Sleep(50 * time.Millisecond)
+	if got := theCollector.cache.Load(); got != second {
+		t.Fatal("an earlier scheduler's end took the running one's cache out of the metrics")
+	}
+	stop2()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return theCollector.cache.Load() == nil, nil
+	}); err != nil {
+		t.Fatal("a stopped scheduler's cache is still in the metrics")
+	}
+}
+
+// TestGPUSeriesAcrossScrapes: the per-GPU series kept between scrapes say
+// what the cache holds at each scrape while nodes come and go (names
+// sorting anywhere among the others), change their inventory (a GPU
+// turns unhealthy) and pods take and free GPUs: every GPU's allocation is
+// reported on its own labels, never on another GPU's.
+func TestGPUSeriesAcrossScrapes(t *testing.T) {
+	c, _ := testCache(t)
+	logger := klog.Background()
+	g := &gpuCollector{}
+	g.cache.Store(c)
+	reg := metrics.NewKubeRegistry()
+	reg.CustomMustRegister(g)
+	r := wholeRequest(t, c, 1)
+	rng := rand.New(rand.NewPCG(1, 2))
+	names := []string{"m", "c", "x", "a", "p", "f"}
+	live := map[string]bool{}
+	pods := 0
+	for step := range 60 {
+		name := names[rng.IntN(len(names))]
+		switch op := rng.IntN(4); {
+		case op == 0 && live[name]:
+			c.deleteNode(name)
+			delete(live, name)
+		case op == 1 && live[name]:
+			// A GPU turns unhealthy: a new inventory.
+			topo, _ := simgpu.Preset("t4x4")
+			inv := simgpu.Inventory(topo, name)
+			inv.Devices[rng.IntN(len(inv.Devices))].Health = types.Unhealthy
+			n := testNode(t, name, "t4x4")
+			if err := objects.SetNodeInventory(n, inv); err != nil {
+				t.Fatal(err)
+			}
+			c.updateNode(logger, n)
+		case live[name]:
+			pods++
+			_, _ = c.reserve(testPod(fmt.Sprint("p", pods)), name, r, noHost, noHost, nil)
+		default:
+			c.updateNode(logger, testNode(t, name, "t4x4"))
+			c.updateLease(testLease(name, testNow), false)
+			live[name] = true
+		}
+		// What the cache holds, per node and device.
+		want := map[string]float64{}
+		c.mu.RLock()
+		for name, ns := range c.nodes {
+			if ns.devices == nil {
+				continue
+			}
+			st, inv := ns.devices.State(), ns.devices.Inventory()
+			for d := range inv.Devices {
+				if ns.devices.Allocatable()&(1<<d) == 0 {
+					continue
+				}
+				v := float64(1000-st.MilliFree[d]) / 10
+				if st.Exclusive&(1<<d) != 0 {
+					v = 100
+				}
+				want[name+"/"+inv.Devices[d].ID] = v
+			}
+		}
+		c.mu.RUnlock()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() != "kubegpu_scheduler_gpu_allocated_cores_percent" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				got[l["node"]+"/"+l["device"]] = m.GetGauge().GetValue()
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("step %d: allocated cores per GPU %v, want %v", step, got, want)
+		}
+	}
+	if pods == 0 {
+		t.Fatal("no pod was placed: the test exercised nothing")
 	}
 }

@@ -30,8 +30,6 @@ type gpuSeries struct {
 	byDevice, byInfo [][]*dto.LabelPair
 	// stale is set when a node came, went or changed its devices.
 	stale bool
-	// seen is the scrape's mark: nodes not marked are gone.
-	seen uint64
 }
 
 // nodeSeries is one node's label pairs, per device index.
@@ -166,7 +164,7 @@ func (g *gauge) Write(m *dto.Metric) error {
 }
 
 // promDesc is desc as the registry knows it, or nil if the registry hid it
-// (a deprecated metric not shown, or a collector not registered).
+// (a deprecated metric not shown).
 func promDesc(desc *metrics.Desc, labels int) *prometheus.Desc {
 	m := metrics.NewLazyConstMetric(desc, metrics.GaugeValue, 0, make([]string, labels)...)
 	if m == nil {

@@ -114,6 +114,12 @@ func sharedState(ctx context.Context, args *Args, h fwk.Handle) (*shared, error)
 		return nil, err
 	}
 	sharedByFactory[factory] = s
+	// The state lives as long as the scheduler that made it.
+	context.AfterFunc(ctx, func() {
+		sharedMu.Lock()
+		delete(sharedByFactory, factory)
+		sharedMu.Unlock()
+	})
 	return s, nil
 }
 
@@ -138,7 +144,7 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 	}
 	m := registerMetrics()
 	c := newDeviceCache(engine, keys, args.HeartbeatStaleness.Duration, m)
-	registerGPUMetrics(c)
+	registerGPUMetrics(ctx, c)
 	// Background records have a client of their own, so that they never
 	// take from the scheduler's QPS.
 	recordConfig := rest.CopyConfig(h.KubeConfig())
