@@ -211,7 +211,7 @@ bench-schedperf: deps ## Upstream scheduler_perf, kubegpu vs stock plugins, inte
 	cd test/schedperf && GOFLAGS=-buildvcs=false $(GO) test -tags schedperf -c -o $(CURDIR)/$(SCHEDPERF)/bin/schedperf.test .
 	rm -f $(SCHEDPERF)/round-*.txt
 	cd test/schedperf && for r in $$(seq $(SCHEDPERF_ROUNDS)); do \
-		PATH=$(CURDIR)/$(SCHEDPERF)/bin:$$PATH KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(SCHEDPERF)/plugins \
+		PATH=$(CURDIR)/$(SCHEDPERF)/bin:$$PATH KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(SCHEDPERF)/plugins KUBEGPU_SCHEDPERF_STOCK_FIRST=$$((1 - r % 2)) \
 		$(CURDIR)/$(SCHEDPERF)/bin/schedperf.test -test.run '^$$' -test.bench 'BenchmarkPerfScheduling/$(SCHEDPERF_BENCH)' -test.benchtime 1x -test.timeout 180m \
 			-perf-scheduling-label-filter=$(SCHEDPERF_FILTER) -data-items-dir=$(CURDIR)/$(SCHEDPERF) >$(CURDIR)/$(SCHEDPERF)/round-$$r.txt 2>&1 || exit 1; \
 		grep -E '^Benchmark' $(CURDIR)/$(SCHEDPERF)/round-$$r.txt | awk -v r=$$r '{for (i = 1; i < NF; i++) if ($$(i+1) == "SchedulingThroughput/Average") print "round", r, $$1, $$i, "pods/s"}'; \

@@ -16,7 +16,11 @@
 //
 // It needs etcd on PATH and KUBEGPU_PLUGIN_DIR (the device modules of the
 // same build); without them it skips. KUBEGPU_SCHEDPERF_PROFILE_DIR names a
-// directory for a CPU profile of each workload.
+// directory for a CPU profile of each workload; KUBEGPU_SCHEDPERF_STOCK_FIRST=1
+// runs the stock plugins before kubegpu's on each workload (make
+// bench-schedperf alternates the order between rounds). The Benchmark lines
+// carry each histogram once, whatever its labels; the data items that
+// -data-items-dir writes keep every label combination.
 package schedperf
 
 import (
@@ -127,8 +131,12 @@ profiles:
 		return "", err
 	}
 	var b strings.Builder
+	order := []string{"KubeGPU", "Stock"}
+	if os.Getenv("KUBEGPU_SCHEDPERF_STOCK_FIRST") == "1" {
+		order = []string{"Stock", "KubeGPU"}
+	}
 	for _, w := range workloads {
-		for _, sched := range []string{"KubeGPU", "Stock"} {
+		for _, sched := range order {
 			fmt.Fprintf(&b, "- name: %s_%s\n", sched, w.name)
 			if sched == "KubeGPU" {
 				fmt.Fprintf(&b, "  schedulerConfigPath: %s\n", schedConfig)
@@ -174,7 +182,7 @@ const metricsConfig = `  metricsCollectorConfig:
       scheduler_scheduling_attempt_duration_seconds:
       - label: result
         values: [scheduled]
-      scheduler_pod_scheduling_duration_seconds:
+      scheduler_pod_scheduling_sli_duration_seconds:
       scheduler_scheduling_algorithm_duration_seconds:
       scheduler_framework_extension_point_duration_seconds:
       - label: extension_point
@@ -291,13 +299,14 @@ func (r *renewer) start(tCtx ktesting.TContext, _ *perf.Workload) (func(), error
 
 // profile writes a CPU profile of the process for the workload (its nodes'
 // creation, the pods before and the pods measured) to
-// $KUBEGPU_SCHEDPERF_PROFILE_DIR/<test name>.pprof, if that is set.
+// $KUBEGPU_SCHEDPERF_PROFILE_DIR/<test name>-<time>.pprof, if that is set.
 func profile(tCtx ktesting.TContext) (stop func(), err error) {
 	dir := os.Getenv("KUBEGPU_SCHEDPERF_PROFILE_DIR")
 	if dir == "" {
 		return func() {}, nil
 	}
-	f, err := os.Create(filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(tCtx.Name())+".pprof"))
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(tCtx.Name()) + time.Now().Format("-150405") + ".pprof"
+	f, err := os.Create(filepath.Join(dir, name))
 	if err != nil {
 		return nil, err
 	}
