@@ -196,8 +196,9 @@ bench-replay: build plugins kube-binaries ## Replay the openb trace through the 
 # of tree, beside the stock plugins on the same workloads (test/schedperf).
 # The in-process API server finds its test files by absolute path, so the
 # test and its device modules are built without -trimpath, apart from
-# _output/plugins; its etcd listens on a unix socket, so it runs etcd 3.6
-# (hack/etcd), not Debian's 3.4.
+# _output/plugins, and with the tag schedperf, the test's as well (the
+# plugins must match it); its etcd listens on a unix socket, so it runs
+# etcd 3.6 (hack/etcd), not Debian's 3.4.
 SCHEDPERF := $(OUT)/schedperf
 SCHEDPERF_BENCH ?= .*/5000Nodes
 SCHEDPERF_FILTER ?= performance
@@ -207,7 +208,7 @@ SCHEDPERF_ROUNDS ?= 3
 bench-schedperf: deps ## Upstream scheduler_perf, kubegpu vs stock plugins, interleaved rounds (SCHEDPERF_BENCH='.*/500Nodes' SCHEDPERF_FILTER=short for 500 nodes, SCHEDPERF_ROUNDS)
 	@mkdir -p $(SCHEDPERF)/bin $(SCHEDPERF)/plugins
 	cd hack/etcd && GOFLAGS= $(GO) build -o $(CURDIR)/$(SCHEDPERF)/bin/etcd go.etcd.io/etcd/server/v3
-	$(foreach p,$(PLUGINS),GOFLAGS=-buildvcs=false $(GO) build -buildmode=plugin -o $(SCHEDPERF)/plugins/$(p).so $($(p)_PKG) &&) true
+	$(foreach p,$(PLUGINS),GOFLAGS=-buildvcs=false $(GO) build -tags schedperf -buildmode=plugin -o $(SCHEDPERF)/plugins/$(p).so $($(p)_PKG) &&) true
 	cd test/schedperf && GOFLAGS=-buildvcs=false $(GO) test -tags schedperf -c -o $(CURDIR)/$(SCHEDPERF)/bin/schedperf.test .
 	rm -f $(SCHEDPERF)/round-*.txt
 	cd test/schedperf && for r in $$(seq $(SCHEDPERF_ROUNDS)); do \
