@@ -203,16 +203,17 @@ SCHEDPERF := $(OUT)/schedperf
 SCHEDPERF_BENCH ?= .*/5000Nodes
 SCHEDPERF_FILTER ?= performance
 SCHEDPERF_ROUNDS ?= 3
+SCHEDPERF_GPU_METRICS ?= PerModel
 
 .PHONY: bench-schedperf
-bench-schedperf: deps ## Upstream scheduler_perf, kubegpu vs stock plugins, interleaved rounds (SCHEDPERF_BENCH='.*/500Nodes' SCHEDPERF_FILTER=short for 500 nodes, SCHEDPERF_ROUNDS)
+bench-schedperf: deps ## Upstream scheduler_perf, kubegpu vs stock plugins, interleaved rounds (SCHEDPERF_BENCH='.*/500Nodes' SCHEDPERF_FILTER=short for 500 nodes, SCHEDPERF_ROUNDS, SCHEDPERF_GPU_METRICS=PerGPU)
 	@mkdir -p $(SCHEDPERF)/bin $(SCHEDPERF)/plugins
 	cd hack/etcd && GOFLAGS= $(GO) build -o $(CURDIR)/$(SCHEDPERF)/bin/etcd go.etcd.io/etcd/server/v3
 	$(foreach p,$(PLUGINS),GOFLAGS=-buildvcs=false $(GO) build -tags schedperf -buildmode=plugin -o $(SCHEDPERF)/plugins/$(p).so $($(p)_PKG) &&) true
 	cd test/schedperf && GOFLAGS=-buildvcs=false $(GO) test -tags schedperf -c -o $(CURDIR)/$(SCHEDPERF)/bin/schedperf.test .
 	rm -f $(SCHEDPERF)/round-*.txt
 	cd test/schedperf && for r in $$(seq $(SCHEDPERF_ROUNDS)); do \
-		PATH=$(CURDIR)/$(SCHEDPERF)/bin:$$PATH KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(SCHEDPERF)/plugins KUBEGPU_SCHEDPERF_STOCK_FIRST=$$((1 - r % 2)) \
+		PATH=$(CURDIR)/$(SCHEDPERF)/bin:$$PATH KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(SCHEDPERF)/plugins KUBEGPU_SCHEDPERF_STOCK_FIRST=$$((1 - r % 2)) KUBEGPU_SCHEDPERF_GPU_METRICS=$(SCHEDPERF_GPU_METRICS) \
 		$(CURDIR)/$(SCHEDPERF)/bin/schedperf.test -test.run '^$$' -test.bench 'BenchmarkPerfScheduling/$(SCHEDPERF_BENCH)' -test.benchtime 1x -test.timeout 180m \
 			-perf-scheduling-label-filter=$(SCHEDPERF_FILTER) -data-items-dir=$(CURDIR)/$(SCHEDPERF) >$(CURDIR)/$(SCHEDPERF)/round-$$r.txt 2>&1 || exit 1; \
 		grep -E '^Benchmark' $(CURDIR)/$(SCHEDPERF)/round-$$r.txt | awk -v r=$$r '{for (i = 1; i < NF; i++) if ($$(i+1) == "SchedulingThroughput/Average") print "round", r, $$1, $$i, "pods/s"}'; \

@@ -14,7 +14,7 @@ func TestDecodeArgs(t *testing.T) {
 		check              func(t *testing.T, a *Args)
 	}{
 		{name: "defaults", raw: `{"signingKeyFile":"/k"}`, check: func(t *testing.T, a *Args) {
-			if a.PluginDir != DefaultPluginDir || a.NodePolicy != "kubegpu" || a.DefaultTopology != "preferred" || a.HeartbeatStaleness.Duration != 40*time.Second || a.PodsWithoutDevices != "Score" {
+			if a.PluginDir != DefaultPluginDir || a.NodePolicy != "kubegpu" || a.DefaultTopology != "preferred" || a.HeartbeatStaleness.Duration != 40*time.Second || a.PodsWithoutDevices != "Score" || a.GPUMetrics != "PerGPU" {
 				t.Errorf("defaults not applied: %+v", a)
 			}
 		}},
@@ -30,6 +30,7 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "bad device policy", raw: `{"signingKeyFile":"/k","nodePolicy":"spread","devicePolicy":"kubegpu"}`, wantErr: `devicePolicy: Unsupported value: "kubegpu"`},
 		{name: "bad topology", raw: `{"signingKeyFile":"/k","defaultTopology":"strict"}`, wantErr: `defaultTopology: Unsupported value: "strict"`},
 		{name: "bad pods without devices", raw: `{"signingKeyFile":"/k","podsWithoutDevices":"score"}`, wantErr: `podsWithoutDevices: Unsupported value: "score"`},
+		{name: "bad GPU metrics", raw: `{"signingKeyFile":"/k","gpuMetrics":"none"}`, wantErr: `gpuMetrics: Unsupported value: "none"`},
 		{name: "short staleness", raw: `{"signingKeyFile":"/k","heartbeatStaleness":"10ms"}`, wantErr: "must be at least 1s"},
 		{name: "bad option", raw: `{"signingKeyFile":"/k","pluginOptions":["preset=dgx1"]}`, wantErr: "pluginOptions"},
 		{name: "not an object", raw: `[1]`, wantErr: "decode KubeGPU args"},

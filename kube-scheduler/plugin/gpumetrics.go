@@ -142,8 +142,11 @@ func (p *pendingPods) byReason() [numPendingReasons]int {
 // the pending pods are the ones the replica tried, so the leader's.
 type gpuCollector struct {
 	metrics.BaseStableCollector
-	cache  atomic.Pointer[deviceCache]
-	models modelLabels
+	cache atomic.Pointer[deviceCache]
+	// perModel is gpuMetrics: PerModel: no per-GPU series but the
+	// unhealthy GPUs'.
+	perModel atomic.Bool
+	models   modelLabels
 	// mu serialises scrapes, which share the per-GPU series' labels.
 	mu     sync.Mutex
 	series gpuSeries
@@ -312,7 +315,9 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			stranded[model] += c.engine.Stranded(n, st)
 		}
 	}
-	g.series.send(ch, values)
+	if !g.perModel.Load() {
+		g.series.send(ch, values)
+	}
 	g.series.sendUnhealthy(ch)
 	for _, m := range sortedKeys(gpus) {
 		ch <- metrics.NewLazyConstMetric(descGPUs, metrics.GaugeValue, gpus[m], m)
@@ -399,12 +404,14 @@ var registerCollectorOnce sync.Once
 // registerGPUMetrics makes c the cache the GPU metrics report (the last
 // plugin instance made, in a process with several profiles or tests) until
 // ctx, the scheduler's, ends: a scheduler that stopped is neither reported
-// nor kept alive by the collector.
-func registerGPUMetrics(ctx context.Context, c *deviceCache) {
+// nor kept alive by the collector. perGPU says whether the per-GPU series
+// are sent (gpuMetrics: PerGPU).
+func registerGPUMetrics(ctx context.Context, c *deviceCache, perGPU bool) {
 	registerCollectorOnce.Do(func() {
 		legacyregistry.CustomMustRegister(theCollector)
 		legacyregistry.MustRegister(allocationToRunning)
 	})
+	theCollector.perModel.Store(!perGPU)
 	theCollector.cache.Store(c)
 	context.AfterFunc(ctx, func() { theCollector.cache.CompareAndSwap(c, nil) })
 }

@@ -29,7 +29,7 @@ import (
 // GPU pods by the reason most nodes gave.
 func TestGPUMetrics(t *testing.T) {
 	c, key := testCache(t)
-	registerGPUMetrics(t.Context(), c)
+	registerGPUMetrics(t.Context(), c, true)
 	logger := klog.Background()
 	c.updateNode(logger, testNode(t, "n1", "t4x4"))
 	c.updateLease(testLease("n1", testNow), false)
@@ -121,6 +121,30 @@ kubegpu_scheduler_nodes_not_live 1
 				t.Errorf("%v: %v%% allocated, want %v", m.GetLabel(), got, want)
 			}
 		}
+	}
+
+	// gpuMetrics: PerModel: the per-model series, none per GPU.
+	g3 := &gpuCollector{}
+	g3.cache.Store(c)
+	g3.perModel.Store(true)
+	reg3 := metrics.NewKubeRegistry()
+	reg3.CustomMustRegister(g3)
+	mfs, err = reg3.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, perGPU := range []string{"kubegpu_scheduler_gpu_allocated_cores_percent", "kubegpu_scheduler_gpu_allocated_memory_bytes",
+		"kubegpu_scheduler_gpu_memory_bytes", "kubegpu_scheduler_gpu_pods", "kubegpu_scheduler_gpu_info"} {
+		if names[perGPU] {
+			t.Errorf("PerModel: %s reported", perGPU)
+		}
+	}
+	if !names["kubegpu_scheduler_gpus"] || !names["kubegpu_scheduler_idle_gpus"] || !names["kubegpu_scheduler_pending_gpu_pods"] {
+		t.Errorf("PerModel: per-model series missing: %v", names)
 	}
 
 	// Seen running after its binding: observed once.
@@ -308,8 +332,8 @@ func TestGPUMetricsFollowTheScheduler(t *testing.T) {
 	ctx1, stop1 := context.WithCancel(context.Background())
 	ctx2, stop2 := context.WithCancel(context.Background())
 	defer stop2()
-	registerGPUMetrics(ctx1, first)
-	registerGPUMetrics(ctx2, second)
+	registerGPUMetrics(ctx1, first, true)
+	registerGPUMetrics(ctx2, second, true)
 	stop1()
 	time.Sleep(50 * time.Millisecond)
 	if got := theCollector.cache.Load(); got != second {

@@ -513,7 +513,7 @@ func TestHelmTemplate(t *testing.T) {
 			"--set-json", `tolerations=[{"key":"kubegpu.io/scheduler-pool","operator":"Exists","effect":"NoSchedule"}]`,
 			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.sampleLimit=20000",
 			"--set", "metrics.serviceMonitor.labelValueLengthLimit=256", "--set", "metrics.serviceMonitor.labels.release=prometheus",
-			"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsPodSelector.matchLabels.app\\.kubernetes\\.io/name=prometheus"},
+			"--set", "plugin.gpuMetrics=PerModel", "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsPodSelector.matchLabels.app\\.kubernetes\\.io/name=prometheus"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out := helm(ctx, t, append([]string{"template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.36.3"}, args...)...)

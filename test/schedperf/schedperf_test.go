@@ -18,7 +18,9 @@
 // same build); without them it skips. KUBEGPU_SCHEDPERF_PROFILE_DIR names a
 // directory for a CPU profile of each workload; KUBEGPU_SCHEDPERF_STOCK_FIRST=1
 // runs the stock plugins before kubegpu's on each workload (make
-// bench-schedperf alternates the order between rounds). The Benchmark lines
+// bench-schedperf alternates the order between rounds);
+// KUBEGPU_SCHEDPERF_GPU_METRICS=PerGPU gives kubegpu-scheduler its default
+// per-GPU metrics instead of PerModel (see writeConfig). The Benchmark lines
 // carry each histogram once, whatever its labels; the data items that
 // -data-items-dir writes keep every label combination.
 package schedperf
@@ -109,6 +111,19 @@ func writeConfig(dir, pluginDir, keyFile string) (string, error) {
 	// The shipped profile (kube-scheduler/config/kubegpu-scheduler.yaml):
 	// KubeGPU at weight 10, binding first. heartbeatStaleness of an hour:
 	// the Leases are renewed every 30 s, which is slower than kubelets'.
+	// gpuMetrics PerModel unless KUBEGPU_SCHEDPERF_GPU_METRICS says
+	// PerGPU: the harness gathers the scheduler's whole registry every
+	// second to count scheduling attempts, and with PerGPU that gather
+	// carries 200,000 per-GPU series at 5,000 nodes, which Prometheus
+	// would scrape every 15 to 60 s, not every second.
+	gpuMetrics := os.Getenv("KUBEGPU_SCHEDPERF_GPU_METRICS")
+	switch gpuMetrics {
+	case "":
+		gpuMetrics = plugin.GPUMetricsPerModel
+	case plugin.GPUMetricsPerModel, plugin.GPUMetricsPerGPU:
+	default:
+		return "", fmt.Errorf("KUBEGPU_SCHEDPERF_GPU_METRICS=%q: want %s or %s", gpuMetrics, plugin.GPUMetricsPerGPU, plugin.GPUMetricsPerModel)
+	}
 	if err := os.WriteFile(schedConfig, fmt.Appendf(nil, `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:
@@ -127,7 +142,8 @@ profiles:
       pluginDir: %s
       signingKeyFile: %s
       heartbeatStaleness: 1h
-`, pluginDir, keyFile), 0o600); err != nil {
+      gpuMetrics: %s
+`, pluginDir, keyFile, gpuMetrics), 0o600); err != nil {
 		return "", err
 	}
 	var b strings.Builder
