@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -45,11 +46,17 @@ var (
 type liveness struct {
 	// leased is true while the node's Lease exists; renew is its last
 	// renewTime (the node's clock).
+	// renew and observed are atomic (nil for none) so that a renewal of
+	// a live node's Lease, the most frequent event the cache sees (every
+	// node's every 10 s), is taken in under the read lock: Filter calls
+	// go on meanwhile.
 	leased bool
-	renew  time.Time
-	// observed is when (the scheduler's clock) renew was last seen to
-	// change; zero until the first change since the scheduler started.
-	observed time.Time
+	renew  atomic.Pointer[time.Time]
+	// observed is when (the scheduler's clock, with its monotonic
+	// reading, so that steps of the wall clock do not count) renew was
+	// last seen to change; nil until the first change since the scheduler
+	// started.
+	observed atomic.Pointer[time.Time]
 	// ready reports the node's Ready condition; notReady says why not.
 	ready    bool
 	notReady string
@@ -73,7 +80,7 @@ func (c *deviceCache) warm() bool {
 		return true
 	}
 	for _, ns := range c.nodes {
-		if ns.devices != nil && ns.live.ready && ns.live.leased && ns.live.observed.IsZero() && now.Sub(ns.live.renew) <= c.staleness {
+		if ns.devices != nil && ns.live.ready && ns.live.leased && ns.live.observed.Load() == nil && now.Sub(timeOf(ns.live.renew.Load())) <= c.staleness {
 			return false
 		}
 	}
@@ -110,14 +117,33 @@ func (c *deviceCache) updateLease(lease *coordinationv1.Lease, initial bool) {
 	case lease.Spec.AcquireTime != nil:
 		renew = lease.Spec.AcquireTime.Time
 	}
+	// Read before the lock: observed can only come out earlier by the
+	// wait for it, which errs on the side of stale.
+	now := c.now()
+	if !initial {
+		// A live node's renewal: it stays live, and only the two atomics
+		// change.
+		c.mu.RLock()
+		ns, ok := c.nodes[lease.Name]
+		fast := ok && ns.live.leased && c.liveAt(ns, now) == nil
+		if fast {
+			if prev := ns.live.renew.Swap(&renew); prev == nil || !prev.Equal(renew) {
+				ns.live.observed.Store(&now)
+			}
+		}
+		c.mu.RUnlock()
+		if fast {
+			return
+		}
+	}
 	c.mu.Lock()
 	ns := c.node(lease.Name)
-	now := c.now()
 	wasLive := c.liveAt(ns, now) == nil
-	if !initial && (!ns.live.leased || !renew.Equal(ns.live.renew)) {
-		ns.live.observed = now
+	prev := ns.live.renew.Swap(&renew)
+	if !initial && (!ns.live.leased || prev == nil || !prev.Equal(renew)) {
+		ns.live.observed.Store(&now)
 	}
-	ns.live.leased, ns.live.renew = true, renew
+	ns.live.leased = true
 	resumed := !wasLive && c.liveAt(ns, now) == nil
 	c.mu.Unlock()
 	if resumed {
@@ -132,7 +158,9 @@ func (c *deviceCache) deleteLease(lease *coordinationv1.Lease) {
 	}
 	c.mu.Lock()
 	if ns, ok := c.nodes[lease.Name]; ok {
-		ns.live.leased, ns.live.renew, ns.live.observed = false, time.Time{}, time.Time{}
+		ns.live.leased = false
+		ns.live.renew.Store(nil)
+		ns.live.observed.Store(nil)
 	}
 	c.mu.Unlock()
 }
@@ -169,10 +197,12 @@ func (c *deviceCache) liveAt(ns *nodeState, now time.Time) error {
 		return fmt.Errorf("%w: %s", errStale, ns.live.notReady)
 	case !ns.live.leased:
 		return errNoLease
-	case ns.live.observed.IsZero():
+	}
+	observed := ns.live.observed.Load()
+	if observed == nil {
 		return errUnobserved
 	}
-	if age := now.Sub(ns.live.observed); age > c.staleness {
+	if age := now.Sub(*observed); age > c.staleness {
 		return fmt.Errorf("%w: node's Lease was last seen renewed %s ago (limit %s)", errStale, age.Round(time.Second), c.staleness)
 	}
 	return nil
@@ -213,4 +243,12 @@ func (c *deviceCache) learnPods(logger klog.Logger) {
 		c.engine.ForgetPod(string(uid))
 	}
 	logger.Info("Learned the workload mix from the pods running", "pods", c.engine.LearnedPods(), "types", len(c.engine.Workload().Types()))
+}
+
+// timeOf is *t, the zero time for nil.
+func timeOf(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }

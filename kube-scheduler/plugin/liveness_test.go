@@ -48,6 +48,17 @@ func TestLivenessIsObserved(t *testing.T) {
 	if err := live(); err != nil {
 		t.Fatalf("30 s after its last renewal: %v", err)
 	}
+	// The same Lease again while the node is live (an informer resync):
+	// no renewal, so 41 s after the last one the node is stale.
+	c.updateLease(testLease("n1", now.Add(-30*time.Second).Add(-time.Hour)), false)
+	now = now.Add(11 * time.Second)
+	if err := live(); !errors.Is(err, errStale) {
+		t.Fatalf("41 s after the last renewal, the same Lease seen again meanwhile: %v", err)
+	}
+	c.updateLease(testLease("n1", now.Add(-time.Hour)), false)
+	if err := live(); err != nil {
+		t.Fatalf("renewed again: %v", err)
+	}
 	// A node whose clock is an hour ahead is stale once it stops renewing.
 	c.updateLease(testLease("n1", now.Add(time.Hour)), false)
 	now = now.Add(41 * time.Second)
