@@ -71,6 +71,7 @@ const (
 // The scheduler's replicas all report their device cache: take the max.
 const (
 	gpus      = `sum(max by (model) (kubegpu_scheduler_gpus{` + sched + `}))`
+	allocGPUs = `sum(max by (model) (kubegpu_scheduler_allocated_gpus{` + sched + `}))`
 	idle      = `sum(max by (model) (kubegpu_scheduler_idle_gpus{` + sched + `}))`
 	stranded  = `sum(max by (model) (kubegpu_scheduler_stranded_gpus{` + sched + `}))`
 	allocated = `max by (node, device) (kubegpu_scheduler_gpu_allocated_cores_percent{` + sched + `}) / 100`
@@ -108,7 +109,7 @@ func build() ([]byte, error) {
 			query(`sum by (node) (`+allocated+`)`, "{{node}}"))).
 		WithRow(dashboard.NewRowBuilder("Allocation and fragmentation")).
 		WithPanel(series("Allocation", "Share of the cluster's GPU compute that pods hold.", "percentunit",
-			query(`sum(`+allocated+`) / `+gpus, "allocated"))).
+			query(allocGPUs+` / `+gpus, "allocated"))).
 		WithPanel(series("Fragmentation", "Stranded GPUs as a share of all GPUs, overall and per model (alert: KubeGPUFragmentationHigh).", "percentunit",
 			query(stranded+` / `+gpus, "all"),
 			query(`max by (model) (kubegpu_scheduler_stranded_gpus{`+sched+`}) / max by (model) (kubegpu_scheduler_gpus{`+sched+`})`, "{{model}}"))).

@@ -204,8 +204,9 @@ func BenchmarkFilterScore(b *testing.B) {
 }
 
 // BenchmarkGPUMetricsScrape is a registry's Gather of the GPU metrics of
-// 5,000 DGX-1 nodes (40,000 GPUs, five series each), what a Prometheus
-// scrape of the scheduler costs beside the upstream metrics.
+// 5,000 DGX-1 nodes (40,000 GPUs, five series each with gpuMetrics: PerGPU,
+// none with PerModel), what a Prometheus scrape of the scheduler costs
+// beside the upstream metrics.
 func BenchmarkGPUMetricsScrape(b *testing.B) {
 	c, _ := testCache(&testing.T{})
 	logger := klog.Background()
@@ -218,14 +219,18 @@ func BenchmarkGPUMetricsScrape(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	g := &gpuCollector{}
-	g.cache.Store(c)
-	reg := metrics.NewKubeRegistry()
-	reg.CustomMustRegister(g)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := reg.Gather(); err != nil {
-			b.Fatal(err)
-		}
+	for _, mode := range []string{GPUMetricsPerGPU, GPUMetricsPerModel} {
+		b.Run(mode, func(b *testing.B) {
+			g := &gpuCollector{}
+			g.report(c, mode == GPUMetricsPerModel)
+			reg := metrics.NewKubeRegistry()
+			reg.CustomMustRegister(g)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := reg.Gather(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -142,15 +142,19 @@ func (p *pendingPods) byReason() [numPendingReasons]int {
 // the pending pods are the ones the replica tried, so the leader's.
 type gpuCollector struct {
 	metrics.BaseStableCollector
-	cache atomic.Pointer[deviceCache]
-	// perModel is gpuMetrics: PerModel: no per-GPU series but the
-	// unhealthy GPUs'.
-	perModel atomic.Bool
-	models   modelLabels
+	target atomic.Pointer[collectorTarget]
+	models modelLabels
 	// mu serialises scrapes, which share the per-GPU series' labels.
 	mu     sync.Mutex
 	series gpuSeries
 	scrape uint64
+}
+
+// collectorTarget is the cache a collector reports and how: perModel is
+// gpuMetrics: PerModel, no per-GPU series but the unhealthy GPUs'.
+type collectorTarget struct {
+	cache    *deviceCache
+	perModel bool
 }
 
 // maxModels bounds the values of the model label over the scheduler's
@@ -205,6 +209,8 @@ var (
 		"1 for each GPU (or MIG instance) its node publishes as not healthy; no series for healthy ones.", infoLabels, nil, metrics.ALPHA, "")
 	descGPUs = metrics.NewDesc("kubegpu_scheduler_gpus",
 		"Allocatable GPUs (and MIG instances) of live nodes with a usable inventory, by model.", []string{"model"}, nil, metrics.ALPHA, "")
+	descAllocatedGPUs = metrics.NewDesc("kubegpu_scheduler_allocated_gpus",
+		"GPUs' worth of compute that pods hold on live nodes with a usable inventory, by model (a whole GPU counts 1, a 25% slice 0.25).", []string{"model"}, nil, metrics.ALPHA, "")
 	descIdle = metrics.NewDesc("kubegpu_scheduler_idle_gpus",
 		"Allocatable GPUs of live nodes that no pod holds any share of, by model.", []string{"model"}, nil, metrics.ALPHA, "")
 	descStranded = metrics.NewDesc("kubegpu_scheduler_stranded_gpus",
@@ -229,7 +235,7 @@ var theCollector = &gpuCollector{}
 
 // DescribeWithStability sends the collector's descriptors.
 func (g *gpuCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descInfo, descUnhealthy, descGPUs, descIdle, descStranded, descNodes, descNotLive, descPending, descUnallocated} {
+	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descInfo, descUnhealthy, descGPUs, descAllocatedGPUs, descIdle, descStranded, descNodes, descNotLive, descPending, descUnallocated} {
 		ch <- d
 	}
 }
@@ -248,10 +254,11 @@ type nodeCopy struct {
 // read lock, a few hundred bytes per node, and computes the metrics after
 // releasing it, so that a scrape does not hold up scheduling.
 func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
-	c := g.cache.Load()
-	if c == nil {
+	t := g.target.Load()
+	if t == nil {
 		return
 	}
+	c := t.cache
 	now := c.now()
 	var states [numInventoryStates]int
 	c.mu.RLock()
@@ -278,7 +285,7 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	}
 	g.series.prune(g.scrape)
 	values := make([]gpuValues, len(g.series.byDevice))
-	gpus, idle, stranded := map[string]float64{}, map[string]float64{}, map[string]float64{}
+	gpus, allocated, idle, stranded := map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
 	notLive := 0
 	for i := range nodes {
 		nc, ns := &nodes[i], series[i]
@@ -306,6 +313,7 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			values[ns.devicePos[d]] = gpuValues{cores: cores, memory: mem, memoryCap: float64(memCap), pods: float64(nc.pods[d])}
 			if nc.live {
 				gpus[devModel]++
+				allocated[devModel] += cores / 100
 				if st.Used&(1<<d) == 0 {
 					idle[devModel]++
 				}
@@ -315,12 +323,18 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			stranded[model] += c.engine.Stranded(n, st)
 		}
 	}
-	if !g.perModel.Load() {
+	if !t.perModel {
 		g.series.send(ch, values)
 	}
 	g.series.sendUnhealthy(ch)
+	if g.target.Load() == nil {
+		// The scheduler stopped during the scrape, after its end had
+		// cleared the series (registerGPUMetrics): keep nothing of it.
+		g.series = gpuSeries{}
+	}
 	for _, m := range sortedKeys(gpus) {
 		ch <- metrics.NewLazyConstMetric(descGPUs, metrics.GaugeValue, gpus[m], m)
+		ch <- metrics.NewLazyConstMetric(descAllocatedGPUs, metrics.GaugeValue, allocated[m], m)
 		ch <- metrics.NewLazyConstMetric(descIdle, metrics.GaugeValue, idle[m], m)
 	}
 	for _, m := range sortedKeys(stranded) {
@@ -411,9 +425,16 @@ func registerGPUMetrics(ctx context.Context, c *deviceCache, perGPU bool) {
 		legacyregistry.CustomMustRegister(theCollector)
 		legacyregistry.MustRegister(allocationToRunning)
 	})
-	theCollector.perModel.Store(!perGPU)
-	theCollector.cache.Store(c)
-	context.AfterFunc(ctx, func() { theCollector.cache.CompareAndSwap(c, nil) })
+	t := &collectorTarget{cache: c, perModel: !perGPU}
+	theCollector.target.Store(t)
+	context.AfterFunc(ctx, func() {
+		if theCollector.target.CompareAndSwap(t, nil) {
+			// The per-GPU label pairs hold the cache's nodes.
+			theCollector.mu.Lock()
+			theCollector.series = gpuSeries{}
+			theCollector.mu.Unlock()
+		}
+	})
 }
 
 // observeRunning records a bound GPU pod's allocation-to-running time

@@ -66,9 +66,12 @@ func TestGPUMetrics(t *testing.T) {
 	}
 
 	g := &gpuCollector{}
-	g.cache.Store(c)
+	g.report(c, false)
 	var want strings.Builder
 	want.WriteString(`
+# HELP kubegpu_scheduler_allocated_gpus [ALPHA] GPUs' worth of compute that pods hold on live nodes with a usable inventory, by model (a whole GPU counts 1, a 25% slice 0.25).
+# TYPE kubegpu_scheduler_allocated_gpus gauge
+kubegpu_scheduler_allocated_gpus{model="Tesla T4"} 1
 # HELP kubegpu_scheduler_idle_gpus [ALPHA] Allocatable GPUs of live nodes that no pod holds any share of, by model.
 # TYPE kubegpu_scheduler_idle_gpus gauge
 kubegpu_scheduler_idle_gpus{model="Tesla T4"} 3
@@ -89,12 +92,12 @@ kubegpu_scheduler_nodes_not_live 1
 		want.WriteString(`kubegpu_scheduler_pending_gpu_pods{reason="` + name + `"} ` + n + "\n")
 	}
 	if err := testutil.CustomCollectAndCompare(g, strings.NewReader(want.String()),
-		"kubegpu_scheduler_gpus", "kubegpu_scheduler_idle_gpus", "kubegpu_scheduler_nodes_not_live", "kubegpu_scheduler_pending_gpu_pods"); err != nil {
+		"kubegpu_scheduler_gpus", "kubegpu_scheduler_allocated_gpus", "kubegpu_scheduler_idle_gpus", "kubegpu_scheduler_nodes_not_live", "kubegpu_scheduler_pending_gpu_pods"); err != nil {
 		t.Error(err)
 	}
 	// The held GPU, whole; the others free.
 	g2 := &gpuCollector{}
-	g2.cache.Store(c)
+	g2.report(c, false)
 	reg := metrics.NewKubeRegistry()
 	reg.CustomMustRegister(g2)
 	mfs, err := reg.Gather()
@@ -123,10 +126,19 @@ kubegpu_scheduler_nodes_not_live 1
 		}
 	}
 
-	// gpuMetrics: PerModel: the per-model series, none per GPU.
+	// gpuMetrics: PerModel: the per-model series, none per GPU but the
+	// unhealthy GPUs' (an alert is on them).
+	sick := testNode(t, "sick", "t4x4")
+	topo, _ := simgpu.Preset("t4x4")
+	inv := simgpu.Inventory(topo, "sick")
+	inv.Devices[0].Health = types.Unhealthy
+	if err := objects.SetNodeInventory(sick, inv); err != nil {
+		t.Fatal(err)
+	}
+	c.updateNode(logger, sick)
+	c.updateLease(testLease("sick", testNow), false)
 	g3 := &gpuCollector{}
-	g3.cache.Store(c)
-	g3.perModel.Store(true)
+	g3.report(c, true)
 	reg3 := metrics.NewKubeRegistry()
 	reg3.CustomMustRegister(g3)
 	mfs, err = reg3.Gather()
@@ -143,7 +155,7 @@ kubegpu_scheduler_nodes_not_live 1
 			t.Errorf("PerModel: %s reported", perGPU)
 		}
 	}
-	if !names["kubegpu_scheduler_gpus"] || !names["kubegpu_scheduler_idle_gpus"] || !names["kubegpu_scheduler_pending_gpu_pods"] {
+	if !names["kubegpu_scheduler_gpus"] || !names["kubegpu_scheduler_allocated_gpus"] || !names["kubegpu_scheduler_idle_gpus"] || !names["kubegpu_scheduler_pending_gpu_pods"] || !names["kubegpu_scheduler_gpu_unhealthy"] {
 		t.Errorf("PerModel: per-model series missing: %v", names)
 	}
 
@@ -229,7 +241,7 @@ func TestGPUPodsWithoutAllocation(t *testing.T) {
 	}
 	c.listPods = func() ([]*corev1.Pod, error) { return pods, nil }
 	g := &gpuCollector{}
-	g.cache.Store(c)
+	g.report(c, false)
 	want := `
 # HELP kubegpu_scheduler_gpu_pods_without_allocation [ALPHA] Bound GPU pods that have not finished and hold no allocation the scheduler counts: bound by another scheduler (a stock kube-scheduler holding the Lease in mode only), created with spec.nodeName, or whose allocation was refused. Their containers get no GPUs.
 # TYPE kubegpu_scheduler_gpu_pods_without_allocation gauge
@@ -247,7 +259,7 @@ func TestModelLabelsBounded(t *testing.T) {
 	c, _ := testCache(t)
 	logger := klog.Background()
 	g := &gpuCollector{}
-	g.cache.Store(c)
+	g.report(c, false)
 	reg := metrics.NewKubeRegistry()
 	reg.CustomMustRegister(g)
 	models := map[string]bool{}
@@ -292,7 +304,7 @@ func TestDeletedNodeSeriesGone(t *testing.T) {
 	c.updateNode(logger, testNode(t, "n1", "t4x4"))
 	c.updateNode(logger, testNode(t, "gone", "t4x4"))
 	g := &gpuCollector{}
-	g.cache.Store(c)
+	g.report(c, false)
 	reg := metrics.NewKubeRegistry()
 	reg.CustomMustRegister(g)
 	seriesOf := func() map[string]int {
@@ -336,14 +348,32 @@ func TestGPUMetricsFollowTheScheduler(t *testing.T) {
 	registerGPUMetrics(ctx2, second, true)
 	stop1()
 	time.Sleep(50 * time.Millisecond)
-	if got := theCollector.cache.Load(); got != second {
+	if got := theCollector.reporting(); got != second {
 		t.Fatal("an earlier scheduler's end took the running one's cache out of the metrics")
+	}
+	// A scrape of the running one: its per-GPU label pairs are kept.
+	second.updateNode(klog.Background(), testNode(t, "n1", "t4x4"))
+	second.updateLease(testLease("n1", testNow), false)
+	ch := make(chan metrics.Metric, 100)
+	go func() {
+		theCollector.CollectWithStability(ch)
+		close(ch)
+	}()
+	for range ch {
+	}
+	theCollector.mu.Lock()
+	kept := len(theCollector.series.nodes)
+	theCollector.mu.Unlock()
+	if kept != 1 {
+		t.Fatalf("%d nodes' series kept after a scrape, want 1", kept)
 	}
 	stop2()
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		return theCollector.cache.Load() == nil, nil
+		theCollector.mu.Lock()
+		defer theCollector.mu.Unlock()
+		return theCollector.reporting() == nil && len(theCollector.series.nodes) == 0, nil
 	}); err != nil {
-		t.Fatal("a stopped scheduler's cache is still in the metrics")
+		t.Fatal("a stopped scheduler's cache is still in the metrics, or its nodes' series are kept")
 	}
 }
 
@@ -356,7 +386,7 @@ func TestGPUSeriesAcrossScrapes(t *testing.T) {
 	c, _ := testCache(t)
 	logger := klog.Background()
 	g := &gpuCollector{}
-	g.cache.Store(c)
+	g.report(c, false)
 	reg := metrics.NewKubeRegistry()
 	reg.CustomMustRegister(g)
 	r := wholeRequest(t, c, 1)
@@ -432,4 +462,21 @@ func TestGPUSeriesAcrossScrapes(t *testing.T) {
 	if pods == 0 {
 		t.Fatal("no pod was placed: the test exercised nothing")
 	}
+}
+
+// report makes the collector report c (nil: nothing).
+func (g *gpuCollector) report(c *deviceCache, perModel bool) {
+	if c == nil {
+		g.target.Store(nil)
+		return
+	}
+	g.target.Store(&collectorTarget{cache: c, perModel: perModel})
+}
+
+// reporting is the cache the collector reports, or nil.
+func (g *gpuCollector) reporting() *deviceCache {
+	if t := g.target.Load(); t != nil {
+		return t.cache
+	}
+	return nil
 }

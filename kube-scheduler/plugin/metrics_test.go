@@ -30,7 +30,7 @@ func testMetrics(t *testing.T, c *deviceCache) metrics.KubeRegistry {
 func TestNodesByInventory(t *testing.T) {
 	c, _ := testCache(t)
 	g := &gpuCollector{}
-	g.cache.Store(c)
+	g.report(c, false)
 	logger := klog.Background()
 	withCapacity := func(name string, capacity corev1.ResourceList) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Capacity: capacity}}
@@ -63,7 +63,7 @@ func TestNodesByInventory(t *testing.T) {
 	c.updateNode(logger, withCapacity("cpu-only", corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("1")}))
 	c.deleteNode("gpu-stale")
 	g = &gpuCollector{}
-	g.cache.Store(c)
+	g.report(c, false)
 	if err := testutil.CustomCollectAndCompare(g, strings.NewReader(want(1, 2, 0, 1)), "kubegpu_scheduler_nodes"); err != nil {
 		t.Error(err)
 	}

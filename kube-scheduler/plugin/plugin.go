@@ -144,7 +144,6 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 	}
 	m := registerMetrics()
 	c := newDeviceCache(engine, keys, args.HeartbeatStaleness.Duration, m)
-	registerGPUMetrics(ctx, c, args.GPUMetrics == GPUMetricsPerGPU)
 	// Background records have a client of their own, so that they never
 	// take from the scheduler's QPS.
 	recordConfig := rest.CopyConfig(h.KubeConfig())
@@ -180,6 +179,8 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 			}
 		}
 	}()
+	// Reported once whole: a scrape reads c.listPods.
+	registerGPUMetrics(ctx, c, args.GPUMetrics == GPUMetricsPerGPU)
 	return &shared{args: args, modules: names, engine: engine, key: key, cache: c, synced: synced}, nil
 }
 

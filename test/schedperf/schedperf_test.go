@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -124,6 +125,8 @@ func writeConfig(dir, pluginDir, keyFile string) (string, error) {
 	default:
 		return "", fmt.Errorf("KUBEGPU_SCHEDPERF_GPU_METRICS=%q: want %s or %s", gpuMetrics, plugin.GPUMetricsPerGPU, plugin.GPUMetricsPerModel)
 	}
+	// For hack/schedperf-summary.sh.
+	fmt.Printf("# kubegpu-scheduler gpuMetrics: %s\n", gpuMetrics)
 	if err := os.WriteFile(schedConfig, fmt.Appendf(nil, `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:
@@ -315,7 +318,9 @@ func (r *renewer) start(tCtx ktesting.TContext, _ *perf.Workload) (func(), error
 
 // profile writes a CPU profile of the process for the workload (its nodes'
 // creation, the pods before and the pods measured) to
-// $KUBEGPU_SCHEDPERF_PROFILE_DIR/<test name>-<time>.pprof, if that is set.
+// $KUBEGPU_SCHEDPERF_PROFILE_DIR/<test name>-<time>.pprof, if that is set,
+// and its mutex contention and blocking (sampled) beside it
+// (.mutex.pprof, .block.pprof, with .base.pprof snapshots of their start).
 func profile(tCtx ktesting.TContext) (stop func(), err error) {
 	dir := os.Getenv("KUBEGPU_SCHEDPERF_PROFILE_DIR")
 	if dir == "" {
@@ -330,8 +335,26 @@ func profile(tCtx ktesting.TContext) (stop func(), err error) {
 		f.Close()
 		return nil, err
 	}
+	// Where the scheduler waits rather than computes: lock contention
+	// and blocking, beside the CPU profile. Go counts them from the
+	// process's start, so they are written at the workload's start too
+	// (.base): go tool pprof -base X.mutex.base.pprof X.mutex.pprof.
+	runtime.SetMutexProfileFraction(100)
+	runtime.SetBlockProfileRate(int(time.Millisecond))
+	write := func(kind, suffix string) {
+		if w, err := os.Create(strings.TrimSuffix(f.Name(), ".pprof") + "." + kind + suffix); err == nil {
+			_ = pprof.Lookup(kind).WriteTo(w, 0)
+			w.Close()
+		}
+	}
+	write("mutex", ".base.pprof")
+	write("block", ".base.pprof")
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+		write("mutex", ".pprof")
+		write("block", ".pprof")
+		runtime.SetMutexProfileFraction(0)
+		runtime.SetBlockProfileRate(0)
 	}, nil
 }
