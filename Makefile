@@ -202,7 +202,7 @@ bench-replay: build plugins kube-binaries ## Replay the openb trace through the 
 SCHEDPERF := $(OUT)/schedperf
 SCHEDPERF_BENCH ?= .*/5000Nodes
 SCHEDPERF_FILTER ?= performance
-SCHEDPERF_ROUNDS ?= 3
+SCHEDPERF_ROUNDS ?= 4
 SCHEDPERF_GPU_METRICS ?= PerModel
 
 .PHONY: bench-schedperf
