@@ -7,22 +7,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
 )
-
-// testMetrics gives c metrics of its own registry.
-func testMetrics(t *testing.T, c *deviceCache) metrics.KubeRegistry {
-	t.Helper()
-	reg := metrics.NewKubeRegistry()
-	m := newCacheMetrics()
-	m.register(reg.Register)
-	c.metrics = m
-	return reg
-}
 
 // TestNodesByInventory: a node without an inventory counts as missing one
 // only when its capacity has GPUs; CPU-only and control-plane nodes are
