@@ -258,10 +258,7 @@ kubegpu_scheduler_gpu_pods_without_allocation 3
 func TestModelLabelsBounded(t *testing.T) {
 	c, _ := testCache(t)
 	logger := klog.Background()
-	g := &gpuCollector{}
-	g.report(c, false)
-	reg := metrics.NewKubeRegistry()
-	reg.CustomMustRegister(g)
+	reg := collectorRegistry(c)
 	models := map[string]bool{}
 	for i := range 3 * maxModels {
 		n := testNode(t, "n1", "t4x4")
@@ -303,10 +300,7 @@ func TestDeletedNodeSeriesGone(t *testing.T) {
 	logger := klog.Background()
 	c.updateNode(logger, testNode(t, "n1", "t4x4"))
 	c.updateNode(logger, testNode(t, "gone", "t4x4"))
-	g := &gpuCollector{}
-	g.report(c, false)
-	reg := metrics.NewKubeRegistry()
-	reg.CustomMustRegister(g)
+	reg := collectorRegistry(c)
 	seriesOf := func() map[string]int {
 		t.Helper()
 		mfs, err := reg.Gather()
@@ -385,10 +379,7 @@ func TestGPUMetricsFollowTheScheduler(t *testing.T) {
 func TestGPUSeriesAcrossScrapes(t *testing.T) {
 	c, _ := testCache(t)
 	logger := klog.Background()
-	g := &gpuCollector{}
-	g.report(c, false)
-	reg := metrics.NewKubeRegistry()
-	reg.CustomMustRegister(g)
+	reg := collectorRegistry(c)
 	r := wholeRequest(t, c, 1)
 	rng := rand.New(rand.NewPCG(1, 2))
 	names := []string{"m", "c", "x", "a", "p", "f"}
@@ -479,4 +470,14 @@ func (g *gpuCollector) reporting() *deviceCache {
 		return t.cache
 	}
 	return nil
+}
+
+// collectorRegistry is a registry of its own with a collector reporting c
+// per GPU.
+func collectorRegistry(c *deviceCache) metrics.KubeRegistry {
+	g := &gpuCollector{}
+	g.report(c, false)
+	reg := metrics.NewKubeRegistry()
+	reg.CustomMustRegister(g)
+	return reg
 }
