@@ -284,7 +284,10 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		series[i] = g.series.update(&nodes[i], g.scrape, &g.models)
 	}
 	g.series.prune(g.scrape)
-	values := make([]gpuValues, len(g.series.byDevice))
+	var values []gpuValues // the per-GPU series' values, for PerGPU only
+	if !t.perModel {
+		values = make([]gpuValues, len(g.series.byDevice))
+	}
 	gpus, allocated, idle, stranded := map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
 	notLive := 0
 	for i := range nodes {
@@ -310,7 +313,9 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			if st.Exclusive&(1<<d) != 0 {
 				cores, mem = 100, float64(memCap)
 			}
-			values[ns.devicePos[d]] = gpuValues{cores: cores, memory: mem, memoryCap: float64(memCap), pods: float64(nc.pods[d])}
+			if values != nil {
+				values[ns.devicePos[d]] = gpuValues{cores: cores, memory: mem, memoryCap: float64(memCap), pods: float64(nc.pods[d])}
+			}
 			if nc.live {
 				gpus[devModel]++
 				allocated[devModel] += cores / 100

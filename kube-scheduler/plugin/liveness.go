@@ -45,11 +45,10 @@ var (
 // liveness is what the scheduler has seen of a node's kubelet.
 type liveness struct {
 	// leased is true while the node's Lease exists; renew is its last
-	// renewTime (the node's clock).
-	// renew and observed are atomic (nil for none) so that a renewal of
-	// a live node's Lease, the most frequent event the cache sees (every
-	// node's every 10 s), is taken in under the read lock: Filter calls
-	// go on meanwhile.
+	// renewTime (the node's clock). renew and observed are atomic (nil for
+	// none) so that a renewal of a live node's Lease, the most frequent
+	// event the cache sees (every node's every 10 s), is taken in under
+	// the read lock: Filter calls go on meanwhile.
 	leased bool
 	renew  atomic.Pointer[time.Time]
 	// observed is when (the scheduler's clock, with its monotonic
@@ -127,9 +126,7 @@ func (c *deviceCache) updateLease(lease *coordinationv1.Lease, initial bool) {
 		ns, ok := c.nodes[lease.Name]
 		fast := ok && ns.live.leased && c.liveAt(ns, now) == nil
 		if fast {
-			if prev := ns.live.renew.Swap(&renew); prev == nil || !prev.Equal(renew) {
-				ns.live.observed.Store(&now)
-			}
+			ns.live.takeRenewal(renew, now, true)
 		}
 		c.mu.RUnlock()
 		if fast {
@@ -139,10 +136,9 @@ func (c *deviceCache) updateLease(lease *coordinationv1.Lease, initial bool) {
 	c.mu.Lock()
 	ns := c.node(lease.Name)
 	wasLive := c.liveAt(ns, now) == nil
-	prev := ns.live.renew.Swap(&renew)
-	if !initial && (!ns.live.leased || prev == nil || !prev.Equal(renew)) {
-		ns.live.observed.Store(&now)
-	}
+	// A node without a Lease has no renewTime either: its new Lease is a
+	// change.
+	ns.live.takeRenewal(renew, now, !initial)
 	ns.live.leased = true
 	resumed := !wasLive && c.liveAt(ns, now) == nil
 	c.mu.Unlock()
@@ -243,6 +239,14 @@ func (c *deviceCache) learnPods(logger klog.Logger) {
 		c.engine.ForgetPod(string(uid))
 	}
 	logger.Info("Learned the workload mix from the pods running", "pods", c.engine.LearnedPods(), "types", len(c.engine.Workload().Types()))
+}
+
+// takeRenewal records the Lease's renewTime and, if observe and it
+// changed, now as when it was seen to change.
+func (l *liveness) takeRenewal(renew, now time.Time, observe bool) {
+	if prev := l.renew.Swap(&renew); observe && (prev == nil || !prev.Equal(renew)) {
+		l.observed.Store(&now)
+	}
 }
 
 // timeOf is *t, the zero time for nil.
