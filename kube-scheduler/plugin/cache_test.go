@@ -151,6 +151,10 @@ func TestCacheReserveBindRelease(t *testing.T) {
 		t.Fatalf("evaluate on the full node = %v, want ErrDoesNotFit (a stale memo?)", err)
 	}
 	c.unreserve(b.UID)
+	// b's devices are free again: the memo must not keep "full".
+	if _, err := c.evaluate(named("n1"), ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); err != nil {
+		t.Fatalf("evaluate once b was unreserved = %v, want a fit (a stale memo?)", err)
+	}
 	// a is seen bound: confirmed, and unreserve no longer forgets it.
 	c.updatePod(logger, boundWith(t, key, a, allocA))
 	c.unreserve(a.UID)

@@ -44,21 +44,26 @@ var (
 
 // liveness is what the scheduler has seen of a node's kubelet.
 type liveness struct {
-	// leased is true while the node's Lease exists; renew is its last
-	// renewTime (the node's clock). renew and observed are atomic (nil for
-	// none) so that a renewal of a live node's Lease, the most frequent
-	// event the cache sees (every node's every 10 s), is taken in under
-	// the read lock: Filter calls go on meanwhile.
-	leased bool
-	renew  atomic.Pointer[time.Time]
-	// observed is when (the scheduler's clock, with its monotonic
-	// reading, so that steps of the wall clock do not count) renew was
-	// last seen to change; nil until the first change since the scheduler
-	// started.
-	observed atomic.Pointer[time.Time]
 	// ready reports the node's Ready condition; notReady says why not.
-	ready    bool
-	notReady string
+	ready bool
+	// leased is true while the node's Lease exists; renew is its last
+	// renewTime (the node's clock). renew, observed and hasObserved are
+	// atomic (renew nil for none) so that a renewal of a live node's
+	// Lease, the most frequent event the cache sees (every node's every
+	// 10 s), is taken in under the read lock: Filter calls go on
+	// meanwhile.
+	leased bool
+	// hasObserved is false until renew was seen to change since the
+	// scheduler started; observed is when it last was, on the scheduler's
+	// clock (its monotonic reading, so that steps of the wall clock do not
+	// count), as the time since the cache started (see deviceCache.since).
+	// A number rather than a *time.Time: Filter reads it for every node,
+	// and a pointer to follow per node was the largest cost of Filter at
+	// 5,000 nodes.
+	hasObserved atomic.Bool
+	observed    atomic.Int64
+	renew       atomic.Pointer[time.Time]
+	notReady    string
 }
 
 // errWarmingUp is why GPU pods wait while the cache warms up.
@@ -79,7 +84,7 @@ func (c *deviceCache) warm() bool {
 		return true
 	}
 	for _, ns := range c.nodes {
-		if ns.devices != nil && ns.live.ready && ns.live.leased && ns.live.observed.Load() == nil && now.Sub(timeOf(ns.live.renew.Load())) <= c.staleness {
+		if ns.devices != nil && ns.live.ready && ns.live.leased && !ns.live.hasObserved.Load() && now.Sub(timeOf(ns.live.renew.Load())) <= c.staleness {
 			return false
 		}
 	}
@@ -126,7 +131,7 @@ func (c *deviceCache) updateLease(lease *coordinationv1.Lease, initial bool) {
 		ns, ok := c.nodes[lease.Name]
 		fast := ok && ns.live.leased && c.liveAt(ns, now) == nil
 		if fast {
-			ns.live.takeRenewal(renew, now, true)
+			ns.live.takeRenewal(renew, c.since(now), true)
 		}
 		c.mu.RUnlock()
 		if fast {
@@ -138,7 +143,7 @@ func (c *deviceCache) updateLease(lease *coordinationv1.Lease, initial bool) {
 	wasLive := c.liveAt(ns, now) == nil
 	// A node without a Lease has no renewTime either: its new Lease is a
 	// change.
-	ns.live.takeRenewal(renew, now, !initial)
+	ns.live.takeRenewal(renew, c.since(now), !initial)
 	ns.live.leased = true
 	resumed := !wasLive && c.liveAt(ns, now) == nil
 	c.mu.Unlock()
@@ -156,7 +161,7 @@ func (c *deviceCache) deleteLease(lease *coordinationv1.Lease) {
 	if ns, ok := c.nodes[lease.Name]; ok {
 		ns.live.leased = false
 		ns.live.renew.Store(nil)
-		ns.live.observed.Store(nil)
+		ns.live.hasObserved.Store(false)
 	}
 	c.mu.Unlock()
 }
@@ -194,11 +199,10 @@ func (c *deviceCache) liveAt(ns *nodeState, now time.Time) error {
 	case !ns.live.leased:
 		return errNoLease
 	}
-	observed := ns.live.observed.Load()
-	if observed == nil {
+	if !ns.live.hasObserved.Load() {
 		return errUnobserved
 	}
-	if age := now.Sub(*observed); age > c.staleness {
+	if age := c.since(now) - time.Duration(ns.live.observed.Load()); age > c.staleness {
 		return fmt.Errorf("%w: node's Lease was last seen renewed %s ago (limit %s)", errStale, age.Round(time.Second), c.staleness)
 	}
 	return nil
@@ -242,12 +246,18 @@ func (c *deviceCache) learnPods(logger klog.Logger) {
 }
 
 // takeRenewal records the Lease's renewTime and, if observe and it
-// changed, now as when it was seen to change.
-func (l *liveness) takeRenewal(renew, now time.Time, observe bool) {
+// changed, at (see deviceCache.since) as when it was seen to change.
+func (l *liveness) takeRenewal(renew time.Time, at time.Duration, observe bool) {
 	if prev := l.renew.Swap(&renew); observe && (prev == nil || !prev.Equal(renew)) {
-		l.observed.Store(&now)
+		l.observed.Store(int64(at))
+		l.hasObserved.Store(true)
 	}
 }
+
+// since is t on the cache's clock: the time since the cache started, by
+// the monotonic clock when t has its reading (every time c.now gives but
+// tests' fixed ones).
+func (c *deviceCache) since(t time.Time) time.Duration { return t.Sub(c.started) }
 
 // timeOf is *t, the zero time for nil.
 func timeOf(t *time.Time) time.Time {

@@ -20,7 +20,8 @@
 // runs the stock plugins before kubegpu's on each workload (make
 // bench-schedperf alternates the order between rounds);
 // KUBEGPU_SCHEDPERF_GPU_METRICS=PerGPU gives kubegpu-scheduler its default
-// per-GPU metrics instead of PerModel (see writeConfig). The Benchmark lines
+// per-GPU metrics instead of PerModel, and KUBEGPU_SCHEDPERF_NODE_POLICY
+// another nodePolicy than the default kubegpu (see writeConfig). The Benchmark lines
 // carry each histogram once, whatever its labels; the data items that
 // -data-items-dir writes keep every label combination.
 package schedperf
@@ -32,6 +33,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -50,6 +52,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/internal/keyfiles"
 	"github.com/kubegpu/kubegpu/kube-scheduler/plugin"
 	"github.com/kubegpu/kubegpu/kubeinterface"
@@ -125,8 +128,21 @@ func writeConfig(dir, pluginDir, keyFile string) (string, error) {
 	default:
 		return "", fmt.Errorf("KUBEGPU_SCHEDPERF_GPU_METRICS=%q: want %s or %s", gpuMetrics, plugin.GPUMetricsPerGPU, plugin.GPUMetricsPerModel)
 	}
+	// nodePolicy kubegpu (the shipped default) unless
+	// KUBEGPU_SCHEDPERF_NODE_POLICY says otherwise: the kubegpu policy
+	// fills nodes first-fit, which leaves more nodes full for the
+	// scheduler's Filter to pass over than the stock scheduler's spreading
+	// does; spread measures the plugin's cost without that.
+	nodePolicy := os.Getenv("KUBEGPU_SCHEDPERF_NODE_POLICY")
+	if nodePolicy == "" {
+		nodePolicy = devicescheduler.PolicyKubegpu
+	}
+	if !slices.Contains(devicescheduler.Policies(), nodePolicy) {
+		return "", fmt.Errorf("KUBEGPU_SCHEDPERF_NODE_POLICY=%q: want one of %v", nodePolicy, devicescheduler.Policies())
+	}
 	// For hack/schedperf-summary.sh.
 	fmt.Printf("# kubegpu-scheduler gpuMetrics: %s\n", gpuMetrics)
+	fmt.Printf("# kubegpu-scheduler nodePolicy: %s\n", nodePolicy)
 	if err := os.WriteFile(schedConfig, fmt.Appendf(nil, `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:
@@ -146,7 +162,8 @@ profiles:
       signingKeyFile: %s
       heartbeatStaleness: 1h
       gpuMetrics: %s
-`, pluginDir, keyFile, gpuMetrics), 0o600); err != nil {
+      nodePolicy: %s
+`, pluginDir, keyFile, gpuMetrics, nodePolicy), 0o600); err != nil {
 		return "", err
 	}
 	var b strings.Builder
