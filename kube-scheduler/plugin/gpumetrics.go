@@ -270,7 +270,11 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		if ns.devices == nil {
 			continue
 		}
-		nodes = append(nodes, nodeCopy{name: name, node: ns.devices, state: ns.devices.State(), pods: ns.devices.DevicePods(), live: c.liveAt(ns, now) == nil})
+		nc := nodeCopy{name: name, node: ns.devices, state: ns.devices.State(), live: c.liveAt(ns, now) == nil}
+		if !t.perModel {
+			nc.pods = ns.devices.DevicePods() // for the per-GPU series only
+		}
+		nodes = append(nodes, nc)
 	}
 	c.mu.RUnlock()
 
