@@ -151,6 +151,14 @@ type filterMemo struct {
 	capacity, free devicescheduler.Host
 	n              int
 	results        [maxMemoShapes]memoResult
+	// hostOnly is the last result for a pod without devices, by its CPU
+	// and memory (see evaluateHostOnly), valid for the same version,
+	// workload, capacity and free as results.
+	hostOnly struct {
+		valid   bool
+		request devicescheduler.Host
+		memoResult
+	}
 }
 
 type memoResult struct {
@@ -176,6 +184,9 @@ type evalInput struct {
 	epoch    uint64
 	workload *devicescheduler.Workload
 	now      time.Time
+	// host is, for a pod without devices, its CPU and memory: the key of
+	// the nodes' host-only memo.
+	host devicescheduler.Host
 }
 
 // evalInput prepares a cycle's evaluations of request r, whose shape is key.
@@ -291,7 +302,7 @@ func (c *deviceCache) updateNode(logger klog.Logger, node *corev1.Node) {
 func (c *deviceCache) rebuildNode(logger klog.Logger, ns *nodeState, node *corev1.Node, value string, has bool) {
 	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.idle, ns.err = true, has, value, nil, nil, errNoInventory
 	// A rebuilt Node starts its version again: forget its Filter results.
-	ns.memo.n = 0
+	ns.memo.clear()
 	if has {
 		inv, err := objects.NodeInventory(node)
 		if err == nil {
@@ -355,7 +366,7 @@ func (c *deviceCache) deleteNode(name string) {
 		c.pods[uid].applied = false
 	}
 	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err, ns.gpus = false, false, "", nil, errNoInventory, false
-	ns.memo.n = 0
+	ns.memo.clear()
 	delete(c.byObject, ns.object)
 	ns.object = nil
 }
@@ -617,7 +628,39 @@ func (c *deviceCache) evaluateHostOnly(node *corev1.Node, in *evalInput, capacit
 	case ns.devices == nil:
 		return 0, ns.err // devices published but unusable: not a node without devices
 	}
-	return c.evaluateLocked(ns, in, capacity, free, p)
+	// Remembered in a slot of its own, the last CPU and memory request
+	// only: those come in many more shapes than device requests and would
+	// crowd theirs out of the memo, but the pods of one Deployment or Job
+	// share theirs.
+	m := &ns.memo
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refresh(ns.version, in, capacity, free)
+	if h := &m.hostOnly; h.valid && h.request == in.host {
+		return h.score, h.err
+	}
+	res := c.evaluateNode(ns, in, capacity, free, p)
+	m.hostOnly.valid, m.hostOnly.request, m.hostOnly.memoResult = true, in.host, res
+	return res.score, res.err
+}
+
+// clear forgets the memo's results; must hold c.mu for writing.
+func (m *filterMemo) clear() { m.n, m.hostOnly.valid = 0, false }
+
+// refresh forgets the memo's results unless they are for the node's
+// version, in's workload and shape epoch, and capacity and free; must hold
+// m.mu.
+func (m *filterMemo) refresh(version uint64, in *evalInput, capacity, free devicescheduler.Host) {
+	stale := m.version != version || m.workload != in.workload.ID() || m.capacity != capacity || m.free != free
+	if in.shape != 0 && m.epoch != in.epoch {
+		stale = true
+	}
+	if stale {
+		m.version, m.workload, m.capacity, m.free, m.n, m.hostOnly.valid = version, in.workload.ID(), capacity, free, 0, false
+		if in.shape != 0 {
+			m.epoch = in.epoch
+		}
+	}
 }
 
 // evaluateLocked evaluates on ns through its memo; must hold c.mu for reading.
@@ -625,29 +668,13 @@ func (c *deviceCache) evaluateLocked(ns *nodeState, in *evalInput, capacity, fre
 	m := &ns.memo
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	version := ns.version
-	stale := m.version != version || m.workload != in.workload.ID() || m.capacity != capacity || m.free != free
-	if in.shape != 0 && m.epoch != in.epoch {
-		stale = true
-	}
-	if stale {
-		m.version, m.workload, m.capacity, m.free, m.n = version, in.workload.ID(), capacity, free, 0
-		if in.shape != 0 {
-			m.epoch = in.epoch
-		}
-	}
+	m.refresh(ns.version, in, capacity, free)
 	for i := 0; i < m.n && in.shape != 0; i++ {
 		if m.results[i].shape == in.shape {
 			return m.results[i].score, m.results[i].err
 		}
 	}
-	res := memoResult{shape: in.shape}
-	var nf *devicescheduler.NotFitError
-	if res.err = c.engine.EvaluateHost(ns.devices, in.request, capacity, free, p); res.err == nil {
-		res.score = p.Score()
-	} else if errors.As(res.err, &nf) && ns.idle != nil && c.engine.EvaluateHost(ns.idle, in.request, capacity, capacity, p) != nil {
-		res.err = errors.Join(errNeverFits, res.err)
-	}
+	res := c.evaluateNode(ns, in, capacity, free, p)
 	if in.shape != 0 {
 		// Keep the most recent shapes: the oldest is overwritten.
 		copy(m.results[1:], m.results[:min(m.n, maxMemoShapes-1)])
@@ -655,6 +682,19 @@ func (c *deviceCache) evaluateLocked(ns *nodeState, in *evalInput, capacity, fre
 		m.n = min(m.n+1, maxMemoShapes)
 	}
 	return res.score, res.err
+}
+
+// evaluateNode runs the engine for in's request on ns; must hold c.mu for
+// reading.
+func (c *deviceCache) evaluateNode(ns *nodeState, in *evalInput, capacity, free devicescheduler.Host, p *devicescheduler.Placement) memoResult {
+	res := memoResult{shape: in.shape}
+	var nf *devicescheduler.NotFitError
+	if res.err = c.engine.EvaluateHost(ns.devices, in.request, capacity, free, p); res.err == nil {
+		res.score = p.Score()
+	} else if errors.As(res.err, &nf) && ns.idle != nil && c.engine.EvaluateHost(ns.idle, in.request, capacity, capacity, p) != nil {
+		res.err = errors.Join(errNeverFits, res.err)
+	}
+	return res
 }
 
 // holds reports whether the cache counts (or assumes) devices for pod uid.

@@ -408,3 +408,80 @@ func TestCacheForgetsPodsGoneWhileLearning(t *testing.T) {
 		t.Errorf("the mix holds %d pods after the only one went while it was learned", c.engine.LearnedPods())
 	}
 }
+
+// TestHostOnlyMemo: a pod without devices' score on a node is remembered
+// for its CPU and memory request until the node's devices, its host
+// resources or the request change, and a node rebuilt from a new inventory
+// starts afresh.
+func TestHostOnlyMemo(t *testing.T) {
+	c, _ := testCache(t)
+	logger := klog.Background()
+	c.updateNode(logger, testNode(t, "n1", "dgx1"))
+	c.updateLease(testLease("n1", testNow), false)
+	// A mix of GPU pods that need CPU beside their GPUs: how much CPU a
+	// pod without devices takes changes its score.
+	gpuPod, err := c.engine.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{{Name: "main", Count: 1}}}, devicescheduler.Host{CPUMilli: 8000, MemoryMiB: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		c.engine.Observe(gpuPod)
+	}
+	input := func(cpu int64) *evalInput {
+		host := devicescheduler.Host{CPUMilli: cpu, MemoryMiB: 1024}
+		r, err := c.engine.NewRequest(types.PodRequest{}, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &evalInput{request: r, workload: c.engine.Workload(), now: testNow, host: host}
+	}
+	capacity := devicescheduler.Host{CPUMilli: 64000, MemoryMiB: 512 << 10}
+	var p devicescheduler.Placement
+	score := func(in *evalInput, free devicescheduler.Host) int64 {
+		t.Helper()
+		s, err := c.evaluateHostOnly(named("n1"), in, capacity, free, &p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	want := func(in *evalInput, free devicescheduler.Host) int64 {
+		t.Helper()
+		c.mu.Lock()
+		c.nodes["n1"].memo.clear()
+		c.mu.Unlock()
+		return score(in, free)
+	}
+	small, large := input(1000), input(60000)
+	if s, w := score(small, capacity), want(small, capacity); s != w {
+		t.Fatalf("remembered %d, evaluated %d", s, w)
+	}
+	// Another request on the same node: not the remembered score.
+	if s, w := score(large, capacity), want(large, capacity); s != w || s == want(small, capacity) {
+		t.Fatalf("a larger request got %d, evaluated %d (the smaller one's: %d)", s, w, want(small, capacity))
+	}
+	// The node's devices change: evaluated again.
+	before := score(large, capacity)
+	if _, err := c.reserve(testPod("a"), "n1", wholeRequest(t, c, 8), noHost, noHost, nil); err != nil {
+		t.Fatal(err)
+	}
+	if after := score(large, capacity); after != want(large, capacity) || after == before {
+		t.Fatalf("after the node filled up: %d (before %d), evaluated %d", after, before, want(large, capacity))
+	}
+	// Its free CPU changes: evaluated again.
+	free := devicescheduler.Host{CPUMilli: 61000, MemoryMiB: 512 << 10}
+	if s, w := score(large, free), want(large, free); s != w {
+		t.Fatalf("with less CPU free: %d, evaluated %d", s, w)
+	}
+
+	// Rebuilt from a new inventory: the memo starts afresh, though the new
+	// devices start at the version the memo's results are for.
+	c.unreserve("uid-a")
+	c.deleteNode("n1")
+	c.updateNode(logger, testNode(t, "n1", "dgx1"))
+	eight := score(large, capacity)
+	c.updateNode(logger, testNode(t, "n1", "t4x4"))
+	if s, w := score(large, capacity), want(large, capacity); s != w || s == eight {
+		t.Fatalf("after the inventory changed: %d, evaluated %d (8 GPUs: %d)", s, w, eight)
+	}
+}

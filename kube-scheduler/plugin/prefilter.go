@@ -62,9 +62,10 @@ func (p *Plugin) writeHostOnly(cs fwk.CycleState, pod *corev1.Pod) {
 	if err != nil {
 		return // an empty request is always valid
 	}
-	// Not remembered per shape: CPU and memory requests come in many more
-	// shapes than device requests, and would crowd theirs out of the memo.
-	cs.Write(hostOnlyKey, &hostOnlyState{eval: evalInput{request: r, workload: p.engine.Workload(), now: p.cache.now()}})
+	// Not numbered as a shape: CPU and memory requests come in many more
+	// shapes than device requests, and would crowd theirs out of the memo
+	// (see evaluateHostOnly).
+	cs.Write(hostOnlyKey, &hostOnlyState{eval: evalInput{request: r, workload: p.engine.Workload(), now: p.cache.now(), host: host}})
 }
 
 // podHost is the pod's CPU and memory request as the scheduler counts it.

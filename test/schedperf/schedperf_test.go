@@ -21,7 +21,9 @@
 // bench-schedperf alternates the order between rounds);
 // KUBEGPU_SCHEDPERF_GPU_METRICS=PerGPU gives kubegpu-scheduler its default
 // per-GPU metrics instead of PerModel, and KUBEGPU_SCHEDPERF_NODE_POLICY
-// another nodePolicy than the default kubegpu (see writeConfig). The Benchmark lines
+// another nodePolicy than the default kubegpu;
+// KUBEGPU_SCHEDPERF_STOCK_BINPACK=1 adds the stock plugins set to bin-pack
+// GPUs (see writeConfig). The Benchmark lines
 // carry each histogram once, whatever its labels; the data items that
 // -data-items-dir writes keep every label combination.
 package schedperf
@@ -166,16 +168,30 @@ profiles:
 `, pluginDir, keyFile, gpuMetrics, nodePolicy), 0o600); err != nil {
 		return "", err
 	}
+	// KUBEGPU_SCHEDPERF_STOCK_BINPACK=1 adds the stock plugins set to bin-pack
+	// (NodeResourcesFit's MostAllocated, GPUs weighing most), as clusters
+	// that want whole nodes free for large jobs run them: packing leaves
+	// full nodes that every later cycle's Filter passes over, whoever packs.
+	binpackConfig := filepath.Join(dir, "stock-binpack.yaml")
+	if err := os.WriteFile(binpackConfig, []byte(stockBinpack), 0o600); err != nil {
+		return "", err
+	}
 	var b strings.Builder
 	order := []string{"KubeGPU", "Stock"}
 	if os.Getenv("KUBEGPU_SCHEDPERF_STOCK_FIRST") == "1" {
 		order = []string{"Stock", "KubeGPU"}
 	}
+	if os.Getenv("KUBEGPU_SCHEDPERF_STOCK_BINPACK") == "1" {
+		order = append(order, "StockBinpack")
+	}
 	for _, w := range workloads {
 		for _, sched := range order {
 			fmt.Fprintf(&b, "- name: %s_%s\n", sched, w.name)
-			if sched == "KubeGPU" {
+			switch sched {
+			case "KubeGPU":
 				fmt.Fprintf(&b, "  schedulerConfigPath: %s\n", schedConfig)
+			case "StockBinpack":
+				fmt.Fprintf(&b, "  schedulerConfigPath: %s\n", binpackConfig)
 			}
 			// The histograms reported beside throughput: the harness
 			// gathers the whole registry once per histogram and label
@@ -209,6 +225,23 @@ profiles:
 	return path, os.WriteFile(path, []byte(b.String()), 0o600)
 }
 
+// stockBinpack is the stock plugin set bin-packing GPUs (see writeConfig).
+const stockBinpack = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: MostAllocated
+        resources:
+        - {name: cpu, weight: 1}
+        - {name: memory, weight: 1}
+        - {name: nvidia.com/gpu, weight: 10}
+        - {name: kubegpu.io/gpu-cores, weight: 10}
+`
+
 // metricsConfig is each test case's metricsCollectorConfig: the
 // scheduling attempt's, the algorithm's and the pod's scheduling latency,
 // every plugin's time at each extension point, and the KubeGPU and
@@ -238,12 +271,22 @@ type renewer struct {
 	nodes  []string
 }
 
-// publish is the harness's node hook: a DGX-1's inventory and capacity (100
-// slices per GPU, as nodes publish them) and a Lease for every new node.
+// publish is the harness's node hook: a DGX-1's inventory and capacity and
+// a Lease for every new node. For kubegpu-scheduler the capacity is what
+// kubegpu-crishim publishes (nvidia.com/gpu: 100 slices per GPU, so that
+// slices pass the kubelet's admission); for the stock scheduler it is what
+// the NVIDIA device plugin advertises, nvidia.com/gpu: 8, the GPUs it
+// counts. With 800 the stock scheduler would never find a node full, and
+// would pass over none of the nodes that kubegpu-scheduler, which counts
+// each GPU, finds full.
 func (r *renewer) publish(tCtx ktesting.TContext, _ *scheduler.Scheduler, _ *perf.Workload, nodes *corev1.NodeList) error {
 	topo, err := simgpu.Preset("dgx1")
 	if err != nil {
 		return err
+	}
+	slicesPerGPU := 100
+	if stockCase(tCtx.Name()) {
+		slicesPerGPU = 1
 	}
 	client := tCtx.Client()
 	ac, err := advertiser.NewClient(tCtx.RESTConfig())
@@ -273,7 +316,7 @@ func (r *renewer) publish(tCtx ktesting.TContext, _ *scheduler.Scheduler, _ *per
 			defer wg.Done()
 			defer func() { <-sem }()
 			inv := simgpu.Inventory(topo, n.Name)
-			if err := advertiser.PublishInventory(tCtx, ac, n.Name, inv, advertiser.Capacity(inv, 100)); err != nil {
+			if err := advertiser.PublishInventory(tCtx, ac, n.Name, inv, advertiser.Capacity(inv, slicesPerGPU)); err != nil {
 				errs <- err
 				return
 			}
@@ -293,6 +336,14 @@ func (r *renewer) publish(tCtx ktesting.TContext, _ *scheduler.Scheduler, _ *per
 		}
 	}
 	return nil
+}
+
+// stockCase reports whether the test case named name (the benchmark's
+// sub-test, e.g. BenchmarkPerfScheduling/Stock_WholeGPU/5000Nodes) runs the
+// stock plugins.
+func stockCase(name string) bool {
+	_, rest, _ := strings.Cut(name, "/")
+	return strings.HasPrefix(rest, "Stock")
 }
 
 // start is the harness's pre-run hook: Leases are renewed every 30 s
