@@ -4,10 +4,24 @@
 # the stock plugins with their range and number of rounds, and the ratio of
 # the two means over the rounds that have both (paired), with the range of
 # those rounds' own ratios. A round file with a workload twice counts its
-# last line.
+# last line. Then, from the scheduler's log, the nodes each scheduler
+# evaluated per pod bound (Filter's pass over the nodes stops once it has
+# found enough feasible ones: full nodes make it look further).
 set -euo pipefail
 awk '
 /^# kubegpu-scheduler gpuMetrics: / { mode[$4] = 1; next }
+/^# kubegpu-scheduler nodePolicy: / { policy[$4] = 1; next }
+/logger="BenchmarkPerfScheduling\/[A-Za-z]+_[A-Za-z0-9]+\/[0-9]+Nodes/ && !/evaluatedNodes=/ {
+	match($0, /BenchmarkPerfScheduling\/[A-Za-z]+_[A-Za-z0-9]+\/[0-9]+Nodes/)
+	split(substr($0, RSTART, RLENGTH), c, "/"); split(c[2], cw, "_")
+	cur = cw[1] SUBSEP cw[2] "/" c[3]
+	next
+}
+/evaluatedNodes=[0-9]+/ && cur != "" {
+	match($0, /evaluatedNodes=[0-9]+/)
+	evals[cur] += substr($0, RSTART + 15, RLENGTH - 15); bound[cur]++
+	next
+}
 /^Benchmark/ {
 	v = ""
 	for (i = 1; i < NF; i++) if ($(i+1) == "SchedulingThroughput/Average") v = $i
@@ -34,6 +48,9 @@ END {
 	m = ""
 	for (x in mode) m = m (m == "" ? "" : ", ") x
 	if (m != "") printf "kubegpu-scheduler with gpuMetrics: %s\n", m
+	m = ""
+	for (x in policy) m = m (m == "" ? "" : ", ") x
+	if (m != "") printf "kubegpu-scheduler with nodePolicy: %s\n", m
 	printf "%-24s %6s %-26s %-26s %s\n", "workload", "paired", "kubegpu pods/s [rounds]", "stock pods/s [rounds]", "ratio of paired means (range over rounds)"
 	for (i = 1; i <= k; i++) {
 		key = keys[i]; pairs = 0; lo = hi = 0; sk = ss = 0; ratio = "-"
@@ -46,5 +63,12 @@ END {
 		}
 		if (pairs > 0) ratio = sprintf("%.2fx (%.2f-%.2f)", sk / ss, lo, hi)
 		printf "%-24s %6d %s %s %s\n", key, pairs, stat("KubeGPU", key), stat("Stock", key), ratio
+	}
+	printf "\n%-24s %-22s %s\n", "workload", "kubegpu nodes/pod", "stock nodes/pod (evaluated per pod bound, all rounds)"
+	for (i = 1; i <= k; i++) {
+		key = keys[i]
+		printf "%-24s %-22s %s\n", key, \
+			(bound["KubeGPU", key] ? sprintf("%.0f", evals["KubeGPU", key] / bound["KubeGPU", key]) : "-"), \
+			(bound["Stock", key] ? sprintf("%.0f", evals["Stock", key] / bound["Stock", key]) : "-")
 	}
 }' "$@"
