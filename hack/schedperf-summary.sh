@@ -5,10 +5,13 @@
 # the two means over the rounds that have both (paired), with the range of
 # those rounds' own ratios. A round file with a workload twice counts its
 # last line. Then, from the scheduler's log, the nodes each scheduler
-# evaluated per pod bound (Filter's pass over the nodes stops once it has
-# found enough feasible ones: full nodes make it look further).
+# evaluated per pod bound, the pods created before the measured ones
+# included (Filter's pass over the nodes stops once it has found enough
+# feasible ones: full nodes make it look further). Test cases other than
+# KubeGPU_* and Stock_* (StockBinpack_*) are left out.
 set -euo pipefail
 awk '
+FNR == 1 { cur = "" }
 /^# kubegpu-scheduler gpuMetrics: / { mode[$4] = 1; next }
 /^# kubegpu-scheduler nodePolicy: / { policy[$4] = 1; next }
 /logger="BenchmarkPerfScheduling\/[A-Za-z]+_[A-Za-z0-9]+\/[0-9]+Nodes/ && !/evaluatedNodes=/ {

@@ -49,8 +49,10 @@ type deviceCache struct {
 	keys      *kubeinterface.KeySet
 	staleness time.Duration
 	now       func() time.Time
-	// started is when the cache was made, before its informers started;
-	// warmed is set once it has seen the nodes' Leases renewed since.
+	// started is when the cache was made, before its informers started,
+	// and the origin of the clock the nodes' Lease observations are kept
+	// on (see since): it must not change afterwards. warmed is set once
+	// the cache has seen the nodes' Leases renewed since.
 	started time.Time
 	warmed  atomic.Bool
 	metrics *cacheMetrics

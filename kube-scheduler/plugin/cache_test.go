@@ -42,6 +42,15 @@ func testCache(t *testing.T) (*deviceCache, *kubeinterface.Key) {
 	}
 	c := newDeviceCache(e, kubeinterface.NewKeySet(key), 40*time.Second, nil)
 	c.now = func() time.Time { return testNow }
+	// Whatever the test did, no node's memo may be left behind its
+	// devices (see devicesChanged).
+	t.Cleanup(func() {
+		for name, s := range c.snapshot() {
+			if strings.HasPrefix(s.Usable, "memo out of date") {
+				t.Errorf("node %s: %s", name, s.Usable)
+			}
+		}
+	})
 	return c, key
 }
 
@@ -460,6 +469,35 @@ func TestHostOnlyMemo(t *testing.T) {
 	if s, w := score(large, capacity), want(large, capacity); s != w || s == want(small, capacity) {
 		t.Fatalf("a larger request got %d, evaluated %d (the smaller one's: %d)", s, w, want(small, capacity))
 	}
+	// Its free CPU changes: evaluated again (half the GPUs keep the CPU
+	// they need with all of it free, one with less).
+	mid := input(30000)
+	less := devicescheduler.Host{CPUMilli: 31000, MemoryMiB: 512 << 10}
+	score(mid, capacity)
+	if s, w := score(mid, less), want(mid, less); s != w || s == want(mid, capacity) {
+		t.Fatalf("with less CPU free: %d, evaluated %d (with all free: %d)", s, w, want(mid, capacity))
+	}
+	// So does its capacity.
+	bigger := devicescheduler.Host{CPUMilli: 128000, MemoryMiB: 1 << 20}
+	score(mid, capacity)
+	if s, err := c.evaluateHostOnly(named("n1"), mid, bigger, bigger, &p); err != nil || s == want(mid, capacity) {
+		t.Fatalf("on a node with more CPU: %d, %v; the same as with less (%d)", s, err, want(mid, capacity))
+	}
+	// The workload mix changes: evaluated again.
+	oldMix := want(mid, capacity)
+	score(mid, capacity)
+	bigGPUPod, err := c.engine.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{{Name: "main", Count: 1}}}, devicescheduler.Host{CPUMilli: 30000, MemoryMiB: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		c.engine.Observe(bigGPUPod)
+	}
+	mid.workload = c.engine.Workload()
+	if s, w := score(mid, capacity), want(mid, capacity); s != w || s == oldMix {
+		t.Fatalf("under a new workload mix: %d, evaluated %d (under the old one: %d)", s, w, oldMix)
+	}
+	large = input(60000)
 	// The node's devices change: evaluated again.
 	before := score(large, capacity)
 	if _, err := c.reserve(testPod("a"), "n1", wholeRequest(t, c, 8), noHost, noHost, nil); err != nil {
@@ -467,11 +505,6 @@ func TestHostOnlyMemo(t *testing.T) {
 	}
 	if after := score(large, capacity); after != want(large, capacity) || after == before {
 		t.Fatalf("after the node filled up: %d (before %d), evaluated %d", after, before, want(large, capacity))
-	}
-	// Its free CPU changes: evaluated again.
-	free := devicescheduler.Host{CPUMilli: 61000, MemoryMiB: 512 << 10}
-	if s, w := score(large, free), want(large, free); s != w {
-		t.Fatalf("with less CPU free: %d, evaluated %d", s, w)
 	}
 
 	// Rebuilt from a new inventory: the memo starts afresh, though the new

@@ -246,12 +246,14 @@ type nodeCopy struct {
 	name  string
 	node  *devicescheduler.Node
 	state devicescheduler.State
-	pods  [devicescheduler.MaxDevices]int
-	live  bool
+	// pods counts each device's pods, for the per-GPU series only: nil
+	// with PerModel.
+	pods *[devicescheduler.MaxDevices]int
+	live bool
 }
 
 // CollectWithStability copies the nodes' device states under the cache's
-// read lock, a few hundred bytes per node, and computes the metrics after
+// read lock, about a kilobyte per node, and computes the metrics after
 // releasing it, so that a scrape does not hold up scheduling.
 func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	t := g.target.Load()
@@ -272,7 +274,8 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		}
 		nc := nodeCopy{name: name, node: ns.devices, state: ns.devices.State(), live: c.liveAt(ns, now) == nil}
 		if !t.perModel {
-			nc.pods = ns.devices.DevicePods() // for the per-GPU series only
+			pods := ns.devices.DevicePods()
+			nc.pods = &pods
 		}
 		nodes = append(nodes, nc)
 	}

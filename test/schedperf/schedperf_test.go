@@ -4,9 +4,10 @@
 // scheduler_perf harness (k8s.io/kubernetes/test/integration/scheduler_perf:
 // an in-process API server on etcd, fake nodes, SchedulingThroughput),
 // registered out of tree, beside the stock plugin set on the same
-// workloads: DGX-1 nodes (8 GPUs, published as kubegpu-crishim publishes
-// them, with Leases renewed), and pods of one whole GPU, of 4 GPUs that
-// need an NVLink quad, of 25% GPU slices, and without GPUs.
+// workloads: DGX-1 nodes (8 GPUs, with their inventory, capacity and
+// Leases renewed: see publish for the capacity each scheduler sees), and
+// pods of one whole GPU, of 4 GPUs that need an NVLink quad, of 25% GPU
+// slices, and without GPUs.
 //
 //	make bench-schedperf                      # 5,000 nodes
 //	make bench-schedperf SCHEDPERF_BENCH='.*/500Nodes' SCHEDPERF_FILTER=short
@@ -103,7 +104,9 @@ func BenchmarkPerfScheduling(b *testing.B) {
 }
 
 // writeConfig writes the harness's configuration: per workload a test case
-// with kubegpu-scheduler's profile and one with the stock scheduler's.
+// with kubegpu-scheduler's profile and one with the stock scheduler's (and
+// one with the stock scheduler bin-packing, on request). Test cases of the
+// stock plugins are named Stock*: see stockCase.
 func writeConfig(dir, pluginDir, keyFile string) (string, error) {
 	templates, err := filepath.Abs("templates")
 	if err != nil {
@@ -132,9 +135,10 @@ func writeConfig(dir, pluginDir, keyFile string) (string, error) {
 	}
 	// nodePolicy kubegpu (the shipped default) unless
 	// KUBEGPU_SCHEDPERF_NODE_POLICY says otherwise: the kubegpu policy
-	// fills nodes first-fit, which leaves more nodes full for the
+	// places each pod where it fragments the least, and among equal nodes
+	// fills one node after another, which leaves more nodes full for the
 	// scheduler's Filter to pass over than the stock scheduler's spreading
-	// does; spread measures the plugin's cost without that.
+	// does; spread shows the plugin without that.
 	nodePolicy := os.Getenv("KUBEGPU_SCHEDPERF_NODE_POLICY")
 	if nodePolicy == "" {
 		nodePolicy = devicescheduler.PolicyKubegpu
@@ -278,7 +282,11 @@ type renewer struct {
 // the NVIDIA device plugin advertises, nvidia.com/gpu: 8, the GPUs it
 // counts. With 800 the stock scheduler would never find a node full, and
 // would pass over none of the nodes that kubegpu-scheduler, which counts
-// each GPU, finds full.
+// each GPU, finds full. The stock nodes keep the inventory annotation and
+// kubegpu's other resources, unread by the stock plugins; a slice pod
+// (nvidia.com/gpu: 1, kubegpu.io/gpu-cores: 25) takes one of a stock node's
+// 8 GPUs, as it would without GPU sharing. Spreading, the stock scheduler
+// fills no node in any workload here but the 4-GPU one.
 func (r *renewer) publish(tCtx ktesting.TContext, _ *scheduler.Scheduler, _ *perf.Workload, nodes *corev1.NodeList) error {
 	topo, err := simgpu.Preset("dgx1")
 	if err != nil {
