@@ -136,9 +136,9 @@ func writeConfig(dir, pluginDir, keyFile string) (string, error) {
 	// nodePolicy kubegpu (the shipped default) unless
 	// KUBEGPU_SCHEDPERF_NODE_POLICY says otherwise: the kubegpu policy
 	// places each pod where it fragments the least, and among equal nodes
-	// fills one node after another, which leaves more nodes full for the
-	// scheduler's Filter to pass over than the stock scheduler's spreading
-	// does; spread shows the plugin without that.
+	// fills one node after another; spread shows the plugin's cost under
+	// another placement (the summary's nodes evaluated per pod say how
+	// many full nodes each scheduler's Filter passed over).
 	nodePolicy := os.Getenv("KUBEGPU_SCHEDPERF_NODE_POLICY")
 	if nodePolicy == "" {
 		nodePolicy = devicescheduler.PolicyKubegpu
@@ -177,15 +177,15 @@ profiles:
 	// that want whole nodes free for large jobs run them: packing leaves
 	// full nodes that every later cycle's Filter passes over, whoever packs.
 	binpackConfig := filepath.Join(dir, "stock-binpack.yaml")
-	if err := os.WriteFile(binpackConfig, []byte(stockBinpack), 0o600); err != nil {
-		return "", err
-	}
 	var b strings.Builder
 	order := []string{"KubeGPU", "Stock"}
 	if os.Getenv("KUBEGPU_SCHEDPERF_STOCK_FIRST") == "1" {
 		order = []string{"Stock", "KubeGPU"}
 	}
 	if os.Getenv("KUBEGPU_SCHEDPERF_STOCK_BINPACK") == "1" {
+		if err := os.WriteFile(binpackConfig, []byte(stockBinpack), 0o600); err != nil {
+			return "", err
+		}
 		order = append(order, "StockBinpack")
 	}
 	for _, w := range workloads {
