@@ -198,6 +198,7 @@ func BenchmarkFilterScore(b *testing.B) {
 				b.Fatal(st)
 			}
 		}
+		getState(cs).scores.release() // as Reserve does
 		start = (start + perCycle) % nodes
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perCycle*2), "ns/call")

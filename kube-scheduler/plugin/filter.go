@@ -26,10 +26,16 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	var err error
 	if o := overlayOf(cs, node.Name); !o.empty() {
 		// Preemption's dry run, or pods nominated to the node: not counted
-		// among the reasons the pod waits (a dry run shares the state).
+		// among the reasons the pod waits (a dry run shares the state),
+		// and not scored (Score evaluates the node as it is).
 		_, err = p.cache.evaluateWith(node, o, &s.eval, corev1helpers.PodPriority(pod), capacity, free, pl)
-	} else if _, err = p.cache.evaluate(node, &s.eval, capacity, free, pl); err != nil {
-		s.pending.count(filterReason(err))
+	} else {
+		var score int64
+		if score, err = p.cache.evaluate(node, &s.eval, capacity, free, pl); err != nil {
+			s.pending.count(filterReason(err))
+		} else {
+			s.scores.put(node, score)
+		}
 	}
 	placements.Put(pl)
 	if err == nil {

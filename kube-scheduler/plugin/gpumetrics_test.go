@@ -455,6 +455,72 @@ func TestGPUSeriesAcrossScrapes(t *testing.T) {
 	}
 }
 
+func init() {
+	// Tests scrape on a clock that stands still: every scrape computes
+	// afresh unless a test sets its target's maxAge (TestGPUScrapeReused).
+	gpuScrapeMaxAge = 0
+}
+
+// TestGPUScrapeReused: scrapes within gpuScrapeMaxAge of the last one
+// computed send its values again; later ones, or a scrape after the clock
+// went back, compute afresh. The pending pods are counted at every scrape.
+func TestGPUScrapeReused(t *testing.T) {
+	c, key := testCache(t)
+	now := testNow
+	c.now = func() time.Time { return now }
+	logger := klog.Background()
+	c.updateNode(logger, testNode(t, "n1", "t4x4"))
+	c.updateLease(testLease("n1", testNow), false)
+	g := &gpuCollector{}
+	g.report(c, true)
+	g.target.Load().maxAge = 5 * time.Second
+	reg := metrics.NewKubeRegistry()
+	reg.CustomMustRegister(g)
+	compare := func(idle, pending int) {
+		t.Helper()
+		var want strings.Builder
+		fmt.Fprintf(&want, `
+# HELP kubegpu_scheduler_idle_gpus [ALPHA] Allocatable GPUs of live nodes that no pod holds any share of, by model.
+# TYPE kubegpu_scheduler_idle_gpus gauge
+kubegpu_scheduler_idle_gpus{model="Tesla T4"} %d
+# HELP kubegpu_scheduler_pending_gpu_pods [ALPHA] %s
+# TYPE kubegpu_scheduler_pending_gpu_pods gauge
+`, idle, pendingHelp)
+		for r, name := range pendingReasonNames {
+			n := 0
+			if r == pendingInvalidRequest {
+				n = pending
+			}
+			fmt.Fprintf(&want, "kubegpu_scheduler_pending_gpu_pods{reason=%q} %d\n", name, n)
+		}
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want.String()), "kubegpu_scheduler_idle_gpus", "kubegpu_scheduler_pending_gpu_pods"); err != nil {
+			t.Error(err)
+		}
+	}
+	w, v := testPod("w"), testPod("v")
+	c.listPods = func() ([]*corev1.Pod, error) { return []*corev1.Pod{w, v}, nil }
+	c.pending.refuse(w.UID, pendingInvalidRequest)
+	compare(4, 1)
+	a := testPod("a")
+	alloc, err := c.reserve(a, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.updatePod(logger, boundWith(t, key, a, alloc))
+	c.pending.refuse(v.UID, pendingInvalidRequest)
+	now = now.Add(4 * time.Second)
+	compare(4, 2) // the devices' values as computed 4 s ago
+	now = now.Add(time.Second)
+	compare(3, 2)
+	b := testPod("b")
+	if alloc, err = c.reserve(b, "n1", wholeRequest(t, c, 1), noHost, noHost, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.updatePod(logger, boundWith(t, key, b, alloc))
+	now = now.Add(-time.Second)
+	compare(2, 2)
+}
+
 // report makes the collector report c (nil: nothing).
 func (g *gpuCollector) report(c *deviceCache, perModel bool) {
 	if c == nil {

@@ -208,9 +208,9 @@ func (s *gpuSeries) send(ch chan<- metrics.Metric, values []gpuValues) {
 	}
 }
 
-// sendUnhealthy sends a series per GPU that its node publishes as not
+// unhealthy returns a series per GPU that its node publishes as not
 // healthy (few: they are sorted here).
-func (s *gpuSeries) sendUnhealthy(ch chan<- metrics.Metric) {
+func (s *gpuSeries) unhealthy() []gauge {
 	var sick []gpuRef
 	for _, ns := range s.nodes {
 		for d, dev := range ns.devices.Inventory().Devices {
@@ -220,16 +220,16 @@ func (s *gpuSeries) sendUnhealthy(ch chan<- metrics.Metric) {
 		}
 	}
 	if len(sick) == 0 {
-		return
+		return nil
 	}
 	desc := promDesc(descUnhealthy, len(infoLabels))
 	if desc == nil {
-		return
+		return nil
 	}
 	slices.SortFunc(sick, func(a, b gpuRef) int { return compareLabels(a.node.info[a.d], b.node.info[b.d]) })
 	gauges := make([]gauge, len(sick))
 	for i, r := range sick {
 		gauges[i] = gauge{desc: desc, labels: r.node.info[r.d], value: 1}
-		ch <- &gauges[i]
 	}
+	return gauges
 }

@@ -31,7 +31,10 @@ import (
 // they are written off the scheduling path, on a client of their own
 // limited to recordQPS writes per second, by the leader only (workers start
 // with the first scheduling cycle, which standby replicas never run), and
-// during a burst they lag behind the bindings. Two paths close the gap:
+// while the scheduler is busy they wait: a record is written once no
+// scheduling cycle has run for recordIdle, or once it has waited
+// recordMaxWait. During a burst they lag behind the bindings, and the API
+// server spends the burst on bindings. Two paths close the gap:
 //
 //   - urgent: every replica, leader or standby, that sees a counted pod's
 //     annotation changed before its record exists writes the record at once,
@@ -57,13 +60,30 @@ type recorder struct {
 	pending            map[ktypes.UID]pendingRecord
 	started            atomic.Bool
 	once, urgentOnce   sync.Once
+
+	// lastCycle is when the scheduler last ran a scheduling cycle (Unix
+	// nanoseconds on now's clock); idle and maxWait are recordIdle and
+	// recordMaxWait (shorter in tests).
+	lastCycle     atomic.Int64
+	idle, maxWait time.Duration
 }
 
-// pendingRecord is a record to write.
+// pendingRecord is a record to write, asked for at added.
 type pendingRecord struct {
 	pod   ktypes.NamespacedName
 	value string
+	added time.Time
 }
+
+const (
+	// recordIdle is how long no scheduling cycle must have run before the
+	// background records are written.
+	recordIdle = time.Second
+	// recordMaxWait is how long a background record waits at most for
+	// the scheduler to be idle: under a load that never pauses, records
+	// still go out, at recordQPS.
+	recordMaxWait = 2 * time.Minute
+)
 
 // recordWorkers write background records in parallel: one API call each.
 const recordWorkers = 2
@@ -81,6 +101,7 @@ func newRecorder(background, urgent kubernetes.Interface, m *cacheMetrics) *reco
 	}
 	return &recorder{
 		background: background, urgent: urgent, metrics: m, now: time.Now, pending: map[ktypes.UID]pendingRecord{},
+		idle: recordIdle, maxWait: recordMaxWait,
 		queue: newQueue("kubegpu_allocation_records"), urgentQueue: newQueue("kubegpu_urgent_allocation_records"),
 	}
 }
@@ -103,9 +124,41 @@ func (r *recorder) addUrgent(uid ktypes.UID, pod ktypes.NamespacedName, value st
 
 func (r *recorder) put(q workqueue.TypedRateLimitingInterface[ktypes.UID], uid ktypes.UID, pod ktypes.NamespacedName, value string) {
 	r.mu.Lock()
-	r.pending[uid] = pendingRecord{pod: pod, value: value}
+	added := r.now()
+	if prev, ok := r.pending[uid]; ok {
+		added = prev.added // waits no longer for being asked again
+	}
+	r.pending[uid] = pendingRecord{pod: pod, value: value, added: added}
 	r.mu.Unlock()
 	q.Add(uid)
+}
+
+// cycle notes that the scheduler is running a scheduling cycle: background
+// records wait until it has been idle for recordIdle.
+func (r *recorder) cycle() {
+	if r != nil {
+		r.lastCycle.Store(r.now().UnixNano())
+	}
+}
+
+// waitIdle waits until the scheduler has run no cycle for r.idle, or rec
+// has waited r.maxWait; false if ctx ended first.
+func (r *recorder) waitIdle(ctx context.Context, rec pendingRecord) bool {
+	for {
+		now := r.now()
+		busy := r.idle - now.Sub(time.Unix(0, r.lastCycle.Load()))
+		left := r.maxWait - now.Sub(rec.added)
+		if busy <= 0 || left <= 0 {
+			return true
+		}
+		t := time.NewTimer(min(busy, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
 }
 
 // forget drops a pod's pending record (the pod is gone, or recorded).
@@ -126,7 +179,7 @@ func (r *recorder) startUrgent(ctx context.Context) {
 	r.urgentOnce.Do(func() {
 		ctx := klog.NewContext(ctx, klog.FromContext(ctx).WithName("records"))
 		go func() {
-			for r.next(ctx, r.urgentQueue, r.urgent) {
+			for r.next(ctx, r.urgentQueue, r.urgent, false) {
 			}
 		}()
 		context.AfterFunc(ctx, r.urgentQueue.ShutDown)
@@ -143,7 +196,7 @@ func (r *recorder) start(ctx context.Context) {
 		ctx := klog.NewContext(ctx, klog.FromContext(ctx).WithName("records"))
 		for range recordWorkers {
 			go func() {
-				for r.next(ctx, r.queue, r.background) {
+				for r.next(ctx, r.queue, r.background, true) {
 				}
 			}()
 		}
@@ -151,9 +204,9 @@ func (r *recorder) start(ctx context.Context) {
 	})
 }
 
-// next writes one record of queue q with client c; false when q is shut
-// down.
-func (r *recorder) next(ctx context.Context, q workqueue.TypedRateLimitingInterface[ktypes.UID], c kubernetes.Interface) bool {
+// next writes one record of queue q with client c, once the scheduler is
+// idle if wait; false when q is shut down.
+func (r *recorder) next(ctx context.Context, q workqueue.TypedRateLimitingInterface[ktypes.UID], c kubernetes.Interface, wait bool) bool {
 	uid, quit := q.Get()
 	if quit {
 		return false
@@ -161,6 +214,16 @@ func (r *recorder) next(ctx context.Context, q workqueue.TypedRateLimitingInterf
 	defer q.Done(uid)
 	r.mu.Lock()
 	rec, ok := r.pending[uid]
+	r.mu.Unlock()
+	if !ok {
+		q.Forget(uid)
+		return true
+	}
+	if wait && !r.waitIdle(ctx, rec) {
+		return true // shutting down: the next leader records it
+	}
+	r.mu.Lock()
+	rec, ok = r.pending[uid] // the latest value asked for while waiting
 	r.mu.Unlock()
 	if !ok {
 		q.Forget(uid)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -199,6 +200,60 @@ func TestRecorderPatchesStatus(t *testing.T) {
 	got, _ := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
 	if v, ok := objects.RecordValue(got); !ok || v != "VALUE" {
 		t.Errorf("pod's record = %q, %v", v, ok)
+	}
+}
+
+// TestRecorderWaitsWhileScheduling: background records wait while the
+// scheduler runs cycles, go out once it has been idle for recordIdle, and
+// under a load that never pauses once they have waited recordMaxWait;
+// urgent records never wait.
+func TestRecorderWaitsWhileScheduling(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		maxWait           time.Duration
+		urgent            bool
+		writtenDuringBusy bool
+	}{
+		{name: "idle", maxWait: time.Hour},
+		{name: "waited long enough", maxWait: 100 * time.Millisecond, writtenDuringBusy: true},
+		{name: "urgent", maxWait: time.Hour, urgent: true, writtenDuringBusy: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid-p"}}
+			client := fake.NewClientset(pod)
+			var patched atomic.Int32
+			client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				patched.Add(1)
+				return false, nil, nil
+			})
+			r := newRecorder(client, client, nil)
+			r.idle, r.maxWait = 300*time.Millisecond, tc.maxWait
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			r.start(ctx)
+			r.startUrgent(ctx)
+			r.cycle()
+			if tc.urgent {
+				r.addUrgent("uid-p", ktypesName("ns", "p"), "VALUE")
+			} else {
+				r.add("uid-p", ktypesName("ns", "p"), "VALUE")
+			}
+			// Busy for a second: a cycle every 20 ms.
+			for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				r.cycle()
+			}
+			if got := patched.Load() == 1; got != tc.writtenDuringBusy {
+				t.Fatalf("written while the scheduler was busy: %v, want %v", got, tc.writtenDuringBusy)
+			}
+			// Idle: written within recordIdle and a bit.
+			deadline := time.Now().Add(5 * time.Second)
+			for patched.Load() == 0 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := patched.Load(); n != 1 {
+				t.Fatalf("%d records written once idle, want 1", n)
+			}
+		})
 	}
 }
 

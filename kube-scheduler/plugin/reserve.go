@@ -26,6 +26,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		}
 		return nil
 	}
+	s.scores.release() // Score is done
 	capacity, free := p.reserveHost(ctx, nodeName)
 	alloc, err := p.cache.reserve(pod, nodeName, s.request, capacity, free, p.nominated(pod, nodeName))
 	if err != nil {

@@ -21,9 +21,10 @@ func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _
 	return nil
 }
 
-// Score returns the engine's score of the node, which Filter computed and
-// the device cache remembers. For a pod without devices, nodes without
-// devices come first, then GPU nodes by the engine's score.
+// Score returns the engine's score of the node, which Filter computed in
+// this cycle (or, for a node Filter saw only with pods nominated to it, the
+// device cache's score of it as it is). For a pod without devices, nodes
+// without devices come first, then GPU nodes by the engine's score.
 func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
 	s := getState(cs)
 	if s == nil {
@@ -31,6 +32,9 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni f
 			return p.scoreHostOnly(h, ni), nil
 		}
 		return 0, nil
+	}
+	if score, ok := s.scores.get(ni.Node()); ok {
+		return score, nil
 	}
 	capacity, free := nodeHost(ni)
 	pl := placements.Get().(*devicescheduler.Placement)

@@ -1,10 +1,71 @@
 package plugin
 
 import (
+	"context"
+	"math"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 )
+
+// TestScoreTakesFilterScore: Score returns the score Filter found for a
+// node in the same cycle, without evaluating the node again (the node
+// filled up in between: Reserve checks again), evaluates a node Filter did
+// not score, and evaluates again once Reserve has released the scores.
+func TestScoreTakesFilterScore(t *testing.T) {
+	c, _ := testCache(t)
+	c.warmed.Store(true)
+	logger := klog.Background()
+	infos := map[string]*framework.NodeInfo{}
+	for _, name := range []string{"n1", "n2"} {
+		n := testNode(t, name, "dgx1")
+		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("768Gi")}
+		c.updateNode(logger, n)
+		c.updateLease(testLease(name, testNow), false)
+		infos[name] = framework.NewNodeInfo()
+		infos[name].SetNode(n)
+	}
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
+	p.ready.Store(true)
+	ctx, pod, cs := context.Background(), gpuPod("p", 1, 0, testNow), framework.NewCycleState()
+	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	var pl devicescheduler.Placement
+	capacity, free := nodeHost(infos["n1"])
+	want, err := c.evaluate(infos["n1"].Node(), &getState(cs).eval, capacity, free, &pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Filter(ctx, cs, pod, infos["n1"]); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	// n1 fills up after Filter.
+	if _, err := c.reserve(testPod("filler"), "n1", wholeRequest(t, c, 8), noHost, noHost, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, st := p.Score(ctx, cs, pod, infos["n1"]); !st.IsSuccess() || got != want {
+		t.Errorf("Score(n1) = %d, %v; want Filter's %d", got, st, want)
+	}
+	capacity, free = nodeHost(infos["n2"])
+	want2, err := c.evaluate(infos["n2"].Node(), &getState(cs).eval, capacity, free, &pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, st := p.Score(ctx, cs, pod, infos["n2"]); !st.IsSuccess() || got != want2 {
+		t.Errorf("Score(n2), not filtered = %d, %v; want %d", got, st, want2)
+	}
+	getState(cs).scores.release()
+	if got, _ := p.Score(ctx, cs, pod, infos["n1"]); got != math.MinInt64 {
+		t.Errorf("Score(n1) after release = %d; want %d (evaluated again: full)", got, int64(math.MinInt64))
+	}
+}
 
 func TestNormalizeByRank(t *testing.T) {
 	for _, tt := range []struct {
