@@ -76,9 +76,11 @@ type Args struct {
 	PodsWithoutDevices string `json:"podsWithoutDevices,omitempty"`
 	// RecordQPS bounds the writes per second of the scheduler's records of
 	// allocations into pods' status (default 20), on a client of their own:
-	// they never take from the scheduler's own QPS, and during a burst they
-	// lag behind the bindings. A record whose pod's annotation is changed
-	// before it is written is written at once.
+	// they never take from the scheduler's own QPS. They are written once
+	// the plugin has reserved no pod for a second, or once a record has
+	// waited two minutes: during a burst they lag behind the
+	// bindings. A record whose pod's annotation is changed before it is
+	// written is written at once.
 	RecordQPS int32 `json:"recordQPS,omitempty"`
 	// SigningKeyFile is the key the allocations are signed with: an Ed25519
 	// private key (PEM, PKCS #8), or, not recommended, an HMAC-SHA256

@@ -696,6 +696,9 @@ func (c *deviceCache) evaluateNode(ns *nodeState, in *evalInput, capacity, free 
 	} else if errors.As(res.err, &nf) && ns.idle != nil && c.engine.EvaluateHost(ns.idle, in.request, capacity, capacity, p) != nil {
 		res.err = errors.Join(errNeverFits, res.err)
 	}
+	if res.err != nil {
+		res.err = classify(res.err)
+	}
 	return res
 }
 

@@ -27,7 +27,8 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	if o := overlayOf(cs, node.Name); !o.empty() {
 		// Preemption's dry run, or pods nominated to the node: not counted
 		// among the reasons the pod waits (a dry run shares the state),
-		// and not scored (Score evaluates the node as it is).
+		// and not scored: the framework filters such a node a second
+		// time, without them, and that call's score is Score's.
 		_, err = p.cache.evaluateWith(node, o, &s.eval, corev1helpers.PodPriority(pod), capacity, free, pl)
 	} else {
 		var score int64
@@ -44,8 +45,43 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	return p.filterStatus(pod, s, err)
 }
 
+// refusal is an engine refusal classified once, when the device cache's
+// memo takes it in: a node refuses every pod of a shape alike until it
+// changes, and once a cluster fills, each cycle's Filter passes over
+// hundreds of such nodes. It wraps the engine's error.
+type refusal struct {
+	error
+	// reason is the pending reason (filterReason); code and msg Filter's
+	// status; waits whether freed devices could let the pod fit.
+	reason int
+	code   fwk.Code
+	msg    string
+	waits  bool
+}
+
+func (r *refusal) Unwrap() error { return r.error }
+
+// classify classifies an engine refusal as filterStatus would.
+func classify(err error) *refusal {
+	r := &refusal{error: err, reason: filterReason(err), code: fwk.Unschedulable, msg: "GPUs: " + err.Error()}
+	var nf *devicescheduler.NotFitError
+	switch {
+	case errors.As(err, &nf) && errors.Is(err, errNeverFits):
+		r.code, r.msg = fwk.UnschedulableAndUnresolvable, "GPUs: "+nf.Reason
+	case errors.As(err, &nf):
+		r.msg, r.waits = "GPUs: "+nf.Reason, true
+	}
+	return r
+}
+
 // filterStatus is Filter's status for a node that refused the pod with err.
 func (p *Plugin) filterStatus(pod *corev1.Pod, s *cycleState, err error) *fwk.Status {
+	if r, ok := err.(*refusal); ok {
+		if r.waits && s.waitsForDevices.CompareAndSwap(false, true) {
+			p.cache.waitForDevices(pod)
+		}
+		return fwk.NewStatus(r.code, r.msg)
+	}
 	var nf *devicescheduler.NotFitError
 	switch {
 	case errors.As(err, &nf) && errors.Is(err, errNeverFits):

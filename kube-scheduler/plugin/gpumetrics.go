@@ -53,6 +53,9 @@ var engineReasons = map[string]int{
 
 // filterReason is the pending reason of a Filter error.
 func filterReason(err error) int {
+	if r, ok := err.(*refusal); ok {
+		return r.reason // classified when the memo took it in
+	}
 	var nf *devicescheduler.NotFitError
 	switch {
 	case errors.As(err, &nf):
@@ -136,7 +139,8 @@ func (p *pendingPods) byReason() [numPendingReasons]int {
 	return out
 }
 
-// gpuCollector reports, at each scrape, the devices of the cache: per GPU
+// gpuCollector reports, at each scrape (from a computation at most
+// gpuScrapeMaxAge old), the devices of the cache: per GPU
 // what pods hold of it, per model the idle and the stranded GPUs of live
 // nodes, the nodes that are not live, and the pending GPU pods by reason.
 // Every replica reports its own cache (they follow the same API objects);
@@ -278,7 +282,8 @@ type gpuScrape struct {
 // than computed afresh: computing walks every node (about 30 ms at 5,000
 // nodes), and some scrapers (several Prometheus replicas, benchmark
 // harnesses gathering every second) come more often than the values
-// matter. The pending pods are counted afresh at every scrape.
+// matter. The pending pods are counted afresh at every scrape; those
+// deleted before they were placed are dropped at each computation.
 var gpuScrapeMaxAge = 5 * time.Second
 
 // CollectWithStability sends the GPU metrics, computed afresh when the last
@@ -387,7 +392,8 @@ func (g *gpuCollector) send(ch chan<- metrics.Metric, t *collectorTarget, s *gpu
 		g.series.send(ch, s.values)
 	}
 	for i := range s.unhealthy {
-		ch <- &s.unhealthy[i]
+		g := s.unhealthy[i] // a copy: Write sets fields, and scrapes overlap
+		ch <- &g
 	}
 	if g.target.Load() == nil {
 		// The scheduler stopped during the scrape, after its end had

@@ -465,6 +465,12 @@ func init() {
 // computed send its values again; later ones, or a scrape after the clock
 // went back, compute afresh. The pending pods are counted at every scrape.
 func TestGPUScrapeReused(t *testing.T) {
+	for _, perModel := range []bool{true, false} {
+		t.Run(fmt.Sprintf("perModel=%v", perModel), func(t *testing.T) { testGPUScrapeReused(t, perModel) })
+	}
+}
+
+func testGPUScrapeReused(t *testing.T, perModel bool) {
 	c, key := testCache(t)
 	now := testNow
 	c.now = func() time.Time { return now }
@@ -472,7 +478,7 @@ func TestGPUScrapeReused(t *testing.T) {
 	c.updateNode(logger, testNode(t, "n1", "t4x4"))
 	c.updateLease(testLease("n1", testNow), false)
 	g := &gpuCollector{}
-	g.report(c, true)
+	g.report(c, perModel)
 	g.target.Load().maxAge = 5 * time.Second
 	reg := metrics.NewKubeRegistry()
 	reg.CustomMustRegister(g)
@@ -495,6 +501,26 @@ kubegpu_scheduler_idle_gpus{model="Tesla T4"} %d
 		}
 		if err := testutil.GatherAndCompare(reg, strings.NewReader(want.String()), "kubegpu_scheduler_idle_gpus", "kubegpu_scheduler_pending_gpu_pods"); err != nil {
 			t.Error(err)
+		}
+		if perModel {
+			return
+		}
+		// The per-GPU series, sent again from the same computation.
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		series, held := 0, 0.0
+		for _, mf := range mfs {
+			if mf.GetName() == "kubegpu_scheduler_gpu_pods" {
+				for _, m := range mf.GetMetric() {
+					series++
+					held += m.GetGauge().GetValue()
+				}
+			}
+		}
+		if series != 4 || held != float64(4-idle) {
+			t.Errorf("%d per-GPU series holding %v pods, want 4 holding %d", series, held, 4-idle)
 		}
 	}
 	w, v := testPod("w"), testPod("v")

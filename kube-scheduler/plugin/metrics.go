@@ -85,7 +85,7 @@ func (m *cacheMetrics) register(register func(metrics.Registerable) error) {
 	}
 }
 
-// Inventory states of kubegpu_scheduler_nodes (counted at each scrape, see
+// Inventory states of kubegpu_scheduler_nodes (counted at scrape time, see
 // gpuCollector), indexes of inventoryStates; stateUnbuilt is a node of
 // which only a Lease was seen, not counted.
 const (

@@ -17,10 +17,8 @@ import (
 // malformed request makes the pod unschedulable until the user fixes it,
 // with a message that says what to fix.
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	// Only the leader schedules: it alone writes the allocation records,
-	// when it has no pods to schedule.
+	// Only the leader schedules: it alone writes the allocation records.
 	p.cache.recorder.start(p.ctx)
-	p.cache.recorder.cycle()
 	if !objects.WantsDevices(pod) {
 		if p.args.PodsWithoutDevices == PodsWithoutDevicesScore {
 			p.writeHostOnly(cs, pod)

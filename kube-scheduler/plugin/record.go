@@ -31,8 +31,8 @@ import (
 // they are written off the scheduling path, on a client of their own
 // limited to recordQPS writes per second, by the leader only (workers start
 // with the first scheduling cycle, which standby replicas never run), and
-// while the scheduler is busy they wait: a record is written once no
-// scheduling cycle has run for recordIdle, or once it has waited
+// while the scheduler is placing pods they wait: a record is written once
+// the plugin has reserved no pod for recordIdle, or once it has waited
 // recordMaxWait. During a burst they lag behind the bindings, and the API
 // server spends the burst on bindings. Two paths close the gap:
 //
@@ -61,9 +61,9 @@ type recorder struct {
 	started            atomic.Bool
 	once, urgentOnce   sync.Once
 
-	// lastCycle is when the scheduler last ran a scheduling cycle (Unix
-	// nanoseconds on now's clock); idle and maxWait are recordIdle and
-	// recordMaxWait (shorter in tests).
+	// lastCycle is when the plugin last reserved a pod (Unix nanoseconds
+	// on now's clock); idle and maxWait are recordIdle and recordMaxWait
+	// (shorter in tests).
 	lastCycle     atomic.Int64
 	idle, maxWait time.Duration
 }
@@ -76,9 +76,12 @@ type pendingRecord struct {
 }
 
 const (
-	// recordIdle is how long no scheduling cycle must have run before the
-	// background records are written.
+	// recordIdle is how long the plugin must have reserved no pod before
+	// the background records are written.
 	recordIdle = time.Second
+	// recordPoll is how often a waiting record looks again: the clock is
+	// the cache's, which tests move.
+	recordPoll = 100 * time.Millisecond
 	// recordMaxWait is how long a background record waits at most for
 	// the scheduler to be idle: under a load that never pauses, records
 	// still go out, at recordQPS.
@@ -133,8 +136,8 @@ func (r *recorder) put(q workqueue.TypedRateLimitingInterface[ktypes.UID], uid k
 	q.Add(uid)
 }
 
-// cycle notes that the scheduler is running a scheduling cycle: background
-// records wait until it has been idle for recordIdle.
+// cycle notes that the plugin is reserving a pod: background records wait
+// until it has reserved none for recordIdle.
 func (r *recorder) cycle() {
 	if r != nil {
 		r.lastCycle.Store(r.now().UnixNano())
@@ -151,7 +154,7 @@ func (r *recorder) waitIdle(ctx context.Context, rec pendingRecord) bool {
 		if busy <= 0 || left <= 0 {
 			return true
 		}
-		t := time.NewTimer(min(busy, left))
+		t := time.NewTimer(min(busy, left, recordPoll))
 		select {
 		case <-ctx.Done():
 			t.Stop()

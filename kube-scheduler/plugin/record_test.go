@@ -204,19 +204,21 @@ func TestRecorderPatchesStatus(t *testing.T) {
 }
 
 // TestRecorderWaitsWhileScheduling: background records wait while the
-// scheduler runs cycles, go out once it has been idle for recordIdle, and
-// under a load that never pauses once they have waited recordMaxWait;
-// urgent records never wait.
+// plugin reserves pods, go out once it has reserved none for recordIdle,
+// and under a load that never pauses once they have waited recordMaxWait;
+// urgent records never wait. The recorder's clock is the test's.
 func TestRecorderWaitsWhileScheduling(t *testing.T) {
 	for _, tc := range []struct {
-		name              string
-		maxWait           time.Duration
-		urgent            bool
+		name string
+		// advance is how far the clock moves after the busy spell;
+		// busy is whether the plugin still reserves pods then.
+		advance           time.Duration
+		busy, urgent      bool
 		writtenDuringBusy bool
 	}{
-		{name: "idle", maxWait: time.Hour},
-		{name: "waited long enough", maxWait: 100 * time.Millisecond, writtenDuringBusy: true},
-		{name: "urgent", maxWait: time.Hour, urgent: true, writtenDuringBusy: true},
+		{name: "idle", advance: recordIdle},
+		{name: "waited long enough", advance: recordMaxWait, busy: true},
+		{name: "urgent", urgent: true, writtenDuringBusy: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid-p"}}
@@ -226,8 +228,10 @@ func TestRecorderWaitsWhileScheduling(t *testing.T) {
 				patched.Add(1)
 				return false, nil, nil
 			})
+			var clock atomic.Int64
+			clock.Store(testNow.UnixNano())
 			r := newRecorder(client, client, nil)
-			r.idle, r.maxWait = 300*time.Millisecond, tc.maxWait
+			r.now = func() time.Time { return time.Unix(0, clock.Load()) }
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			r.start(ctx)
@@ -238,20 +242,24 @@ func TestRecorderWaitsWhileScheduling(t *testing.T) {
 			} else {
 				r.add("uid-p", ktypesName("ns", "p"), "VALUE")
 			}
-			// Busy for a second: a cycle every 20 ms.
-			for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-				r.cycle()
+			// Busy, on a clock that stands still: several polls.
+			deadline := time.Now().Add(5 * recordPoll)
+			for patched.Load() == 0 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
 			}
 			if got := patched.Load() == 1; got != tc.writtenDuringBusy {
-				t.Fatalf("written while the scheduler was busy: %v, want %v", got, tc.writtenDuringBusy)
+				t.Fatalf("written while the plugin was reserving pods: %v, want %v", got, tc.writtenDuringBusy)
 			}
-			// Idle: written within recordIdle and a bit.
-			deadline := time.Now().Add(5 * time.Second)
+			clock.Add(int64(tc.advance))
+			if tc.busy {
+				r.cycle()
+			}
+			deadline = time.Now().Add(5 * time.Second)
 			for patched.Load() == 0 && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			if n := patched.Load(); n != 1 {
-				t.Fatalf("%d records written once idle, want 1", n)
+				t.Fatalf("%d records written after the clock moved %v, want 1", n, tc.advance)
 			}
 		})
 	}

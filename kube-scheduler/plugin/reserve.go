@@ -17,6 +17,9 @@ import (
 // them in the device cache, in one step, so that no later cycle can hand out
 // the same devices before the pod is bound or unreserved.
 func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+	// Placing pods: the background records wait (see recorder). Cycles
+	// that place nothing (pods that fit nowhere, retried) do not count.
+	p.cache.recorder.cycle()
 	s := getState(cs)
 	if s == nil {
 		if h := getHostOnly(cs); h != nil && p.cache.hasDevices(nodeName) {

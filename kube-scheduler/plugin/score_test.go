@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"testing"
 
@@ -65,6 +67,15 @@ func TestScoreTakesFilterScore(t *testing.T) {
 	if got, _ := p.Score(ctx, cs, pod, infos["n1"]); got != math.MinInt64 {
 		t.Errorf("Score(n1) after release = %d; want %d (evaluated again: full)", got, int64(math.MinInt64))
 	}
+	// The full node's refusal comes classified, from the memo too.
+	capacity, free = nodeHost(infos["n1"])
+	for range 2 {
+		if _, err := c.evaluate(infos["n1"].Node(), &getState(cs).eval, capacity, free, &pl); err == nil {
+			t.Fatal("a full node fits a GPU pod")
+		} else if _, ok := err.(*refusal); !ok {
+			t.Errorf("refusal of a full node %T (%v), want it classified", err, err)
+		}
+	}
 }
 
 func TestNormalizeByRank(t *testing.T) {
@@ -113,5 +124,40 @@ func TestNormalizeHostOnly(t *testing.T) {
 			t.Errorf("normalised %v, want %v", scores, want)
 			break
 		}
+	}
+}
+
+// TestRefusalClassified: a refusal classified when the memo took it in
+// gives Filter the status, pending reason and wait for freed devices that
+// the engine's error itself gives.
+func TestRefusalClassified(t *testing.T) {
+	c, _ := testCache(t)
+	p := &Plugin{cache: c}
+	notFree := &devicescheduler.NotFitError{Reason: devicescheduler.ReasonNotEnoughFree}
+	for name, err := range map[string]error{
+		"not enough free": notFree,
+		"never fits":      errors.Join(errNeverFits, &devicescheduler.NotFitError{Reason: devicescheduler.ReasonUnhealthy}),
+		"topology":        &devicescheduler.NotFitError{Reason: devicescheduler.ReasonTopology},
+		"not an engine's": errors.New("something else"),
+		"wrapped not-fit": fmt.Errorf("wrapped: %w", notFree),
+	} {
+		t.Run(name, func(t *testing.T) {
+			raw, fast := &cycleState{}, &cycleState{}
+			pod := gpuPod("p", 1, 0, testNow)
+			r := classify(err)
+			if !errors.Is(r, err) || r.Error() != err.Error() {
+				t.Errorf("classified %v wraps %v, says %q", err, r.Unwrap(), r.Error())
+			}
+			want, got := p.filterStatus(pod, raw, err), p.filterStatus(pod, fast, r)
+			if want.Code() != got.Code() || want.Message() != got.Message() {
+				t.Errorf("status %v %q, want %v %q", got.Code(), got.Message(), want.Code(), want.Message())
+			}
+			if raw.waitsForDevices.Load() != fast.waitsForDevices.Load() {
+				t.Errorf("waits for devices: %v, want %v", fast.waitsForDevices.Load(), raw.waitsForDevices.Load())
+			}
+			if filterReason(r) != filterReason(err) {
+				t.Errorf("pending reason %d, want %d", filterReason(r), filterReason(err))
+			}
+		})
 	}
 }

@@ -118,7 +118,8 @@ func writeConfig(dir, pluginDir, keyFile string) (string, error) {
 	}
 	schedConfig := filepath.Join(dir, "kubegpu-scheduler.yaml")
 	// The shipped profile (kube-scheduler/config/kubegpu-scheduler.yaml):
-	// KubeGPU at weight 10, binding first. heartbeatStaleness of an hour:
+	// KubeGPU at weight 10, filtering after the filters that read only the
+	// node object, binding first. heartbeatStaleness of an hour:
 	// the Leases are renewed every 30 s, which is slower than kubelets'.
 	// gpuMetrics PerModel unless KUBEGPU_SCHEDPERF_GPU_METRICS says
 	// PerGPU: the harness gathers the scheduler's whole registry every
@@ -158,6 +159,14 @@ profiles:
       enabled:
       - name: KubeGPU
         weight: 10
+    filter:
+      enabled:
+      - name: NodeUnschedulable
+      - name: NodeName
+      - name: TaintToleration
+      - name: NodeAffinity
+      - name: NodePorts
+      - name: KubeGPU
     bind:
       enabled:
       - name: KubeGPU
