@@ -33,7 +33,15 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	} else {
 		var score int64
 		if score, err = p.cache.evaluate(node, &s.eval, capacity, free, pl); err != nil {
-			s.pending.count(filterReason(err))
+			reason := filterReason(err)
+			s.pending.count(reason)
+			if reason == pendingHostResources {
+				// Left to NodeResourcesFit, which the shipped profiles
+				// run after this plugin: its reason names the resource,
+				// and its queueing hints wake the pod when a pod without
+				// GPUs frees CPU or memory; Reserve checks again.
+				err = nil
+			}
 		} else {
 			s.scores.put(node, score)
 		}

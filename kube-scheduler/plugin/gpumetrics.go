@@ -392,8 +392,10 @@ func (g *gpuCollector) send(ch chan<- metrics.Metric, t *collectorTarget, s *gpu
 		g.series.send(ch, s.values)
 	}
 	for i := range s.unhealthy {
-		g := s.unhealthy[i] // a copy: Write sets fields, and scrapes overlap
-		ch <- &g
+		// A gauge of its own per scrape: Write sets its fields, and
+		// scrapes overlap.
+		u := &s.unhealthy[i]
+		ch <- &gauge{desc: u.desc, labels: u.labels, value: u.value}
 	}
 	if g.target.Load() == nil {
 		// The scheduler stopped during the scrape, after its end had

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
+	"sigs.k8s.io/yaml"
 )
 
 // orderStub stands in for the plugin where only its extension points
@@ -30,54 +32,98 @@ func (orderStub) Filter(context.Context, fwk.CycleState, *corev1.Pod, fwk.NodeIn
 }
 func (orderStub) Bind(context.Context, fwk.CycleState, *corev1.Pod, string) *fwk.Status { return nil }
 
-// TestShippedPluginOrder: the shipped configurations, read and defaulted
-// as kube-scheduler reads them, run KubeGPU's Filter right after the
-// upstream filters that read only the node object and before
-// NodeResourcesFit, with every other upstream filter still enabled, and
+// TestShippedPluginOrder: the shipped configurations (and the Helm chart's,
+// as its golden file holds it), read and defaulted as kube-scheduler reads
+// them, run the upstream filters in their default order with KubeGPU's
+// Filter moved right after NodeAffinity (before NodeResourcesFit), and
 // KubeGPU's Bind before DefaultBinder.
 func TestShippedPluginOrder(t *testing.T) {
 	schedmetrics.Register() // the framework counts plugins' calls
+	// The default profile with the plugin added and nothing reordered.
+	defaults, _ := pluginOrder(t, []byte(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- plugins:
+    multiPoint:
+      enabled:
+      - name: KubeGPU
+`))
+	want := slices.DeleteFunc(slices.Clone(defaults), func(n string) bool { return n == Name })
+	at := slices.Index(want, "NodeAffinity") + 1
+	want = slices.Insert(want, at, Name)
+	if at == 0 || slices.Index(want, "NodeResourcesFit") < at {
+		t.Fatalf("default filters %v: no NodeAffinity, or NodeResourcesFit before it", defaults)
+	}
+	configs := map[string][]byte{}
 	for _, name := range []string{"kubegpu-scheduler.yaml", "second-scheduler.yaml"} {
+		data, err := os.ReadFile(filepath.Join("..", "config", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		configs[name] = data
+	}
+	configs["helm"] = helmSchedulerConfig(t)
+	for name, data := range configs {
 		t.Run(name, func(t *testing.T) {
-			data, err := os.ReadFile(filepath.Join("..", "config", name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			obj, _, err := scheme.Codecs.UniversalDecoder().Decode(data, nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg := obj.(*config.KubeSchedulerConfiguration)
-			registry := plugins.NewInTreeRegistry()
-			if err := registry.Register(Name, func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) { return orderStub{}, nil }); err != nil {
-				t.Fatal(err)
-			}
-			client := fake.NewClientset()
-			fw, err := frameworkruntime.NewFramework(t.Context(), registry, &cfg.Profiles[0],
-				frameworkruntime.WithClientSet(client), frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)),
-				frameworkruntime.WithSnapshotSharedLister(schedcache.NewEmptySnapshot()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var filters, binds []string
-			for _, p := range fw.ListPlugins().Filter.Enabled {
-				filters = append(filters, p.Name)
-			}
-			for _, p := range fw.ListPlugins().Bind.Enabled {
-				binds = append(binds, p.Name)
-			}
-			want := []string{"NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts", Name, "NodeResourcesFit"}
-			if len(filters) < len(want) || !slices.Equal(filters[:len(want)], want) {
-				t.Errorf("filters run in the order %v, want %v first", filters, want)
-			}
-			for _, upstream := range []string{"VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "PodTopologySpread", "InterPodAffinity"} {
-				if !slices.Contains(filters, upstream) {
-					t.Errorf("filter %s is not enabled: %v", upstream, filters)
-				}
+			filters, binds := pluginOrder(t, data)
+			if !slices.Equal(filters, want) {
+				t.Errorf("filters run in the order %v, want %v", filters, want)
 			}
 			if len(binds) == 0 || binds[0] != Name {
 				t.Errorf("bind plugins %v, want %s first", binds, Name)
 			}
 		})
 	}
+}
+
+// pluginOrder builds the first profile of a scheduler configuration as
+// kube-scheduler does, with a stand-in for the plugin, and returns its
+// filter and bind plugins in the order they run.
+func pluginOrder(t *testing.T, data []byte) (filters, binds []string) {
+	t.Helper()
+	obj, _, err := scheme.Codecs.UniversalDecoder().Decode(data, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := obj.(*config.KubeSchedulerConfiguration)
+	registry := plugins.NewInTreeRegistry()
+	if err := registry.Register(Name, func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) { return orderStub{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset()
+	fw, err := frameworkruntime.NewFramework(t.Context(), registry, &cfg.Profiles[0],
+		frameworkruntime.WithClientSet(client), frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)),
+		frameworkruntime.WithSnapshotSharedLister(schedcache.NewEmptySnapshot()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range fw.ListPlugins().Filter.Enabled {
+		filters = append(filters, p.Name)
+	}
+	for _, p := range fw.ListPlugins().Bind.Enabled {
+		binds = append(binds, p.Name)
+	}
+	return filters, binds
+}
+
+// helmSchedulerConfig is the scheduler configuration the Helm chart renders
+// with its default values, from the golden file the integration tests
+// compare the chart with.
+func helmSchedulerConfig(t *testing.T) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "test", "integration", "testdata", "helm", "default.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var cm corev1.ConfigMap
+		if err := yaml.Unmarshal([]byte(doc), &cm); err != nil || cm.Kind != "ConfigMap" {
+			continue
+		}
+		if c, ok := cm.Data["config.yaml"]; ok && strings.Contains(c, "KubeSchedulerConfiguration") {
+			return []byte(c)
+		}
+	}
+	t.Fatal("no scheduler ConfigMap in the chart's golden file")
+	return nil
 }

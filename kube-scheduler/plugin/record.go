@@ -79,8 +79,8 @@ const (
 	// recordIdle is how long the plugin must have reserved no pod before
 	// the background records are written.
 	recordIdle = time.Second
-	// recordPoll is how often a waiting record looks again: the clock is
-	// the cache's, which tests move.
+	// recordPoll is how often a waiting record looks again: it reads the
+	// recorder's clock (now), which tests move.
 	recordPoll = 100 * time.Millisecond
 	// recordMaxWait is how long a background record waits at most for
 	// the scheduler to be idle: under a load that never pauses, records

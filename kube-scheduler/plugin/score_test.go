@@ -161,3 +161,39 @@ func TestRefusalClassified(t *testing.T) {
 		})
 	}
 }
+
+// TestFilterLeavesHostResources: a node short of CPU for the pod passes
+// KubeGPU's Filter, for NodeResourcesFit (which the shipped profiles run
+// next) to refuse with its own reason and queueing hints; the pod's
+// pending reason still counts it, and Score ranks it last.
+func TestFilterLeavesHostResources(t *testing.T) {
+	c, _ := testCache(t)
+	c.warmed.Store(true)
+	logger := klog.Background()
+	n := testNode(t, "n1", "dgx1")
+	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("768Gi")}
+	c.updateNode(logger, n)
+	c.updateLease(testLease("n1", testNow), false)
+	busy := testPod("busy")
+	busy.Spec.NodeName = "n1"
+	busy.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}
+	ni := framework.NewNodeInfo(busy)
+	ni.SetNode(n)
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
+	p.ready.Store(true)
+	pod := gpuPod("p", 1, 0, testNow)
+	pod.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+	ctx, cs := context.Background(), framework.NewCycleState()
+	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := p.Filter(ctx, cs, pod, ni); !st.IsSuccess() {
+		t.Errorf("Filter on a node short of CPU = %v, want success (left to NodeResourcesFit)", st)
+	}
+	if got := getState(cs).pending.reason(); got != pendingHostResources {
+		t.Errorf("pending reason %s, want %s", pendingReasonNames[got], pendingReasonNames[pendingHostResources])
+	}
+	if got, _ := p.Score(ctx, cs, pod, ni); got != math.MinInt64 {
+		t.Errorf("Score = %d, want the lowest", got)
+	}
+}

@@ -165,7 +165,6 @@ profiles:
       - name: NodeName
       - name: TaintToleration
       - name: NodeAffinity
-      - name: NodePorts
       - name: KubeGPU
     bind:
       enabled:
