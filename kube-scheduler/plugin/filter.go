@@ -33,24 +33,34 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	} else {
 		var score int64
 		if score, err = p.cache.evaluate(node, &s.eval, capacity, free, pl); err != nil {
-			reason := filterReason(err)
-			s.pending.count(reason)
-			if reason == pendingHostResources {
-				// Left to NodeResourcesFit, which the shipped profiles
-				// run after this plugin: its reason names the resource,
-				// and its queueing hints wake the pod when a pod without
-				// GPUs frees CPU or memory; Reserve checks again.
-				err = nil
-			}
+			s.pending.count(filterReason(err))
 		} else {
 			s.scores.put(node, score)
 		}
 	}
 	placements.Put(pl)
+	if err != nil && filterReason(err) == pendingHostResources && fitCountsHost(cs) {
+		// Left to NodeResourcesFit, which the shipped profiles run
+		// after this plugin: its reason names the resource, and its
+		// queueing hints wake the pod when a pod without GPUs frees CPU
+		// or memory. Score ranks the node last; Reserve checks again.
+		err = nil
+	}
 	if err == nil {
 		return nil
 	}
 	return p.filterStatus(pod, s, err)
+}
+
+// fitPreFilterKey is where NodeResourcesFit's PreFilter leaves its state.
+const fitPreFilterKey fwk.StateKey = "PreFilterNodeResourcesFit"
+
+// fitCountsHost reports whether NodeResourcesFit filters this cycle (its
+// PreFilter ran: every PreFilter runs before any Filter), and so refuses
+// nodes short of the pod's CPU or memory itself.
+func fitCountsHost(cs fwk.CycleState) bool {
+	_, err := cs.Read(fitPreFilterKey)
+	return err == nil
 }
 
 // refusal is an engine refusal classified once, when the device cache's

@@ -23,8 +23,9 @@ func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _
 
 // Score returns the engine's score of the node, which Filter computed in
 // this cycle (the device cache's score of the node as it is, should Filter
-// not have scored it). A node that filled up since is still ranked by
-// Filter's score: Reserve checks again. For a pod without devices, nodes
+// not have scored it: a node Filter passed for NodeResourcesFit to judge
+// its CPU and memory ranks last). A node that filled up since is still
+// ranked by Filter's score: Reserve checks again. For a pod without devices, nodes
 // without devices come first, then GPU nodes by the engine's score.
 func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
 	s := getState(cs)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -162,10 +163,12 @@ func TestRefusalClassified(t *testing.T) {
 	}
 }
 
-// TestFilterLeavesHostResources: a node short of CPU for the pod passes
-// KubeGPU's Filter, for NodeResourcesFit (which the shipped profiles run
-// next) to refuse with its own reason and queueing hints; the pod's
-// pending reason still counts it, and Score ranks it last.
+// TestFilterLeavesHostResources: when NodeResourcesFit filters the cycle
+// (its PreFilter ran), a node short of CPU for the pod passes KubeGPU's
+// Filter, also with a pod nominated to it, for NodeResourcesFit to refuse
+// with its own reason and queueing hints; the pod's pending reason still
+// counts it, Score ranks it last and Reserve refuses it. Without
+// NodeResourcesFit, KubeGPU refuses it itself.
 func TestFilterLeavesHostResources(t *testing.T) {
 	c, _ := testCache(t)
 	c.warmed.Store(true)
@@ -183,17 +186,44 @@ func TestFilterLeavesHostResources(t *testing.T) {
 	p.ready.Store(true)
 	pod := gpuPod("p", 1, 0, testNow)
 	pod.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
-	ctx, cs := context.Background(), framework.NewCycleState()
-	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
-		t.Fatal(st)
-	}
-	if st := p.Filter(ctx, cs, pod, ni); !st.IsSuccess() {
-		t.Errorf("Filter on a node short of CPU = %v, want success (left to NodeResourcesFit)", st)
-	}
-	if got := getState(cs).pending.reason(); got != pendingHostResources {
-		t.Errorf("pending reason %s, want %s", pendingReasonNames[got], pendingReasonNames[pendingHostResources])
-	}
-	if got, _ := p.Score(ctx, cs, pod, ni); got != math.MinInt64 {
-		t.Errorf("Score = %d, want the lowest", got)
+	ctx := context.Background()
+	for _, fit := range []bool{true, false} {
+		cs := framework.NewCycleState()
+		if fit {
+			cs.Write(fitPreFilterKey, &hostOnlyState{}) // NodeResourcesFit's PreFilter ran
+		}
+		if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		st := p.Filter(ctx, cs, pod, ni)
+		switch {
+		case fit && !st.IsSuccess():
+			t.Errorf("Filter on a node short of CPU, NodeResourcesFit filtering = %v, want success", st)
+		case !fit && (st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "GPUs:")):
+			t.Errorf("Filter on a node short of CPU, without NodeResourcesFit = %v, want refused for its CPU", st)
+		}
+		if got := getState(cs).pending.reason(); got != pendingHostResources {
+			t.Errorf("pending reason %s, want %s", pendingReasonNames[got], pendingReasonNames[pendingHostResources])
+		}
+		if !fit {
+			continue
+		}
+		if got, _ := p.Score(ctx, cs, pod, ni); got != math.MinInt64 {
+			t.Errorf("Score = %d, want the lowest", got)
+		}
+		// A pod nominated to the node: the same.
+		nominated := gpuPod("nominated", 1, 0, testNow)
+		pi, _ := framework.NewPodInfo(nominated)
+		withNominated := cs.Clone()
+		if st := p.AddPod(ctx, withNominated, pod, pi, ni); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		if st := p.Filter(ctx, withNominated, pod, ni); !st.IsSuccess() {
+			t.Errorf("Filter with a pod nominated to a node short of CPU = %v, want success", st)
+		}
+		capacity, free := nodeHost(ni)
+		if _, err := c.reserve(pod, "n1", getState(cs).request, capacity, free, nil); err == nil {
+			t.Error("Reserve took a node short of CPU")
+		}
 	}
 }
