@@ -79,14 +79,18 @@ type refusal struct {
 
 func (r *refusal) Unwrap() error { return r.error }
 
-// classify classifies an engine refusal as filterStatus would.
+// classify classifies an engine refusal for Filter's status.
 func classify(err error) *refusal {
 	r := &refusal{error: err, reason: filterReason(err), code: fwk.Unschedulable, msg: "GPUs: " + err.Error()}
 	var nf *devicescheduler.NotFitError
 	switch {
 	case errors.As(err, &nf) && errors.Is(err, errNeverFits):
+		// Evicting pods would not help: preemption skips the node.
 		r.code, r.msg = fwk.UnschedulableAndUnresolvable, "GPUs: "+nf.Reason
 	case errors.As(err, &nf):
+		// The constant reason, so that the scheduler's FailedScheduling
+		// message counts nodes by reason; `kubegpu explain` gives
+		// details. Freed devices may let the pod fit.
 		r.msg, r.waits = "GPUs: "+nf.Reason, true
 	}
 	return r
@@ -94,32 +98,21 @@ func classify(err error) *refusal {
 
 // filterStatus is Filter's status for a node that refused the pod with err.
 func (p *Plugin) filterStatus(pod *corev1.Pod, s *cycleState, err error) *fwk.Status {
-	if r, ok := err.(*refusal); ok {
-		if r.waits && s.waitsForDevices.CompareAndSwap(false, true) {
-			p.cache.waitForDevices(pod)
+	r, ok := err.(*refusal)
+	if !ok {
+		switch {
+		case errors.Is(err, errNoInventory):
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+err.Error())
+		case errors.Is(err, errStale):
+			p.cache.waitForHeartbeat(pod)
+			return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+reason(err))
 		}
-		return fwk.NewStatus(r.code, r.msg)
+		r = classify(err) // preemption's dry run and nominated pods
 	}
-	var nf *devicescheduler.NotFitError
-	switch {
-	case errors.As(err, &nf) && errors.Is(err, errNeverFits):
-		// Evicting pods would not help: preemption skips the node.
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+nf.Reason)
-	case errors.As(err, &nf):
-		if s.waitsForDevices.CompareAndSwap(false, true) {
-			p.cache.waitForDevices(pod)
-		}
-		// The constant reason, so that the scheduler's FailedScheduling
-		// message counts nodes by reason; `kubegpu explain` gives details.
-		return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+nf.Reason)
-	case errors.Is(err, errNoInventory):
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+err.Error())
-	case errors.Is(err, errStale):
-		p.cache.waitForHeartbeat(pod)
-		return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+reason(err))
-	default:
-		return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+err.Error())
+	if r.waits && s.waitsForDevices.CompareAndSwap(false, true) {
+		p.cache.waitForDevices(pod)
 	}
+	return fwk.NewStatus(r.code, r.msg)
 }
 
 // placements are reusable Evaluate buffers: a Placement is a few KiB, too

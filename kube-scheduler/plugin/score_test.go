@@ -128,36 +128,43 @@ func TestNormalizeHostOnly(t *testing.T) {
 	}
 }
 
-// TestRefusalClassified: a refusal classified when the memo took it in
-// gives Filter the status, pending reason and wait for freed devices that
-// the engine's error itself gives.
+// TestRefusalClassified: an engine refusal, classified when the memo took
+// it in or when Filter meets it unclassified (preemption's dry run), gives
+// Filter the status, pending reason and wait for freed devices it stands
+// for.
 func TestRefusalClassified(t *testing.T) {
 	c, _ := testCache(t)
 	p := &Plugin{cache: c}
 	notFree := &devicescheduler.NotFitError{Reason: devicescheduler.ReasonNotEnoughFree}
-	for name, err := range map[string]error{
-		"not enough free": notFree,
-		"never fits":      errors.Join(errNeverFits, &devicescheduler.NotFitError{Reason: devicescheduler.ReasonUnhealthy}),
-		"topology":        &devicescheduler.NotFitError{Reason: devicescheduler.ReasonTopology},
-		"not an engine's": errors.New("something else"),
-		"wrapped not-fit": fmt.Errorf("wrapped: %w", notFree),
+	for _, tc := range []struct {
+		name   string
+		err    error
+		code   fwk.Code
+		msg    string
+		reason int
+		waits  bool
+	}{
+		{"not enough free", notFree, fwk.Unschedulable, "GPUs: " + devicescheduler.ReasonNotEnoughFree, pendingNotEnoughFree, true},
+		{"never fits", errors.Join(errNeverFits, &devicescheduler.NotFitError{Reason: devicescheduler.ReasonUnhealthy}),
+			fwk.UnschedulableAndUnresolvable, "GPUs: " + devicescheduler.ReasonUnhealthy, pendingUnhealthy, false},
+		{"topology", &devicescheduler.NotFitError{Reason: devicescheduler.ReasonTopology}, fwk.Unschedulable, "GPUs: " + devicescheduler.ReasonTopology, pendingTopology, true},
+		{"not an engine's", errors.New("something else"), fwk.Unschedulable, "GPUs: something else", pendingOther, false},
+		{"wrapped not-fit", fmt.Errorf("wrapped: %w", notFree), fwk.Unschedulable, "GPUs: " + devicescheduler.ReasonNotEnoughFree, pendingNotEnoughFree, true},
 	} {
-		t.Run(name, func(t *testing.T) {
-			raw, fast := &cycleState{}, &cycleState{}
-			pod := gpuPod("p", 1, 0, testNow)
-			r := classify(err)
-			if !errors.Is(r, err) || r.Error() != err.Error() {
-				t.Errorf("classified %v wraps %v, says %q", err, r.Unwrap(), r.Error())
+		t.Run(tc.name, func(t *testing.T) {
+			r := classify(tc.err)
+			if !errors.Is(r, tc.err) || r.Error() != tc.err.Error() {
+				t.Errorf("classified %v wraps %v, says %q", tc.err, r.Unwrap(), r.Error())
 			}
-			want, got := p.filterStatus(pod, raw, err), p.filterStatus(pod, fast, r)
-			if want.Code() != got.Code() || want.Message() != got.Message() {
-				t.Errorf("status %v %q, want %v %q", got.Code(), got.Message(), want.Code(), want.Message())
-			}
-			if raw.waitsForDevices.Load() != fast.waitsForDevices.Load() {
-				t.Errorf("waits for devices: %v, want %v", fast.waitsForDevices.Load(), raw.waitsForDevices.Load())
-			}
-			if filterReason(r) != filterReason(err) {
-				t.Errorf("pending reason %d, want %d", filterReason(r), filterReason(err))
+			for _, err := range []error{r, tc.err} {
+				s := &cycleState{}
+				st := p.filterStatus(gpuPod("p", 1, 0, testNow), s, err)
+				if st.Code() != tc.code || st.Message() != tc.msg || s.waitsForDevices.Load() != tc.waits {
+					t.Errorf("%T: status %v %q, waits %v; want %v %q, %v", err, st.Code(), st.Message(), s.waitsForDevices.Load(), tc.code, tc.msg, tc.waits)
+				}
+				if got := filterReason(err); got != tc.reason {
+					t.Errorf("%T: pending reason %s, want %s", err, pendingReasonNames[got], pendingReasonNames[tc.reason])
+				}
 			}
 		})
 	}
