@@ -98,7 +98,7 @@ func classify(err error) *refusal {
 
 // filterStatus is Filter's status for a node that refused the pod with err.
 func (p *Plugin) filterStatus(pod *corev1.Pod, s *cycleState, err error) *fwk.Status {
-	r, ok := err.(*refusal)
+	r, ok := err.(*refusal) //nolint:errorlint // the memo returns refusals unwrapped; errors.As per refused node is the cost avoided
 	if !ok {
 		switch {
 		case errors.Is(err, errNoInventory):

@@ -53,7 +53,7 @@ var engineReasons = map[string]int{
 
 // filterReason is the pending reason of a Filter error.
 func filterReason(err error) int {
-	if r, ok := err.(*refusal); ok {
+	if r, ok := err.(*refusal); ok { //nolint:errorlint // the memo returns refusals unwrapped; see filterStatus
 		return r.reason // classified when the memo took it in
 	}
 	var nf *devicescheduler.NotFitError

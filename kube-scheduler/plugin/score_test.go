@@ -73,7 +73,7 @@ func TestScoreTakesFilterScore(t *testing.T) {
 	for range 2 {
 		if _, err := c.evaluate(infos["n1"].Node(), &getState(cs).eval, capacity, free, &pl); err == nil {
 			t.Fatal("a full node fits a GPU pod")
-		} else if _, ok := err.(*refusal); !ok {
+		} else if r := (*refusal)(nil); !errors.As(err, &r) {
 			t.Errorf("refusal of a full node %T (%v), want it classified", err, err)
 		}
 	}
