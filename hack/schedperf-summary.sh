@@ -7,7 +7,12 @@
 # last line. Then, from the scheduler's log, the nodes each scheduler
 # evaluated per pod bound, the pods created before the measured ones
 # included (Filter's pass over the nodes stops once it has found enough
-# feasible ones: full nodes make it look further). Test cases other than
+# feasible ones: full nodes make it look further). Last, the CPU each test
+# case took, whole (nodes, pods before and measured pods, the harness's
+# metrics): the test process's (API server, scheduler, harness) and the
+# machine's other (etcd, anything else running), and the CPU the host stole
+# from the machine; more CPU for the same case in one round than in another
+# is the machine's noise. Test cases other than
 # KubeGPU_* and Stock_* (StockBinpack_*) are left out.
 set -euo pipefail
 awk '
@@ -23,6 +28,15 @@ FNR == 1 { cur = "" }
 /evaluatedNodes=[0-9]+/ && cur != "" {
 	match($0, /evaluatedNodes=[0-9]+/)
 	evals[cur] += substr($0, RSTART + 15, RLENGTH - 15); bound[cur]++
+	next
+}
+/^BenchmarkPerfScheduling\/[A-Za-z]+_[A-Za-z0-9]+\/[0-9]+Nodes: after: / {
+	split($1, c, "/"); split(c[2], cw, "_"); sub(/:$/, "", c[3])
+	ck = cw[1] SUBSEP cw[2] "/" c[3]
+	if (match($0, /process [0-9.]+ CPU-s/)) { split(substr($0, RSTART, RLENGTH), xs, " "); proc[ck] += xs[2]; cases[ck]++ }
+	if (match($0, /machine busy [0-9.]+ CPU-s/)) { split(substr($0, RSTART, RLENGTH), xs, " "); busy[ck] += xs[3] }
+	if (match($0, /steal [0-9.]+/)) { split(substr($0, RSTART, RLENGTH), xs, " "); steal[ck] += xs[2] }
+	if (match($0, /process [0-9.]+ CPU-s/)) { split(substr($0, RSTART, RLENGTH), xs, " "); cpul[ck] = cpul[ck] (cpul[ck] == "" ? "" : " ") sprintf("%.0f", xs[2]) }
 	next
 }
 /^Benchmark/ {
@@ -73,5 +87,12 @@ END {
 		printf "%-24s %-22s %s\n", key, \
 			(bound["KubeGPU", key] ? sprintf("%.0f", evals["KubeGPU", key] / bound["KubeGPU", key]) : "-"), \
 			(bound["Stock", key] ? sprintf("%.0f", evals["Stock", key] / bound["Stock", key]) : "-")
+	}
+	printf "\n%-24s %-9s %s\n", "workload", "scheduler", "CPU-s per test case: process mean (each round), other, stolen"
+	for (i = 1; i <= k; i++) for (sc = 1; sc <= 2; sc++) {
+		key = keys[i]; s = (sc == 1 ? "KubeGPU" : "Stock")
+		if (!cases[s, key]) continue
+		printf "%-24s %-9s %.1f (%s), %.1f, %.1f\n", key, s, proc[s, key] / cases[s, key], cpul[s, key], \
+			(busy[s, key] - proc[s, key]) / cases[s, key], steal[s, key] / cases[s, key]
 	}
 }' "$@"

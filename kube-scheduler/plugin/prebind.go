@@ -53,6 +53,6 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	p.cache.metrics.written("signed")
 	p.cache.written(pod.UID, value)
 	s.written, s.value = true, value
-	klog.FromContext(ctx).V(2).Info("Wrote allocation", "pod", klog.KObj(pod), "node", nodeName, "allocation", s.alloc)
+	klog.FromContext(ctx).V(2).Info("Wrote allocation", "pod", klog.KObj(pod), "node", nodeName, "devices", devicesOf(s.alloc))
 	return nil
 }
