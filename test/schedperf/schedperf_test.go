@@ -24,9 +24,10 @@
 // per-GPU metrics instead of PerModel, and KUBEGPU_SCHEDPERF_NODE_POLICY
 // another nodePolicy than the default kubegpu;
 // KUBEGPU_SCHEDPERF_STOCK_BINPACK=1 adds the stock plugins set to bin-pack
-// GPUs (see writeConfig). The Benchmark lines
-// carry each histogram once, whatever its labels; the data items that
-// -data-items-dir writes keep every label combination.
+// GPUs (see writeConfig). Each test case prints to stderr what it cost
+// (see processState), which hack/schedperf-summary.sh tabulates. The
+// Benchmark lines carry each histogram once, whatever its labels; the data
+// items that -data-items-dir writes keep every label combination.
 package schedperf
 
 import (
