@@ -33,10 +33,10 @@ FNR == 1 { cur = "" }
 /^BenchmarkPerfScheduling\/[A-Za-z]+_[A-Za-z0-9]+\/[0-9]+Nodes: after: / {
 	split($1, c, "/"); split(c[2], cw, "_"); sub(/:$/, "", c[3])
 	ck = cw[1] SUBSEP cw[2] "/" c[3]
-	if (match($0, /process [0-9.]+ CPU-s/)) { split(substr($0, RSTART, RLENGTH), xs, " "); proc[ck] += xs[2]; cases[ck]++ }
-	if (match($0, /machine busy [0-9.]+ CPU-s/)) { split(substr($0, RSTART, RLENGTH), xs, " "); busy[ck] += xs[3] }
+	if (match($0, /process [0-9.]+ CPU-s/)) { split(substr($0, RSTART, RLENGTH), xs, " "); proc[ck] += xs[2]; cases[ck]++
+		cpul[ck] = cpul[ck] (cpul[ck] == "" ? "" : " ") sprintf("%.0f", xs[2]) }
+	if (match($0, /machine busy [0-9.]+ CPU-s/)) { split(substr($0, RSTART, RLENGTH), xs, " "); busy[ck] += xs[3]; machine[ck]++ }
 	if (match($0, /steal [0-9.]+/)) { split(substr($0, RSTART, RLENGTH), xs, " "); steal[ck] += xs[2] }
-	if (match($0, /process [0-9.]+ CPU-s/)) { split(substr($0, RSTART, RLENGTH), xs, " "); cpul[ck] = cpul[ck] (cpul[ck] == "" ? "" : " ") sprintf("%.0f", xs[2]) }
 	next
 }
 /^Benchmark/ {
@@ -92,7 +92,11 @@ END {
 	for (i = 1; i <= k; i++) for (sc = 1; sc <= 2; sc++) {
 		key = keys[i]; s = (sc == 1 ? "KubeGPU" : "Stock")
 		if (!cases[s, key]) continue
-		printf "%-24s %-9s %.1f (%s), %.1f, %.1f\n", key, s, proc[s, key] / cases[s, key], cpul[s, key], \
-			(busy[s, key] - proc[s, key]) / cases[s, key], steal[s, key] / cases[s, key]
+		# Other and stolen only where every case read /proc/stat.
+		if (machine[s, key] == cases[s, key])
+			printf "%-24s %-9s %.1f (%s), %.1f, %.1f\n", key, s, proc[s, key] / cases[s, key], cpul[s, key], \
+				(busy[s, key] - proc[s, key]) / cases[s, key], steal[s, key] / cases[s, key]
+		else
+			printf "%-24s %-9s %.1f (%s), -, -\n", key, s, proc[s, key] / cases[s, key], cpul[s, key]
 	}
 }' "$@"

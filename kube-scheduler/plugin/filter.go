@@ -39,17 +39,28 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		}
 	}
 	placements.Put(pl)
-	if err != nil && filterReason(err) == pendingHostResources && fitCountsHost(cs) {
+	if err != nil && filterReason(err) == pendingHostResources && !neverFits(err) && fitCountsHost(cs) {
 		// Left to NodeResourcesFit, which the shipped profiles run
 		// after this plugin: its reason names the resource, and its
 		// queueing hints wake the pod when a pod without GPUs frees CPU
 		// or memory. Score ranks the node last; Reserve checks again.
+		// Not a node whose GPUs could never hold the pod: refused here
+		// as unresolvable, preemption passes it over.
 		err = nil
 	}
 	if err == nil {
 		return nil
 	}
 	return p.filterStatus(pod, s, err)
+}
+
+// neverFits reports whether err refuses the node whatever pods leave it.
+func neverFits(err error) bool {
+	r, ok := err.(*refusal) //nolint:errorlint // see filterStatus
+	if !ok {
+		r = classify(err)
+	}
+	return r.code == fwk.UnschedulableAndUnresolvable
 }
 
 // fitPreFilterKey is where NodeResourcesFit's PreFilter leaves its state.

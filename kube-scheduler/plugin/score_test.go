@@ -232,5 +232,17 @@ func TestFilterLeavesHostResources(t *testing.T) {
 		if _, err := c.reserve(pod, "n1", getState(cs).request, capacity, free, nil); err == nil {
 			t.Error("Reserve took a node short of CPU")
 		}
+		// A node short of CPU whose GPUs could never hold the pod stays
+		// refused here, as unresolvable: preemption passes it over.
+		big := gpuPod("big", 16, 0, testNow)
+		big.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+		bcs := framework.NewCycleState()
+		bcs.Write(fitPreFilterKey, &hostOnlyState{})
+		if _, st := p.PreFilter(ctx, bcs, big, nil); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		if st := p.Filter(ctx, bcs, big, ni); st.Code() != fwk.UnschedulableAndUnresolvable {
+			t.Errorf("Filter of a 16-GPU pod on an 8-GPU node short of CPU = %v, want UnschedulableAndUnresolvable", st)
+		}
 	}
 }

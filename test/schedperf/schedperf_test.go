@@ -429,7 +429,11 @@ func (s processState) since(s0 processState) string {
 	if len(s.machine) >= 8 && len(s0.machine) >= 8 {
 		d := make([]float64, 8)
 		for i := range d {
-			d[i] = float64(s.machine[i]-s0.machine[i]) / 100 // USER_HZ
+			// Counters the kernel lets go backwards (iowait; steal
+			// after a migration) count as zero, not as a wrap.
+			if s.machine[i] > s0.machine[i] {
+				d[i] = float64(s.machine[i]-s0.machine[i]) / 100 // USER_HZ
+			}
 		}
 		busy := d[0] + d[1] + d[2] + d[5] + d[6]
 		out += fmt.Sprintf(", machine busy %.1f CPU-s, idle %.1f, iowait %.1f, steal %.1f", busy, d[3], d[4], d[7])
