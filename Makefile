@@ -205,12 +205,15 @@ SCHEDPERF_FILTER ?= performance
 SCHEDPERF_ROUNDS ?= 4
 SCHEDPERF_GPU_METRICS ?= PerModel
 
-.PHONY: bench-schedperf
-bench-schedperf: deps ## Upstream scheduler_perf, kubegpu vs stock plugins, interleaved rounds (SCHEDPERF_BENCH='.*/500Nodes' SCHEDPERF_FILTER=short for 500 nodes, SCHEDPERF_ROUNDS, SCHEDPERF_GPU_METRICS=PerGPU)
+.PHONY: schedperf-build
+schedperf-build: deps
 	@mkdir -p $(SCHEDPERF)/bin $(SCHEDPERF)/plugins
 	cd hack/etcd && GOFLAGS= $(GO) build -o $(CURDIR)/$(SCHEDPERF)/bin/etcd go.etcd.io/etcd/server/v3
 	$(foreach p,$(PLUGINS),GOFLAGS=-buildvcs=false $(GO) build -tags schedperf -buildmode=plugin -o $(SCHEDPERF)/plugins/$(p).so $($(p)_PKG) &&) true
 	cd test/schedperf && GOFLAGS=-buildvcs=false $(GO) test -tags schedperf -c -o $(CURDIR)/$(SCHEDPERF)/bin/schedperf.test .
+
+.PHONY: bench-schedperf
+bench-schedperf: schedperf-build ## Upstream scheduler_perf, kubegpu vs stock plugins, interleaved rounds (SCHEDPERF_BENCH='.*/500Nodes' SCHEDPERF_FILTER=short for 500 nodes, SCHEDPERF_ROUNDS, SCHEDPERF_GPU_METRICS=PerGPU)
 	rm -f $(SCHEDPERF)/round-*.txt
 	cd test/schedperf && for r in $$(seq $(SCHEDPERF_ROUNDS)); do \
 		PATH=$(CURDIR)/$(SCHEDPERF)/bin:$$PATH KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(SCHEDPERF)/plugins KUBEGPU_SCHEDPERF_STOCK_FIRST=$$((1 - r % 2)) KUBEGPU_SCHEDPERF_GPU_METRICS=$(SCHEDPERF_GPU_METRICS) \
@@ -219,6 +222,19 @@ bench-schedperf: deps ## Upstream scheduler_perf, kubegpu vs stock plugins, inte
 		grep -E '^Benchmark' $(CURDIR)/$(SCHEDPERF)/round-$$r.txt | awk -v r=$$r '{for (i = 1; i < NF; i++) if ($$(i+1) == "SchedulingThroughput/Average") print "round", r, $$1, $$i, "pods/s"}'; \
 	done
 	@hack/schedperf-summary.sh $(SCHEDPERF)/round-*.txt
+
+# The same test cases in duets: kubegpu's and the stock scheduler's side by
+# side, each on half of the CPUs, so that both see the machine's drift
+# (hack/schedperf-duet.sh). SCHEDPERF_DUET_A=Control: stock against stock.
+SCHEDPERF_WORKLOADS ?= WholeGPU Topology4GPU Slices NoGPU
+SCHEDPERF_NODES ?= 5000Nodes
+SCHEDPERF_DUET_A ?= KubeGPU
+
+.PHONY: bench-schedperf-duet
+bench-schedperf-duet: schedperf-build ## scheduler_perf in duets, kubegpu and stock side by side on half the CPUs each (SCHEDPERF_ROUNDS, SCHEDPERF_WORKLOADS, SCHEDPERF_NODES=500Nodes SCHEDPERF_FILTER=short, SCHEDPERF_DUET_A=Control)
+	cd test/schedperf && PATH=$(CURDIR)/$(SCHEDPERF)/bin:$$PATH KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(SCHEDPERF)/plugins KUBEGPU_SCHEDPERF_GPU_METRICS=$(SCHEDPERF_GPU_METRICS) \
+		$(CURDIR)/hack/schedperf-duet.sh -t $(CURDIR)/$(SCHEDPERF)/bin/schedperf.test -o $(CURDIR)/$(SCHEDPERF)/duet -r $(SCHEDPERF_ROUNDS) \
+			-n $(SCHEDPERF_NODES) -l $(SCHEDPERF_FILTER) -a $(SCHEDPERF_DUET_A) $(SCHEDPERF_WORKLOADS)
 
 .PHONY: bench-scheduler-memory
 bench-scheduler-memory: build plugins kube-binaries ## kubegpu-scheduler's heap across 10,000 adversarial pods created and deleted (SCHED_MEMORY_NODES, SCHED_MEMORY_PODS)

@@ -13,9 +13,11 @@
 # machine's other (etcd, anything else running), and the CPU the host stole
 # from the machine; more CPU for the same case in one round than in another
 # is the machine's noise. Test cases other than
-# KubeGPU_* and Stock_* (StockBinpack_*) are left out.
+# KubeGPU_* and Stock_* (StockBinpack_*) are left out; SCHEDPERF_A=Control
+# pairs Control_* with Stock_* instead of KubeGPU_* (hack/schedperf-duet.sh
+# -a Control).
 set -euo pipefail
-awk '
+awk -v A="${SCHEDPERF_A:-KubeGPU}" '
 FNR == 1 { cur = "" }
 /^# kubegpu-scheduler gpuMetrics: / { mode[$4] = 1; next }
 /^# kubegpu-scheduler nodePolicy: / { policy[$4] = 1; next }
@@ -45,7 +47,7 @@ FNR == 1 { cur = "" }
 	if (v == "") next
 	split($1, p, "/"); sub(/-[0-9]+$/, "", p[3])
 	split(p[2], w, "_"); sched = w[1]; key = w[2] "/" p[3]
-	if (sched != "KubeGPU" && sched != "Stock") next
+	if (sched != A && sched != "Stock") next
 	val[sched, key, FILENAME] = v; has[sched, key, FILENAME] = 1
 	if (!(key in seen)) { seen[key] = 1; keys[++k] = key }
 	if (!(FILENAME in round)) { round[FILENAME] = 1; files[++f] = FILENAME }
@@ -68,29 +70,29 @@ END {
 	m = ""
 	for (x in policy) m = m (m == "" ? "" : ", ") x
 	if (m != "") printf "kubegpu-scheduler with nodePolicy: %s\n", m
-	printf "%-24s %6s %-26s %-26s %s\n", "workload", "paired", "kubegpu pods/s [rounds]", "stock pods/s [rounds]", "ratio of paired means (range over rounds)"
+	printf "%-24s %6s %-26s %-26s %s\n", "workload", "paired", tolower(A) " pods/s [rounds]", "stock pods/s [rounds]", "ratio of paired means (range over rounds)"
 	for (i = 1; i <= k; i++) {
 		key = keys[i]; pairs = 0; lo = hi = 0; sk = ss = 0; ratio = "-"
-		for (j = 1; j <= f; j++) if (has["KubeGPU", key, files[j]] && has["Stock", key, files[j]] && val["Stock", key, files[j]] > 0) {
-			a = val["KubeGPU", key, files[j]]; b = val["Stock", key, files[j]]
+		for (j = 1; j <= f; j++) if (has[A, key, files[j]] && has["Stock", key, files[j]] && val["Stock", key, files[j]] > 0) {
+			a = val[A, key, files[j]]; b = val["Stock", key, files[j]]
 			q = a / b
 			if (pairs == 0 || q < lo) lo = q
 			if (pairs == 0 || q > hi) hi = q
 			sk += a; ss += b; pairs++
 		}
 		if (pairs > 0) ratio = sprintf("%.2fx (%.2f-%.2f)", sk / ss, lo, hi)
-		printf "%-24s %6d %s %s %s\n", key, pairs, stat("KubeGPU", key), stat("Stock", key), ratio
+		printf "%-24s %6d %s %s %s\n", key, pairs, stat(A, key), stat("Stock", key), ratio
 	}
-	printf "\n%-24s %-22s %s\n", "workload", "kubegpu nodes/pod", "stock nodes/pod (evaluated per pod bound, all rounds)"
+	printf "\n%-24s %-22s %s\n", "workload", tolower(A) " nodes/pod", "stock nodes/pod (evaluated per pod bound, all rounds)"
 	for (i = 1; i <= k; i++) {
 		key = keys[i]
 		printf "%-24s %-22s %s\n", key, \
-			(bound["KubeGPU", key] ? sprintf("%.0f", evals["KubeGPU", key] / bound["KubeGPU", key]) : "-"), \
+			(bound[A, key] ? sprintf("%.0f", evals[A, key] / bound[A, key]) : "-"), \
 			(bound["Stock", key] ? sprintf("%.0f", evals["Stock", key] / bound["Stock", key]) : "-")
 	}
 	printf "\n%-24s %-9s %s\n", "workload", "scheduler", "CPU-s per test case: process mean (each round), other, stolen"
 	for (i = 1; i <= k; i++) for (sc = 1; sc <= 2; sc++) {
-		key = keys[i]; s = (sc == 1 ? "KubeGPU" : "Stock")
+		key = keys[i]; s = (sc == 1 ? A : "Stock")
 		if (!cases[s, key]) continue
 		# Other and stolen only where every case read /proc/stat.
 		if (machine[s, key] == cases[s, key])

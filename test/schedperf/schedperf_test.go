@@ -24,7 +24,8 @@
 // per-GPU metrics instead of PerModel, and KUBEGPU_SCHEDPERF_NODE_POLICY
 // another nodePolicy than the default kubegpu;
 // KUBEGPU_SCHEDPERF_STOCK_BINPACK=1 adds the stock plugins set to bin-pack
-// GPUs (see writeConfig). Each test case prints to stderr what it cost
+// GPUs (see writeConfig), and KUBEGPU_SCHEDPERF_CONTROL=1 the stock plugins
+// once more as Control_* (for hack/schedperf-duet.sh). Each test case prints to stderr what it cost
 // (see processState), which hack/schedperf-summary.sh tabulates. The
 // Benchmark lines carry each histogram once, whatever its labels; the data
 // items that -data-items-dir writes keep every label combination.
@@ -109,7 +110,7 @@ func BenchmarkPerfScheduling(b *testing.B) {
 // writeConfig writes the harness's configuration: per workload a test case
 // with kubegpu-scheduler's profile and one with the stock scheduler's (and
 // one with the stock scheduler bin-packing, on request). Test cases of the
-// stock plugins are named Stock*: see stockCase.
+// stock plugins are named Stock* or Control_*: see stockCase.
 func writeConfig(dir, pluginDir, keyFile string) (string, error) {
 	templates, err := filepath.Abs("templates")
 	if err != nil {
@@ -198,6 +199,12 @@ profiles:
 			return "", err
 		}
 		order = append(order, "StockBinpack")
+	}
+	// KUBEGPU_SCHEDPERF_CONTROL=1 adds the stock plugins once more, as
+	// Control: a duet of Control and Stock (hack/schedperf-duet.sh -a
+	// Control) measures how far two runs of the same scheduler differ.
+	if os.Getenv("KUBEGPU_SCHEDPERF_CONTROL") == "1" {
+		order = append(order, "Control")
 	}
 	for _, w := range workloads {
 		for _, sched := range order {
@@ -359,10 +366,10 @@ func (r *renewer) publish(tCtx ktesting.TContext, _ *scheduler.Scheduler, _ *per
 
 // stockCase reports whether the test case named name (the benchmark's
 // sub-test, e.g. BenchmarkPerfScheduling/Stock_WholeGPU/5000Nodes) runs the
-// stock plugins.
+// stock plugins (Stock*, and Control, the stock plugins again).
 func stockCase(name string) bool {
 	_, rest, _ := strings.Cut(name, "/")
-	return strings.HasPrefix(rest, "Stock")
+	return strings.HasPrefix(rest, "Stock") || strings.HasPrefix(rest, "Control_")
 }
 
 // start is the harness's pre-run hook: Leases are renewed every 30 s
