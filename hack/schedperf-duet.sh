@@ -66,7 +66,7 @@ first=$(IFS=,; echo "${cpus[*]:0:half}")
 second=$(IFS=,; echo "${cpus[*]:half:half}")
 
 mkdir -p "$out"
-rm -f "$out"/round-*.txt "$out"/duet-*.txt
+rm -rf "$out"/round-*.txt "$out"/duet-*.txt "$out"/items-*
 for ((r = 1; r <= rounds; r++)); do
 	if ((r % 2)); then acpus=$first scpus=$second; else acpus=$second scpus=$first; fi
 	for w in "$@"; do

@@ -3,12 +3,16 @@ package plugin
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 )
@@ -39,7 +43,7 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		}
 	}
 	placements.Put(pl)
-	if err != nil && filterReason(err) == pendingHostResources && !neverFits(err) && fitCountsHost(cs) {
+	if err != nil && filterReason(err) == pendingHostResources && !neverFits(err) && fitCountsHost(cs) && p.fitFilters() {
 		// Left to NodeResourcesFit, which the shipped profiles run
 		// after this plugin: its reason names the resource, and its
 		// queueing hints wake the pod when a pod without GPUs frees CPU
@@ -72,6 +76,33 @@ const fitPreFilterKey fwk.StateKey = "PreFilterNodeResourcesFit"
 func fitCountsHost(cs fwk.CycleState) bool {
 	_, err := cs.Read(fitPreFilterKey)
 	return err == nil
+}
+
+// pluginLister is the framework's list of its plugins by extension point
+// (the handle the scheduler gives New is the framework itself).
+type pluginLister interface {
+	ListPlugins() *config.Plugins
+}
+
+// fitFilters reports whether the profile runs NodeResourcesFit's Filter:
+// fitCountsHost sees only its PreFilter, and a profile may disable the
+// one without the other. Listed once, at the first node short of CPU or
+// memory; a handle that cannot list its plugins (unit tests' fakes) is
+// taken to run it.
+func (p *Plugin) fitFilters() bool {
+	p.fitOnce.Do(func() {
+		p.fitFilter = true
+		l, ok := p.handle.(pluginLister)
+		if !ok {
+			return
+		}
+		plugins := l.ListPlugins()
+		p.fitFilter = plugins != nil && slices.ContainsFunc(plugins.Filter.Enabled, func(pl config.Plugin) bool { return pl.Name == names.NodeResourcesFit })
+		if !p.fitFilter {
+			klog.FromContext(p.ctx).Info("The profile runs NodeResourcesFit's PreFilter without its Filter: KubeGPU refuses nodes short of the pod's CPU or memory itself")
+		}
+	})
+	return p.fitFilter
 }
 
 // refusal is an engine refusal classified once, when the device cache's

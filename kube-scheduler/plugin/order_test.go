@@ -16,6 +16,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	schedcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
@@ -81,13 +82,32 @@ profiles:
 // filter and bind plugins in the order they run.
 func pluginOrder(t *testing.T, data []byte) (filters, binds []string) {
 	t.Helper()
+	fw, _ := buildProfile(t, data)
+	for _, p := range fw.ListPlugins().Filter.Enabled {
+		filters = append(filters, p.Name)
+	}
+	for _, p := range fw.ListPlugins().Bind.Enabled {
+		binds = append(binds, p.Name)
+	}
+	return filters, binds
+}
+
+// buildProfile builds the first profile of a scheduler configuration as
+// kube-scheduler does, with a stand-in for the plugin, and returns it and
+// the handle the plugin was given.
+func buildProfile(t *testing.T, data []byte) (framework.Framework, fwk.Handle) {
+	t.Helper()
 	obj, _, err := scheme.Codecs.UniversalDecoder().Decode(data, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := obj.(*config.KubeSchedulerConfiguration)
 	registry := plugins.NewInTreeRegistry()
-	if err := registry.Register(Name, func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) { return orderStub{}, nil }); err != nil {
+	var handle fwk.Handle
+	if err := registry.Register(Name, func(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		handle = h
+		return orderStub{}, nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	client := fake.NewClientset()
@@ -97,13 +117,49 @@ func pluginOrder(t *testing.T, data []byte) (filters, binds []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range fw.ListPlugins().Filter.Enabled {
-		filters = append(filters, p.Name)
+	return fw, handle
+}
+
+// TestFitFiltersFromProfile: the plugin reads from its profile whether
+// NodeResourcesFit filters: yes in the shipped configuration, no where a
+// profile disables its Filter and keeps its PreFilter (whose state alone
+// would say yes), or disables it altogether.
+func TestFitFiltersFromProfile(t *testing.T) {
+	schedmetrics.Register()
+	shipped, err := os.ReadFile(filepath.Join("..", "config", "kubegpu-scheduler.yaml"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, p := range fw.ListPlugins().Bind.Enabled {
-		binds = append(binds, p.Name)
+	const header = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- plugins:
+    multiPoint:
+      enabled:
+      - name: KubeGPU
+`
+	for _, tc := range []struct {
+		name   string
+		config []byte
+		want   bool
+	}{
+		{"shipped", shipped, true},
+		{"filter disabled", []byte(header + `    filter:
+      disabled:
+      - name: NodeResourcesFit
+`), false},
+		{"disabled", []byte(header + `      disabled:
+      - name: NodeResourcesFit
+`), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, h := buildProfile(t, tc.config)
+			p := &Plugin{handle: h, ctx: t.Context()}
+			if got := p.fitFilters(); got != tc.want {
+				t.Errorf("fitFilters = %v, want %v", got, tc.want)
+			}
+		})
 	}
-	return filters, binds
 }
 
 // helmSchedulerConfig is the scheduler configuration the Helm chart renders

@@ -44,6 +44,10 @@ type Plugin struct {
 	cache  *deviceCache
 	synced func() bool
 	ready  atomic.Bool
+	// fitOnce and fitFilter: whether the profile runs NodeResourcesFit's
+	// Filter (see fitFilters).
+	fitOnce   sync.Once
+	fitFilter bool
 }
 
 var (

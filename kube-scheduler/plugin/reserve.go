@@ -42,7 +42,9 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	p.engine.ObservePod(string(pod.UID), s.request, pod.CreationTimestamp.Time)
 	p.cache.pending.remove(pod.UID)
 	s.alloc = alloc
-	klog.FromContext(ctx).V(4).Info("Reserved devices", "pod", klog.KObj(pod), "node", nodeName, "allocation", alloc)
+	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
+		logger.Info("Reserved devices", "pod", klog.KObj(pod), "node", nodeName, "devices", devicesOf(alloc))
+	}
 	return nil
 }
 

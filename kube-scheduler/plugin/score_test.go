@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 )
@@ -175,7 +177,8 @@ func TestRefusalClassified(t *testing.T) {
 // Filter, also with a pod nominated to it, for NodeResourcesFit to refuse
 // with its own reason and queueing hints; the pod's pending reason still
 // counts it, Score ranks it last and Reserve refuses it. Without
-// NodeResourcesFit, KubeGPU refuses it itself.
+// NodeResourcesFit, or with its PreFilter but not its Filter in the
+// profile, KubeGPU refuses it itself.
 func TestFilterLeavesHostResources(t *testing.T) {
 	c, _ := testCache(t)
 	c.warmed.Store(true)
@@ -189,15 +192,27 @@ func TestFilterLeavesHostResources(t *testing.T) {
 	busy.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}
 	ni := framework.NewNodeInfo(busy)
 	ni.SetNode(n)
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
-	p.ready.Store(true)
 	pod := gpuPod("p", 1, 0, testNow)
 	pod.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
 	ctx := context.Background()
-	for _, fit := range []bool{true, false} {
+	for _, tc := range []struct {
+		preFilter bool // NodeResourcesFit's PreFilter ran
+		filters   *config.Plugins
+	}{
+		{true, &config.Plugins{Filter: config.PluginSet{Enabled: []config.Plugin{{Name: Name}, {Name: names.NodeResourcesFit}}}}},
+		{true, nil}, // a handle that cannot list its plugins: taken to filter
+		{false, nil},
+		{true, &config.Plugins{Filter: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}}}},
+	} {
+		fit := tc.preFilter && (tc.filters == nil || len(tc.filters.Filter.Enabled) == 2)
+		p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
+		if tc.filters != nil {
+			p.handle = listedHandle{plugins: tc.filters}
+		}
+		p.ready.Store(true)
 		cs := framework.NewCycleState()
-		if fit {
-			cs.Write(fitPreFilterKey, &hostOnlyState{}) // NodeResourcesFit's PreFilter ran
+		if tc.preFilter {
+			cs.Write(fitPreFilterKey, &hostOnlyState{})
 		}
 		if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
 			t.Fatal(st)
@@ -207,7 +222,7 @@ func TestFilterLeavesHostResources(t *testing.T) {
 		case fit && !st.IsSuccess():
 			t.Errorf("Filter on a node short of CPU, NodeResourcesFit filtering = %v, want success", st)
 		case !fit && (st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "GPUs:")):
-			t.Errorf("Filter on a node short of CPU, without NodeResourcesFit = %v, want refused for its CPU", st)
+			t.Errorf("Filter on a node short of CPU, without NodeResourcesFit (PreFilter %v, profile's filters %v) = %v, want refused for its CPU", tc.preFilter, tc.filters, st)
 		}
 		if got := getState(cs).pending.reason(); got != pendingHostResources {
 			t.Errorf("pending reason %s, want %s", pendingReasonNames[got], pendingReasonNames[pendingHostResources])
@@ -246,3 +261,12 @@ func TestFilterLeavesHostResources(t *testing.T) {
 		}
 	}
 }
+
+// listedHandle is a framework handle that lists its plugins and does
+// nothing else (fitFilters calls nothing else).
+type listedHandle struct {
+	fwk.Handle
+	plugins *config.Plugins
+}
+
+func (h listedHandle) ListPlugins() *config.Plugins { return h.plugins }
