@@ -166,6 +166,10 @@ integration: build plugins kube-binaries node-binaries image ## The built binari
 		$(GO) test $(GOTEST_FLAGS) -count=1 -timeout 20m -v ./test/integration/ ./internal/localnode/ ./test/replay/ 2>&1 | \
 		grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|panic)|_test.go|integration:' 
 
+.PHONY: test-nvidia-hardware
+test-nvidia-hardware: deps ## On a node with NVIDIA GPUs: the nvidia module against the real driver, nvidia-smi and MPS (not part of test)
+	KUBEGPU_NVML_HARDWARE=1 $(GO) test -count=1 -v -run '^TestHardware$$' ./plugins/nvidia/
+
 .PHONY: dashboard
 dashboard: ## Regenerate deploy/grafana/kubegpu.json from hack/dashboard
 	cd hack/dashboard && GOFLAGS=-trimpath $(GO) run . -out ../../deploy/grafana/kubegpu.json
