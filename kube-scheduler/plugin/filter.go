@@ -43,7 +43,7 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		}
 	}
 	placements.Put(pl)
-	if err != nil && filterReason(err) == pendingHostResources && !neverFits(err) && fitCountsHost(cs) && p.fitFilters() {
+	if err != nil && filterReason(err) == pendingHostResources && !neverFits(err) && p.fitFilters() && fitCountsHost(cs) {
 		// Left to NodeResourcesFit, which the shipped profiles run
 		// after this plugin: its reason names the resource, and its
 		// queueing hints wake the pod when a pod without GPUs frees CPU
@@ -82,6 +82,7 @@ func fitCountsHost(cs fwk.CycleState) bool {
 // (the handle the scheduler gives New is the framework itself).
 type pluginLister interface {
 	ListPlugins() *config.Plugins
+	ProfileName() string
 }
 
 // fitFilters reports whether the profile runs NodeResourcesFit's Filter:
@@ -99,7 +100,7 @@ func (p *Plugin) fitFilters() bool {
 		plugins := l.ListPlugins()
 		p.fitFilter = plugins != nil && slices.ContainsFunc(plugins.Filter.Enabled, func(pl config.Plugin) bool { return pl.Name == names.NodeResourcesFit })
 		if !p.fitFilter {
-			klog.FromContext(p.ctx).Info("The profile runs NodeResourcesFit's PreFilter without its Filter: KubeGPU refuses nodes short of the pod's CPU or memory itself")
+			klog.FromContext(p.ctx).WithName(Name).Info("The profile does not run NodeResourcesFit's Filter: KubeGPU refuses nodes short of a GPU pod's CPU or memory itself", "profile", l.ProfileName())
 		}
 	})
 	return p.fitFilter

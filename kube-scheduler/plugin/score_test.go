@@ -270,3 +270,5 @@ type listedHandle struct {
 }
 
 func (h listedHandle) ListPlugins() *config.Plugins { return h.plugins }
+
+func (h listedHandle) ProfileName() string { return "test" }
