@@ -48,6 +48,10 @@ esac
 for w in "$@"; do
 	[[ $w =~ ^[A-Za-z0-9]+$ ]] || { echo "$0: workload $w: want a name such as WholeGPU" >&2; exit 2; }
 done
+[[ $nodes =~ ^[0-9]+Nodes$ ]] || { echo "$0: -n $nodes: want a node count such as 5000Nodes" >&2; exit 2; }
+if ((rounds % 2)); then
+	echo "$0: warning: $rounds rounds: one side runs on the first half of the CPUs once more than the other" >&2
+fi
 command -v taskset >/dev/null || { echo "$0: needs taskset (util-linux)" >&2; exit 1; }
 
 # The CPUs this script may use (its affinity, as "0-3,8"), split in halves.
@@ -67,6 +71,16 @@ second=$(IFS=,; echo "${cpus[*]:half:half}")
 
 mkdir -p "$out"
 rm -rf "$out"/round-*.txt "$out"/duet-*.txt "$out"/items-*
+
+# Each side runs in a process group of its own (the test and the etcd it
+# starts), stopped with the script and when the other side fails.
+pids=()
+stop_sides() {
+	for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
+}
+trap 'stop_sides' EXIT
+trap 'stop_sides; exit 130' INT
+trap 'stop_sides; exit 143' TERM
 for ((r = 1; r <= rounds; r++)); do
 	if ((r % 2)); then acpus=$first scpus=$second; else acpus=$second scpus=$first; fi
 	for w in "$@"; do
@@ -76,21 +90,35 @@ for ((r = 1; r <= rounds; r++)); do
 			items=$out/items-$r-$w-$sched
 			mkdir -p "$items"
 			KUBEGPU_SCHEDPERF_CONTROL=$([[ $sched == Control ]] && echo 1 || echo 0) \
-				taskset -c "$set" "$test_bin" -test.run '^$' -test.bench "BenchmarkPerfScheduling/^${sched}_${w}\$/^${nodes}\$" \
+				setsid taskset -c "$set" "$test_bin" -test.run '^$' -test.bench "BenchmarkPerfScheduling/^${sched}_${w}\$/^${nodes}\$" \
 				-test.benchtime 1x -test.timeout 180m -perf-scheduling-label-filter="$labels" -data-items-dir="$items" \
 				>"$out/duet-$r-$w-$sched.txt" 2>&1 &
 			pids+=($!)
 		done
 		failed=0
-		for p in "${pids[@]}"; do wait "$p" || failed=1; done
+		for _ in "${pids[@]}"; do
+			if ! wait -n; then
+				failed=1
+				stop_sides
+				wait || true
+				break
+			fi
+		done
+		pids=()
 		cat "$out/duet-$r-$w-$a.txt" "$out/duet-$r-$w-Stock.txt" >>"$out/round-$r.txt"
 		if ((failed)); then
 			echo "$0: round $r, $w failed: see $out/duet-$r-$w-*.txt" >&2
 			exit 1
 		fi
+		for f in "$out/duet-$r-$w-$a.txt" "$out/duet-$r-$w-Stock.txt"; do
+			if ! grep -qE '^Benchmark.*SchedulingThroughput/Average' "$f"; then
+				echo "$0: round $r, $w: no SchedulingThroughput in $f (is there such a workload with -n $nodes -l $labels, and a test binary with Control_* cases for -a Control?)" >&2
+				exit 1
+			fi
+		done
 		grep -hE '^Benchmark' "$out/duet-$r-$w-$a.txt" "$out/duet-$r-$w-Stock.txt" |
 			awk -v r="$r" '{for (i = 1; i < NF; i++) if ($(i+1) == "SchedulingThroughput/Average") print "round", r, $1, $i, "pods/s"}'
 	done
 	echo "round $r: $a on CPUs $acpus, Stock on CPUs $scpus"
 done
-SCHEDPERF_A=$a "$(dirname "$0")/schedperf-summary.sh" "$out"/round-*.txt
+SCHEDPERF_A=$a SCHEDPERF_DUET=1 "$(dirname "$0")/schedperf-summary.sh" "$out"/round-*.txt

@@ -15,9 +15,10 @@
 # is the machine's noise. Test cases other than
 # KubeGPU_* and Stock_* (StockBinpack_*) are left out; SCHEDPERF_A=Control
 # pairs Control_* with Stock_* instead of KubeGPU_* (hack/schedperf-duet.sh
-# -a Control).
+# -a Control). SCHEDPERF_DUET=1 (duets, where the two cases ran at once):
+# the machine's other CPU is mostly the other case's, so it is not shown.
 set -euo pipefail
-awk -v A="${SCHEDPERF_A:-KubeGPU}" '
+awk -v A="${SCHEDPERF_A:-KubeGPU}" -v duet="${SCHEDPERF_DUET:-0}" '
 FNR == 1 { cur = "" }
 /^# kubegpu-scheduler gpuMetrics: / { mode[$4] = 1; next }
 /^# kubegpu-scheduler nodePolicy: / { policy[$4] = 1; next }
@@ -90,12 +91,15 @@ END {
 			(bound[A, key] ? sprintf("%.0f", evals[A, key] / bound[A, key]) : "-"), \
 			(bound["Stock", key] ? sprintf("%.0f", evals["Stock", key] / bound["Stock", key]) : "-")
 	}
-	printf "\n%-24s %-9s %s\n", "workload", "scheduler", "CPU-s per test case: process mean (each round), other, stolen"
+	printf "\n%-24s %-9s %s\n", "workload", "scheduler", "CPU-s per test case: process mean (each round), other, stolen" \
+		(duet == 1 ? " (duets: other is the other case'"'"'s, not shown)" : "")
 	for (i = 1; i <= k; i++) for (sc = 1; sc <= 2; sc++) {
 		key = keys[i]; s = (sc == 1 ? A : "Stock")
 		if (!cases[s, key]) continue
 		# Other and stolen only where every case read /proc/stat.
-		if (machine[s, key] == cases[s, key])
+		if (duet == 1 && machine[s, key] == cases[s, key])
+			printf "%-24s %-9s %.1f (%s), -, %.1f\n", key, s, proc[s, key] / cases[s, key], cpul[s, key], steal[s, key] / cases[s, key]
+		else if (machine[s, key] == cases[s, key])
 			printf "%-24s %-9s %.1f (%s), %.1f, %.1f\n", key, s, proc[s, key] / cases[s, key], cpul[s, key], \
 				(busy[s, key] - proc[s, key]) / cases[s, key], steal[s, key] / cases[s, key]
 		else
