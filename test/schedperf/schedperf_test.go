@@ -11,6 +11,7 @@
 //
 //	make bench-schedperf                      # 5,000 nodes
 //	make bench-schedperf SCHEDPERF_BENCH='.*/500Nodes' SCHEDPERF_FILTER=short
+//	make bench-schedperf-duet                 # side by side, half the CPUs each
 //
 // It builds only with the tag schedperf, so that `go test ./...` does not
 // compile the in-process API server for a benchmark it would skip.
@@ -25,8 +26,9 @@
 // another nodePolicy than the default kubegpu;
 // KUBEGPU_SCHEDPERF_STOCK_BINPACK=1 adds the stock plugins set to bin-pack
 // GPUs (see writeConfig), and KUBEGPU_SCHEDPERF_CONTROL=1 the stock plugins
-// once more as Control_* (for hack/schedperf-duet.sh). Each test case prints to stderr what it cost
-// (see processState), which hack/schedperf-summary.sh tabulates. The
+// once more as Control_* (for hack/schedperf-duet.sh). Each test case
+// prints to stderr what it cost (see processState), which
+// hack/schedperf-summary.sh tabulates. The
 // Benchmark lines carry each histogram once, whatever its labels; the data
 // items that -data-items-dir writes keep every label combination.
 package schedperf
