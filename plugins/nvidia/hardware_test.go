@@ -121,7 +121,7 @@ func TestHardware(t *testing.T) {
 		}
 	}
 
-	checkMPS(t, ctx, g)
+	checkMPS(ctx, t, g)
 }
 
 // checkAgainstSMI compares the discovered GPUs with nvidia-smi's list.
@@ -168,7 +168,7 @@ func checkAgainstSMI(t *testing.T, gpus []types.Device) {
 // checkMPS starts a second node side with MPS on, gives a container a
 // quarter of g, and checks that its MPS daemon answers and is stopped once
 // the pod is gone.
-func checkMPS(t *testing.T, ctx context.Context, g types.Device) {
+func checkMPS(ctx context.Context, t *testing.T, g types.Device) {
 	t.Helper()
 	if _, err := exec.LookPath(DefaultMPSControl); err != nil {
 		t.Logf("%s not found: MPS not checked", DefaultMPSControl)
