@@ -167,7 +167,7 @@ integration: build plugins kube-binaries node-binaries image ## The built binari
 		grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|panic)|_test.go|integration:' 
 
 .PHONY: test-nvidia-hardware
-test-nvidia-hardware: deps ## On a node with NVIDIA GPUs: the nvidia module against the real driver, nvidia-smi and MPS (not part of test)
+test-nvidia-hardware: ## On a node with NVIDIA GPUs, as root (Go and gcc only): the nvidia module against the real driver, nvidia-smi and MPS (not part of test)
 	KUBEGPU_NVML_HARDWARE=1 $(GO) test -count=1 -v -run '^TestHardware$$' ./plugins/nvidia/
 
 .PHONY: dashboard
