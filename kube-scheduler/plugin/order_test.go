@@ -33,6 +33,17 @@ func (orderStub) Filter(context.Context, fwk.CycleState, *corev1.Pod, fwk.NodeIn
 }
 func (orderStub) Bind(context.Context, fwk.CycleState, *corev1.Pod, string) *fwk.Status { return nil }
 
+// kubeGPUProfile is the default profile with the plugin added and nothing
+// reordered or disabled.
+const kubeGPUProfile = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- plugins:
+    multiPoint:
+      enabled:
+      - name: KubeGPU
+`
+
 // TestShippedPluginOrder: the shipped configurations (and the Helm chart's,
 // as its golden file holds it), read and defaulted as kube-scheduler reads
 // them, run the upstream filters in their default order with KubeGPU's
@@ -41,14 +52,7 @@ func (orderStub) Bind(context.Context, fwk.CycleState, *corev1.Pod, string) *fwk
 func TestShippedPluginOrder(t *testing.T) {
 	schedmetrics.Register() // the framework counts plugins' calls
 	// The default profile with the plugin added and nothing reordered.
-	defaults, _ := pluginOrder(t, []byte(`apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-profiles:
-- plugins:
-    multiPoint:
-      enabled:
-      - name: KubeGPU
-`))
+	defaults, _ := pluginOrder(t, []byte(kubeGPUProfile))
 	want := slices.DeleteFunc(slices.Clone(defaults), func(n string) bool { return n == Name })
 	at := slices.Index(want, "NodeAffinity") + 1
 	want = slices.Insert(want, at, Name)
@@ -130,25 +134,17 @@ func TestFitFiltersFromProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const header = `apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-profiles:
-- plugins:
-    multiPoint:
-      enabled:
-      - name: KubeGPU
-`
 	for _, tc := range []struct {
 		name   string
 		config []byte
 		want   bool
 	}{
 		{"shipped", shipped, true},
-		{"filter disabled", []byte(header + `    filter:
+		{"filter disabled", []byte(kubeGPUProfile + `    filter:
       disabled:
       - name: NodeResourcesFit
 `), false},
-		{"disabled", []byte(header + `      disabled:
+		{"disabled", []byte(kubeGPUProfile + `      disabled:
       - name: NodeResourcesFit
 `), false},
 	} {
