@@ -51,7 +51,6 @@ profiles:
 // KubeGPU's Bind before DefaultBinder.
 func TestShippedPluginOrder(t *testing.T) {
 	schedmetrics.Register() // the framework counts plugins' calls
-	// The default profile with the plugin added and nothing reordered.
 	defaults, _ := pluginOrder(t, []byte(kubeGPUProfile))
 	want := slices.DeleteFunc(slices.Clone(defaults), func(n string) bool { return n == Name })
 	at := slices.Index(want, "NodeAffinity") + 1

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -191,12 +190,6 @@ func checkMPS(ctx context.Context, t *testing.T, g types.Device) {
 		return
 	}
 	root := filepath.Join(t.TempDir(), "mps")
-	t.Cleanup(func() {
-		// What a failed check leaves mounted, so that TempDir goes.
-		for _, sub := range []string{"pipe", "shm", "log"} {
-			_ = syscall.Unmount(filepath.Join(root, "pod-1", "main", sub), syscall.MNT_DETACH)
-		}
-	})
 	np, err := NewModule().NodePlugin(ctx, types.PluginConfig{NodeName: "hardware", Options: map[string]string{
 		OptionMPS: "true", OptionMPSRoot: root, OptionHealthChecks: "false",
 	}})
@@ -212,9 +205,10 @@ func checkMPS(ctx context.Context, t *testing.T, g types.Device) {
 	if !ok {
 		t.Fatal("node side with MPS is not pod-scoped")
 	}
-	// Whatever fails below, the test's daemon is stopped (t.Context is
-	// done before cleanups run): a list taken a minute from now leaves
-	// every pod of this root out.
+	// Whatever fails below, the test's daemon is stopped and its tmpfs
+	// mounts undone before TempDir goes (t.Context is done before
+	// cleanups run): a list taken a minute from now leaves every pod of
+	// this root out.
 	defer func() {
 		_ = pp.ReleasePods(context.WithoutCancel(ctx), nil, time.Now().Add(time.Minute))
 	}()
@@ -252,16 +246,14 @@ func checkMPS(ctx context.Context, t *testing.T, g types.Device) {
 	// it from its environment for the servers it starts, and answers
 	// get_default_device_pinned_mem_limit with nothing (driver 580); only
 	// a CUDA client would see it.
+
 	// The daemon this container got, by its record (PID and start time),
 	// not by name: the node may run other containers' daemons.
 	r, ok := readRecord(filepath.Dir(pipe))
 	if !ok {
 		t.Fatalf("no MPS record in %s", filepath.Dir(pipe))
 	}
-	mine := func() bool {
-		started, ok := startTime(r.PID)
-		return ok && started == r.Started
-	}
+	mine := func() bool { return (&mpsDaemons{}).alive(r) }
 	if !mine() {
 		t.Errorf("the container's MPS daemon (PID %d) is not running while its slice is live", r.PID)
 	}
