@@ -25,16 +25,25 @@ var ErrConflict = errors.New("devices are held by another pod")
 // containers hold.
 var ErrUnavailable = errors.New("the device ledger cannot be read")
 
-// DefaultPendingTTL is how long a claim whose container the runtime does
-// not list yet keeps its devices: kubelet's CRI request timeout.
+// DefaultPendingTTL is how long, at most, a claim whose container the
+// runtime does not list keeps its devices when nobody releases it (its
+// CreateContainer call was reset or its connection lost, so that the
+// runtime may still be creating the container) and its pod's sandbox stays
+// ready: kubelet's CRI request timeout.
 const DefaultPendingTTL = 2 * time.Minute
 
 // listTimeout bounds one listing of the runtime's containers.
 const listTimeout = 10 * time.Second
 
-// Lister lists the runtime's containers that carry the ledger label.
+// Lister is what the ledger asks the container runtime.
 type Lister interface {
+	// ListContainers lists the runtime's containers that match filter
+	// (the ledger label).
 	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+	// LivePods returns the UIDs of the pods that have a ready sandbox: a
+	// claim of any other pod is dropped, since no container of it can be
+	// created any more.
+	LivePods(ctx context.Context) (map[string]bool, error)
 }
 
 // Claim is what a container about to be created will hold.
@@ -68,20 +77,24 @@ type Options struct {
 // Ledger checks a container's devices against those that live containers
 // hold, read from the runtime on every check: the containers the shim gave
 // devices carry them in their labels and annotations (Labels), so a
-// restarted shim knows what it knew. Claims made but not yet listed by the
-// runtime (the container being created) are kept in memory until the
-// runtime lists their container or PendingTTL passes.
+// restarted shim knows what it knew. A claim made for a container being
+// created is kept in memory while its CreateContainer call is in flight:
+// until the caller releases it (the runtime answered, so the container
+// is listed or was not created), the runtime lists its container, its
+// pod's sandbox is no longer ready, or PendingTTL passes.
 //
 // A Ledger is safe for concurrent use; checks are serialized.
 type Ledger struct {
 	opts    Options
 	mu      sync.Mutex
 	pending map[string]pending // by claimKey
+	seq     uint64             // numbers the pending claims
 }
 
 type pending struct {
 	claim Claim
 	until time.Time
+	seq   uint64 // which claim of the key, so that a release drops only its own
 }
 
 // New returns a ledger.
@@ -118,22 +131,38 @@ type holding struct {
 }
 
 // Claim checks c against what live containers of other pods hold, and, if
-// it fits, keeps it as pending until the runtime lists its container. The
-// error wraps ErrConflict (saying which device, not whose pod) or
-// ErrUnavailable.
-func (l *Ledger) Claim(ctx context.Context, c Claim) error {
+// it fits, keeps it as pending. The caller calls release once the
+// container's CreateContainer call has been answered by the runtime
+// (created, the container is listed from then on; failed, nothing holds
+// the devices) or refused before reaching it; release may be called more
+// than once, from any goroutine. The error wraps ErrConflict (saying which
+// device, not whose pod) or ErrUnavailable.
+func (l *Ledger) Claim(ctx context.Context, c Claim) (release func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	held, err := l.read(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := l.fits(ctx, c, held); err != nil {
-		return err
+		return nil, err
 	}
-	l.pending[claimKey(c.PodUID, c.Container, c.Attempt)] = pending{claim: c, until: l.opts.Now().Add(l.opts.PendingTTL)}
-	return nil
+	key := claimKey(c.PodUID, c.Container, c.Attempt)
+	l.seq++
+	seq := l.seq
+	l.pending[key] = pending{claim: c, until: l.opts.Now().Add(l.opts.PendingTTL), seq: seq}
+	return func() { l.release(key, seq) }, nil
 }
+
+// release drops the pending claim key numbered seq, if it is still there.
+func (l *Ledger) release(key string, seq uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p, ok := l.pending[key]; ok && p.seq == seq {
+		delete(l.pending, key)
+	}
+}
+
 
 // Held returns what live containers and pending claims hold, per device ID:
 // for the shim's start-up log and for tests.
@@ -154,8 +183,8 @@ func (l *Ledger) Held(ctx context.Context) (map[string][]string, error) {
 }
 
 // read lists the live containers in the ledger and merges the pending
-// claims, dropping those whose container is listed or that expired.
-// Called with mu held.
+// claims, dropping those whose container is listed, whose pod's sandbox
+// is not ready, or that expired. Called with mu held.
 func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 	listCtx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
@@ -182,9 +211,15 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 		}
 		held = append(held, holding{podUID: uid, what: "container " + c.GetId(), devices: devices})
 	}
+	var live map[string]bool
+	if len(l.pending) > 0 {
+		if live, err = l.opts.Runtime.LivePods(listCtx); err != nil {
+			return nil, fmt.Errorf("%w: list pod sandboxes: %w", ErrUnavailable, err)
+		}
+	}
 	now := l.opts.Now()
 	for k, p := range l.pending {
-		if now.After(p.until) {
+		if now.After(p.until) || !live[p.claim.PodUID] {
 			delete(l.pending, k)
 			continue
 		}

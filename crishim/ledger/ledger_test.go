@@ -18,6 +18,25 @@ import (
 type runtime struct {
 	containers []*runtimeapi.Container
 	err        error
+	// gone lists pods whose sandbox is not ready; the sandboxes of the
+	// others (pods "a" to "z") are.
+	gone map[string]bool
+	// sandboxErr fails the listing of sandboxes alone.
+	sandboxErr error
+}
+
+func (r *runtime) LivePods(context.Context) (map[string]bool, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	if r.sandboxErr != nil {
+		return nil, r.sandboxErr
+	}
+	live := map[string]bool{}
+	for c := 'a'; c <= 'z'; c++ {
+		live[string(c)] = !r.gone[string(c)]
+	}
+	return live, nil
 }
 
 func (r *runtime) ListContainers(_ context.Context, f *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
@@ -69,27 +88,27 @@ func TestLedger(t *testing.T) {
 	}
 
 	a := claim("a", "main", whole("gpu0"))
-	if err := l.Claim(ctx, a); err != nil {
+	if _, err := l.Claim(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	// Pending (not yet listed): the same device for another pod is refused.
-	if err := l.Claim(ctx, claim("b", "main", whole("gpu0"))); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "gpu0 is held whole") {
+	if _, err := l.Claim(ctx, claim("b", "main", whole("gpu0"))); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "gpu0 is held whole") {
 		t.Fatalf("second claim of gpu0 while pending: %v, want ErrConflict", err)
 	}
 	rt.create(t, a, runtimeapi.ContainerState_CONTAINER_RUNNING)
 	// Listed: still refused, also as a slice; the same pod's containers are not.
 	for _, c := range []Claim{claim("b", "main", whole("gpu0")), claim("b", "main", slice("gpu0", 1000, 10))} {
-		if err := l.Claim(ctx, c); !errors.Is(err, ErrConflict) {
+		if _, err := l.Claim(ctx, c); !errors.Is(err, ErrConflict) {
 			t.Errorf("claim %+v of held gpu0: %v, want ErrConflict", c.Devices, err)
 		}
 	}
 	sidecar := claim("a", "sidecar", whole("gpu0"))
-	if err := l.Claim(ctx, sidecar); err != nil {
+	if _, err := l.Claim(ctx, sidecar); err != nil {
 		t.Errorf("the pod's own container: %v", err)
 	}
 	rt.create(t, sidecar, runtimeapi.ContainerState_CONTAINER_RUNNING)
 	// A new ledger (a restarted shim) reads the same from the runtime.
-	if err := newLedger(rt, &now).Claim(ctx, claim("b", "main", whole("gpu0"))); !errors.Is(err, ErrConflict) {
+	if _, err := newLedger(rt, &now).Claim(ctx, claim("b", "main", whole("gpu0"))); !errors.Is(err, ErrConflict) {
 		t.Errorf("after a restart: %v, want ErrConflict", err)
 	}
 
@@ -105,7 +124,7 @@ func TestLedger(t *testing.T) {
 		{claim("g", "main", whole("gpu1")), false},         // whole over slices
 		{claim("h", "main", slice("gpu0", 0, 0)), false},   // slice of a whole
 	} {
-		err := l.Claim(ctx, c.claim)
+		_, err := l.Claim(ctx, c.claim)
 		if c.ok != (err == nil) || (err != nil && !errors.Is(err, ErrConflict)) {
 			t.Errorf("claim %d %+v: %v, want ok=%v", i, c.claim.Devices, err, c.ok)
 		}
@@ -116,17 +135,17 @@ func TestLedger(t *testing.T) {
 	now2 := now
 	mem := New(Options{Runtime: &runtime{}, Capacity: func(string) (types.Device, bool) { return types.Device{MemoryMiB: 1000}, true },
 		Now: func() time.Time { return now2 }})
-	if err := mem.Claim(ctx, claim("x", "m", slice("gpu0", 600, 10))); err != nil {
+	if _, err := mem.Claim(ctx, claim("x", "m", slice("gpu0", 600, 10))); err != nil {
 		t.Fatal(err)
 	}
-	if err := mem.Claim(ctx, claim("y", "m", slice("gpu0", 600, 10))); err == nil || !strings.Contains(err.Error(), "MiB of memory") {
+	if _, err := mem.Claim(ctx, claim("y", "m", slice("gpu0", 600, 10))); err == nil || !strings.Contains(err.Error(), "MiB of memory") {
 		t.Errorf("memory over capacity: %v", err)
 	}
 
 	// Exited containers hold nothing.
 	rt.containers[0].State = runtimeapi.ContainerState_CONTAINER_EXITED
 	rt.containers[1].State = runtimeapi.ContainerState_CONTAINER_EXITED
-	if err := l.Claim(ctx, claim("i", "main", whole("gpu0"))); err != nil {
+	if _, err := l.Claim(ctx, claim("i", "main", whole("gpu0"))); err != nil {
 		t.Errorf("gpu0 after its holder exited: %v", err)
 	}
 }
@@ -135,18 +154,18 @@ func TestLedgerPendingExpires(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1000, 0)
 	l := newLedger(&runtime{}, &now)
-	if err := l.Claim(ctx, Claim{PodUID: "a", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
+	if _, err := l.Claim(ctx, Claim{PodUID: "a", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
 		t.Fatal(err)
 	}
 	// The same container retried (its creation failed) replaces its claim.
-	if err := l.Claim(ctx, Claim{PodUID: "a", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); err != nil {
+	if _, err := l.Claim(ctx, Claim{PodUID: "a", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Claim(ctx, Claim{PodUID: "b", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
+	if _, err := l.Claim(ctx, Claim{PodUID: "b", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
 		t.Errorf("gpu0 after pod a's retry took gpu1: %v", err)
 	}
 	now = now.Add(DefaultPendingTTL + time.Second)
-	if err := l.Claim(ctx, Claim{PodUID: "c", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); err != nil {
+	if _, err := l.Claim(ctx, Claim{PodUID: "c", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); err != nil {
 		t.Errorf("claim after the pending one expired: %v", err)
 	}
 }
@@ -154,7 +173,7 @@ func TestLedgerPendingExpires(t *testing.T) {
 func TestLedgerRuntimeDown(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := newLedger(&runtime{err: errors.New("connection refused")}, &now)
-	if err := l.Claim(context.Background(), Claim{PodUID: "a", Devices: []types.DeviceShare{whole("gpu0")}}); !errors.Is(err, ErrUnavailable) {
+	if _, err := l.Claim(context.Background(), Claim{PodUID: "a", Devices: []types.DeviceShare{whole("gpu0")}}); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("runtime down: %v, want ErrUnavailable", err)
 	}
 }
@@ -164,7 +183,74 @@ func TestLedgerIgnoresDamagedEntries(t *testing.T) {
 	rt := &runtime{containers: []*runtimeapi.Container{{Id: "x", State: runtimeapi.ContainerState_CONTAINER_RUNNING,
 		Labels:      map[string]string{kubeinterface.LabelContainerLedger: kubeinterface.LedgerVersion, kubeinterface.LabelContainerPodUID: "z"},
 		Annotations: map[string]string{kubeinterface.AnnotationContainerHeld: "{not json"}}}}
-	if err := newLedger(rt, &now).Claim(context.Background(), Claim{PodUID: "a", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
+	if _, err := newLedger(rt, &now).Claim(context.Background(), Claim{PodUID: "a", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
 		t.Errorf("damaged entry: %v", err)
+	}
+}
+
+// TestLedgerClaimEndsWithItsCall: a claim released (its call answered)
+// holds nothing, whether or not its container was ever listed, and a
+// release does not drop a later claim of the same container.
+func TestLedgerClaimEndsWithItsCall(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	rt := &runtime{}
+	l := newLedger(rt, &now)
+	a := Claim{PodUID: "a", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}
+	release, err := l.Claim(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The container was created, ran and was removed with its pod before
+	// any other container was created on the node.
+	release()
+	if _, err := l.Claim(ctx, Claim{PodUID: "b", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
+		t.Errorf("gpu0 once pod a's call was answered: %v", err)
+	}
+
+	// A retry of the same container (same attempt) replaces the claim;
+	// the first call's late release leaves the retry's in place.
+	first, err := l.Claim(ctx, Claim{PodUID: "c", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Claim(ctx, Claim{PodUID: "c", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); err != nil {
+		t.Fatal(err)
+	}
+	first()
+	if _, err := l.Claim(ctx, Claim{PodUID: "d", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); !errors.Is(err, ErrConflict) {
+		t.Errorf("gpu1 while pod c's retry is in flight: %v, want ErrConflict", err)
+	}
+}
+
+// TestLedgerDropsClaimsOfGonePods: a claim never released (its call was
+// reset, or the shim lost the connection) ends with its pod's sandbox,
+// long before its TTL.
+func TestLedgerDropsClaimsOfGonePods(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	rt := &runtime{gone: map[string]bool{}}
+	l := newLedger(rt, &now)
+	if _, err := l.Claim(ctx, Claim{PodUID: "a", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Claim(ctx, Claim{PodUID: "b", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("gpu0 while pod a's sandbox is ready: %v, want ErrConflict", err)
+	}
+	rt.gone["a"] = true // deleted: kubelet stopped its sandbox
+	if _, err := l.Claim(ctx, Claim{PodUID: "b", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
+		t.Errorf("gpu0 after pod a's sandbox stopped: %v", err)
+	}
+	held, err := l.Held(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := held["gpu0"]; len(got) != 1 || got[0] != "b" {
+		t.Errorf("gpu0 held by %v, want [b]", got)
+	}
+	// Sandboxes that cannot be listed: the ledger cannot tell, and says so.
+	rt.sandboxErr = errors.New("connection refused")
+	if _, err := l.Claim(ctx, Claim{PodUID: "c", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("sandboxes unlisted: %v, want ErrUnavailable", err)
 	}
 }

@@ -52,7 +52,8 @@ var ErrPrivileged = errors.New("privileged containers get GPUs only in pods on t
 // device and NVIDIA selection variable the config brings (rewrite.Strip,
 // rewrite.Baseline), masks the host's GPU device nodes in privileged
 // containers, adds the allocation's edits, and checks the devices against
-// the ledger. Pods on the allowlist keep what they ask for. Refusals
+// the ledger, whose claim on the devices lasts until the runtime answers
+// the call. Pods on the allowlist keep what they ask for. Refusals
 // become gRPC errors that kubelet shows in the pod's events:
 // PermissionDenied for an allocation not valid here, FailedPrecondition
 // for one that cannot be applied (or a privileged container with GPUs),
@@ -63,10 +64,10 @@ func CreateContainer(d Devices) Interceptor {
 	if d.Metrics == nil {
 		d.Metrics = metrics.New()
 	}
-	return func(ctx context.Context, payload []byte) ([]byte, error) {
+	return func(ctx context.Context, payload []byte) (out []byte, answered func(), err error) {
 		var req runtimeapi.CreateContainerRequest
 		if err := proto.Unmarshal(payload, &req); err != nil {
-			return nil, &refusal{reason: metrics.ReasonBadRequest,
+			return nil, nil, &refusal{reason: metrics.ReasonBadRequest,
 				st: status.Newf(codes.InvalidArgument, "kubegpu-crishim: decode CreateContainerRequest: %v", err)}
 		}
 		if req.Config == nil {
@@ -76,8 +77,8 @@ func CreateContainer(d Devices) Interceptor {
 		md := sb.GetMetadata()
 		name := cfg.GetMetadata().GetName()
 		logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(md.GetNamespace(), md.GetName()), "container", name)
-		refuse := func(code codes.Code, reason metrics.Reason, err error) ([]byte, error) {
-			return nil, &refusal{reason: reason, st: status.Newf(code, "kubegpu-crishim: container %q: %v", name, err)}
+		refuse := func(code codes.Code, reason metrics.Reason, err error) ([]byte, func(), error) {
+			return nil, nil, &refusal{reason: reason, st: status.Newf(code, "kubegpu-crishim: container %q: %v", name, err)}
 		}
 		// Only the shim puts containers in the ledger.
 		dropLedgerKeys(cfg)
@@ -87,12 +88,13 @@ func CreateContainer(d Devices) Interceptor {
 			if _, ok := sb.GetAnnotations()[kubeinterface.AnnotationAllocation]; !ok {
 				logger.Info("Container on the GPU allowlist keeps the devices it asks for", "entry", exempt)
 				d.Metrics.Allowlisted.With(md.GetNamespace()).Inc()
-				return proto.Marshal(&req)
+				out, err := proto.Marshal(&req)
+				return out, nil, err
 			}
 		}
 		alloc, err := d.Rewriter.ContainerAllocation(sb, name)
 		if err != nil {
-			return nil, rewriteRefusal(err)
+			return nil, nil, rewriteRefusal(err)
 		}
 		privileged := rewrite.Privileged(cfg)
 		if privileged && !allowed && len(alloc.Devices) > 0 {
@@ -107,17 +109,26 @@ func CreateContainer(d Devices) Interceptor {
 			if claimLabels, claimAnnotations, err = ledger.Labels(c); err != nil {
 				return refuse(codes.FailedPrecondition, metrics.ReasonInvalidAllocation, err)
 			}
-			if err := d.Ledger.Claim(klog.NewContext(ctx, logger), c); err != nil {
+			var release func()
+			if release, err = d.Ledger.Claim(klog.NewContext(ctx, logger), c); err != nil {
 				if errors.Is(err, ledger.ErrConflict) {
 					d.Metrics.LedgerRefusals.Inc()
 					return refuse(codes.ResourceExhausted, metrics.ReasonDevicesHeld, err)
 				}
 				return refuse(codes.Unavailable, metrics.ReasonLedgerUnavailable, err)
 			}
+			// Held while the call is in flight: released when the
+			// runtime answers it, or now if it goes no further.
+			answered = release
+			defer func() {
+				if err != nil { // the named result: whatever refused the call below
+					release()
+				}
+			}()
 		}
 		edits, err := d.Rewriter.Edits(ctx, md.GetUid(), alloc)
 		if err != nil {
-			return nil, rewriteRefusal(err)
+			return nil, nil, rewriteRefusal(err)
 		}
 		if len(edits.CDIDevices) > 0 && d.CDIOff != nil && d.CDIOff() {
 			return refuse(codes.FailedPrecondition, metrics.ReasonCDIOff, ErrCDIOff)
@@ -149,7 +160,10 @@ func CreateContainer(d Devices) Interceptor {
 			maps.Copy(cfg.Annotations, claimAnnotations)
 		}
 		logger.V(2).Info("Container devices", "devices", len(alloc.Devices), "privileged", privileged, "allowlisted", allowed, "edits", edits)
-		return proto.Marshal(&req)
+		if out, err = proto.Marshal(&req); err != nil {
+			return nil, nil, err
+		}
+		return out, answered, nil
 	}
 }
 

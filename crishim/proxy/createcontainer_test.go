@@ -43,6 +43,10 @@ func (holder) ListContainers(context.Context, *runtimeapi.ContainerFilter) ([]*r
 	return []*runtimeapi.Container{{Id: "x", State: runtimeapi.ContainerState_CONTAINER_RUNNING, Labels: labels, Annotations: annotations}}, nil
 }
 
+func (holder) LivePods(context.Context) (map[string]bool, error) {
+	return map[string]bool{"other": true, "uid-1": true}, nil
+}
+
 func TestCreateContainerOrder(t *testing.T) {
 	key, err := kubeinterface.NewHMACKey([]byte(strings.Repeat("k", 32)))
 	if err != nil {
@@ -68,7 +72,7 @@ func TestCreateContainerOrder(t *testing.T) {
 
 	// Without metrics, with something to strip: no panic; the sandbox's
 	// CDI annotations are stripped too.
-	out, err := CreateContainer(Devices{Rewriter: rw})(ctx, req)
+	out, _, err := CreateContainer(Devices{Rewriter: rw})(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +88,7 @@ func TestCreateContainerOrder(t *testing.T) {
 	}
 
 	// A runtime with CDI off: refused, not started without its GPU.
-	_, err = CreateContainer(Devices{Rewriter: rw, CDIOff: func() bool { return true }})(ctx, req)
+	_, _, err = CreateContainer(Devices{Rewriter: rw, CDIOff: func() bool { return true }})(ctx, req)
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "CDI off") || refusalReason(err) != metrics.ReasonCDIOff {
 		t.Errorf("CDI off: %v (reason %s)", err, refusalReason(err))
 	}
@@ -93,7 +97,7 @@ func TestCreateContainerOrder(t *testing.T) {
 	calls.Store(0)
 	book := ledger.New(ledger.Options{Runtime: holder{}, Capacity: func(string) (types.Device, bool) { return types.Device{}, false }})
 	m := metrics.New()
-	_, err = CreateContainer(Devices{Rewriter: rw, Ledger: book, Metrics: m})(ctx, req)
+	_, _, err = CreateContainer(Devices{Rewriter: rw, Ledger: book, Metrics: m})(ctx, req)
 	if status.Code(err) != codes.ResourceExhausted || calls.Load() != 0 || refusalReason(err) != metrics.ReasonDevicesHeld {
 		t.Errorf("ledger conflict: %v (reason %s), module called %d times; want ResourceExhausted before any edit", err, refusalReason(err), calls.Load())
 	}
@@ -106,6 +110,10 @@ func TestCreateContainerOrder(t *testing.T) {
 type brokenRuntime struct{}
 
 func (brokenRuntime) ListContainers(context.Context, *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	return nil, status.Error(codes.Unavailable, "containerd is restarting")
+}
+
+func (brokenRuntime) LivePods(context.Context) (map[string]bool, error) {
 	return nil, status.Error(codes.Unavailable, "containerd is restarting")
 }
 
@@ -208,7 +216,7 @@ func TestCreateContainerRefusals(t *testing.T) {
 				d.Rewriter = &rewrite.Rewriter{Modules: cdi}
 			}
 			d.Rewriter.Node, d.Rewriter.Keys = "node-1", kubeinterface.NewKeySet(key)
-			_, err := CreateContainer(d)(context.Background(), tt.req)
+			_, _, err := CreateContainer(d)(context.Background(), tt.req)
 			if status.Code(err) != tt.code || refusalReason(err) != tt.reason || !strings.Contains(fmt.Sprint(err), tt.text) {
 				t.Errorf("got %v, reason %s; want %v, reason %s, %q", err, refusalReason(err), tt.code, tt.reason, tt.text)
 			}

@@ -35,7 +35,7 @@ func FuzzCreateContainer(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0xff, 0x01})
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		out, err := intercept(context.Background(), payload)
+		out, _, err := intercept(context.Background(), payload)
 		if err != nil {
 			if refusalReason(err) == metrics.ReasonOther {
 				t.Fatalf("refusal %v does not say why", err)

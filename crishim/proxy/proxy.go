@@ -36,7 +36,14 @@ const maxMessageBytes = 16 << 20
 // reach the client as Unknown. CreateContainer's errors also say why, for
 // kubegpu_crishim_create_container_refusals_total; other interceptors'
 // count as metrics.ReasonOther.
-type Interceptor func(ctx context.Context, req []byte) ([]byte, error)
+//
+// answered, if not nil, is called once the runtime has answered the
+// rewritten call (its response ended, whatever the result) or cannot act
+// on it (the request could not be sent whole). It is not called when the
+// interceptor refuses the call, nor when the runtime or the client resets
+// the call after its request was sent or a connection is lost then, for
+// the runtime may still be working on it.
+type Interceptor func(ctx context.Context, req []byte) (out []byte, answered func(), err error)
 
 // Options configure a Proxy.
 type Options struct {
@@ -93,8 +100,8 @@ func New(opts Options) (*Proxy, error) {
 	}
 	if opts.CreateContainer != nil {
 		p.intercept[methodCreateContainer] = opts.CreateContainer
-		p.intercept[methodCreateContainerV1alpha2] = func(context.Context, []byte) ([]byte, error) {
-			return nil, &refusal{reason: metrics.ReasonBadRequest,
+		p.intercept[methodCreateContainerV1alpha2] = func(context.Context, []byte) ([]byte, func(), error) {
+			return nil, nil, &refusal{reason: metrics.ReasonBadRequest,
 				st: status.New(codes.Unimplemented, "kubegpu-crishim: CRI v1alpha2 CreateContainer is not supported; use CRI v1")}
 		}
 	}

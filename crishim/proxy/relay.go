@@ -63,6 +63,10 @@ type relay struct {
 	maxFrame     atomic.Int32     // the largest frame the runtime accepts
 	calls        map[uint32]*call // intercepted calls in flight
 	ncalls       atomic.Int32     // len(calls), read without mu
+	// awaiting holds the answered functions of rewritten calls sent to
+	// the runtime, until it ends their stream; nawaiting is its length.
+	awaiting  map[uint32]func()
+	nawaiting atomic.Int32
 
 	headerTable atomic.Uint32 // the runtime's SETTINGS_HEADER_TABLE_SIZE
 }
@@ -89,7 +93,7 @@ type call struct {
 func newRelay(p *Proxy, client, backend net.Conn) *relay {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &relay{p: p, client: client, backend: backend, ctx: ctx, cancel: cancel, logger: p.logger,
-		window: defaultWindow, streamWindow: defaultWindow, calls: map[uint32]*call{}}
+		window: defaultWindow, streamWindow: defaultWindow, calls: map[uint32]*call{}, awaiting: map[uint32]func(){}}
 	r.maxFrame.Store(defaultMaxFrame)
 	r.cond = sync.NewCond(&r.mu)
 	r.headerTable.Store(defaultHeaderTableLen)
@@ -252,6 +256,11 @@ func (r *relay) fromClient() error {
 					}
 				}
 			}
+			if r.nawaiting.Load() > 0 {
+				// The runtime will send nothing more on the stream, and
+				// may still be working on the call.
+				r.await(h.stream, nil)
+			}
 			out = append(out, f...)
 		default:
 			out = append(out, f...)
@@ -304,8 +313,8 @@ func (r *relay) call(stream uint32) *call {
 }
 
 // refuseMalformedPath fails a call whose :path is not /service/method.
-func refuseMalformedPath(context.Context, []byte) ([]byte, error) {
-	return nil, &refusal{reason: metrics.ReasonBadRequest,
+func refuseMalformedPath(context.Context, []byte) ([]byte, func(), error) {
+	return nil, nil, &refusal{reason: metrics.ReasonBadRequest,
 		st: status.New(codes.Unimplemented, "kubegpu-crishim: malformed method path; want /package.Service/Method")}
 }
 
@@ -367,7 +376,7 @@ func (r *relay) finish(c *call) {
 		r.fail(c, status.Newf(codes.InvalidArgument, "kubegpu-crishim: %s: %v", c.method, err), metrics.ReasonBadRequest)
 		return
 	}
-	req, err := c.intercept(klog.NewContext(r.ctx, r.logger), msg)
+	req, answered, err := c.intercept(klog.NewContext(r.ctx, r.logger), msg)
 	if err != nil {
 		reason := refusalReason(err)
 		r.logger.Error(err, "CRI call refused", "method", c.method, "reason", reason)
@@ -375,7 +384,16 @@ func (r *relay) finish(c *call) {
 		return
 	}
 	c.body = nil
+	if answered != nil {
+		// Before the request goes out: the runtime may answer before
+		// the relay has sent all of it.
+		r.await(c.id, answered)
+	}
 	if err := r.send(c, req); err != nil {
+		// The runtime has not had the whole request, so it acts on none.
+		if answered := r.await(c.id, nil); answered != nil {
+			answered()
+		}
 		r.logger.V(2).Info("Sending a rewritten request failed", "method", c.method, "err", err)
 	} else {
 		r.answered(c, "rewritten", "")
@@ -533,11 +551,11 @@ func (r *relay) fromBackend() error {
 		case frameHeaders, framePushPromise:
 			inBlock = h.flags&flagEndHeaders == 0
 			if h.typ == frameHeaders && h.flags&flagEndStream != 0 {
-				r.ended(h.stream)
+				r.ended(h.stream, true)
 			}
 			out = append(out, f...)
 		case frameRSTStream:
-			r.ended(h.stream)
+			r.ended(h.stream, false)
 			out = append(out, f...)
 		case frameContinuation:
 			inBlock = h.flags&flagEndHeaders == 0
@@ -555,9 +573,10 @@ func (r *relay) fromBackend() error {
 }
 
 // ended stops sending the request of an intercepted call whose stream the
-// runtime ended (answered or reset) before taking all of it.
-func (r *relay) ended(stream uint32) {
-	if r.ncalls.Load() == 0 {
+// runtime ended (answered or reset) before taking all of it, and calls the
+// answered function of a rewritten call the runtime answered.
+func (r *relay) ended(stream uint32, answer bool) {
+	if r.ncalls.Load() == 0 && r.nawaiting.Load() == 0 {
 		return
 	}
 	r.mu.Lock()
@@ -565,7 +584,29 @@ func (r *relay) ended(stream uint32) {
 		c.canceled = true
 		r.cond.Broadcast()
 	}
+	answered := r.awaiting[stream]
+	delete(r.awaiting, stream)
+	r.nawaiting.Store(int32(len(r.awaiting)))
 	r.mu.Unlock()
+	if answer && answered != nil {
+		// Off the runtime's frames: it may wait for a lock.
+		go answered()
+	}
+}
+
+// await keeps answered until the runtime ends the stream; nil forgets the
+// stream's and returns it.
+func (r *relay) await(stream uint32, answered func()) (was func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	was = r.awaiting[stream]
+	if answered == nil {
+		delete(r.awaiting, stream)
+	} else {
+		r.awaiting[stream] = answered
+	}
+	r.nawaiting.Store(int32(len(r.awaiting)))
+	return was
 }
 
 // settings follows the runtime's SETTINGS that bound what the relay

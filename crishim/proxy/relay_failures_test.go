@@ -22,8 +22,8 @@ import (
 	"github.com/kubegpu/kubegpu/crishim/metrics"
 )
 
-func refuseAll(context.Context, []byte) ([]byte, error) {
-	return nil, status.Error(codes.PermissionDenied, "refused")
+func refuseAll(context.Context, []byte) ([]byte, func(), error) {
+	return nil, nil, status.Error(codes.PermissionDenied, "refused")
 }
 
 func reqHeaders(path string) []byte {
@@ -65,7 +65,7 @@ func TestRelayRefusesPathWithoutSlash(t *testing.T) {
 // closes while the client pump waits for connection window; the relay
 // ends and closes the client's connection.
 func TestRelayRuntimeDiesWhileClientWaitsForWindow(t *testing.T) {
-	pr := startPipeRelay(t, passThrough)
+	pr := startPipeRelay(t, rewriteOnly(passThrough))
 	client, runtime, r, done := pr.client, pr.runtime, pr.r, pr.done
 	w := func(b []byte) {
 		if _, err := client.Write(b); err != nil {
@@ -135,13 +135,13 @@ func TestRelayRuntimeDiesUnderIdleClient(t *testing.T) {
 func TestRelayDataAfterEndStream(t *testing.T) {
 	var mu sync.Mutex
 	runs := 0
-	p, _ := New(Options{Backend: "unix:///nonexistent", CreateContainer: func(_ context.Context, b []byte) ([]byte, error) {
+	p, _ := New(Options{Backend: "unix:///nonexistent", CreateContainer: rewriteOnly(func(_ context.Context, b []byte) ([]byte, error) {
 		mu.Lock()
 		runs++
 		mu.Unlock()
 		time.Sleep(20 * time.Millisecond)
 		return b, nil
-	}})
+	})})
 	client, relayClient := net.Pipe()
 	runtime, relayRuntime := net.Pipe()
 	go func() { _, _ = drain(client) }()
@@ -193,10 +193,10 @@ func TestRelayRefusalReasons(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			m := metrics.New()
-			p, _ := New(Options{Backend: "unix:///nonexistent", Metrics: m, CreateContainer: func(context.Context, []byte) ([]byte, error) {
+			p, _ := New(Options{Backend: "unix:///nonexistent", Metrics: m, CreateContainer: rewriteOnly(func(context.Context, []byte) ([]byte, error) {
 				t.Error("the call was rewritten")
 				return nil, status.Error(codes.Internal, "rewritten")
-			}})
+			})})
 			if tt.stop {
 				p.Stop(0)
 			}
@@ -231,10 +231,10 @@ func TestRelayRefusalReasons(t *testing.T) {
 // none of them to the runtime (grpc-go dispatches a unary handler as soon
 // as one message is in, before END_STREAM).
 func TestRelayNothingPassesARefusal(t *testing.T) {
-	tp := startProxy(t, func(context.Context, []byte) ([]byte, error) {
+	tp := startProxy(t, rewriteOnly(func(context.Context, []byte) ([]byte, error) {
 		time.Sleep(200 * time.Microsecond)
 		return nil, status.Error(codes.PermissionDenied, "refused")
-	})
+	}))
 	c, err := net.Dial("unix", filepath.Join(tp.dir, "crishim.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -271,12 +271,12 @@ func TestRelayNothingPassesARefusal(t *testing.T) {
 func TestRelayRuntimeEndsStreamDuringSend(t *testing.T) {
 	tp := &testProxy{dir: t.TempDir(), fake: &bigRuntime{}}
 	tp.startBackend(t) // grpc-go default: 4 MiB receive limit
-	p, err := New(Options{Backend: "unix://" + filepath.Join(tp.dir, "runtime.sock"), CreateContainer: func(_ context.Context, b []byte) ([]byte, error) {
+	p, err := New(Options{Backend: "unix://" + filepath.Join(tp.dir, "runtime.sock"), CreateContainer: rewriteOnly(func(_ context.Context, b []byte) ([]byte, error) {
 		var req runtimeapi.CreateContainerRequest
 		_ = proto.Unmarshal(b, &req)
 		req.Config.Envs = append(req.Config.Envs, &runtimeapi.KeyValue{Key: "BIG", Value: make([]byte, 2<<20)})
 		return proto.Marshal(&req)
-	}})
+	})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestRelayRuntimeEndsStreamDuringSend(t *testing.T) {
 // TestRelayForgetsCallResetBeforeEnd: a call the client resets before
 // END_STREAM is forgotten with its buffered body.
 func TestRelayForgetsCallResetBeforeEnd(t *testing.T) {
-	pr := startPipeRelay(t, passThrough)
+	pr := startPipeRelay(t, rewriteOnly(passThrough))
 	client, runtime, r, done := pr.client, pr.runtime, pr.r, pr.done
 	var b []byte
 	b = append(b, clientPreface...)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/wait"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/kubegpu/kubegpu/crishim/metrics"
@@ -125,7 +127,7 @@ func createRequest(name string, annotationBytes int) *runtimeapi.CreateContainer
 // connection windows and than a frame are rewritten whole; responses
 // larger than the windows pass through.
 func TestRelayLargeRequestsAndResponses(t *testing.T) {
-	tp := startProxy(t, addEnv)
+	tp := startProxy(t, rewriteOnly(addEnv))
 	rt := runtimeapi.NewRuntimeServiceClient(tp.conn)
 	ctx := context.Background()
 	for _, size := range []int{0, 16 << 10, 100 << 10, 3 << 20} {
@@ -150,7 +152,7 @@ func TestRelayLargeRequestsAndResponses(t *testing.T) {
 // answer is the right one and the connection stays usable (a refusal
 // written into the response stream would break the client's HPACK state).
 func TestRelayConcurrentCalls(t *testing.T) {
-	tp := startProxy(t, addEnv)
+	tp := startProxy(t, rewriteOnly(addEnv))
 	rt := runtimeapi.NewRuntimeServiceClient(tp.conn)
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -208,7 +210,7 @@ func TestRelayConcurrentCalls(t *testing.T) {
 // TestRelayRefusesCRIv1alpha2CreateContainer: containerd 1.x also serves
 // CRI v1alpha2, whose CreateContainer would bypass the device rewrite.
 func TestRelayRefusesCRIv1alpha2CreateContainer(t *testing.T) {
-	tp := startProxy(t, addEnv)
+	tp := startProxy(t, rewriteOnly(addEnv))
 	err := tp.conn.Invoke(context.Background(), "/runtime.v1alpha2.RuntimeService/CreateContainer", createRequest("main", 0), &runtimeapi.CreateContainerResponse{})
 	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "use CRI v1") {
 		t.Errorf("v1alpha2 CreateContainer: %v", err)
@@ -229,11 +231,11 @@ func TestRelayRefusesCRIv1alpha2CreateContainer(t *testing.T) {
 func TestRelayClientCancelsDuringRewrite(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
-	tp := startProxy(t, func(ctx context.Context, b []byte) ([]byte, error) {
+	tp := startProxy(t, rewriteOnly(func(ctx context.Context, b []byte) ([]byte, error) {
 		entered <- struct{}{}
 		<-release
 		return b, nil
-	})
+	}))
 	rt := runtimeapi.NewRuntimeServiceClient(tp.conn)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -262,7 +264,7 @@ func TestRelayClientCancelsDuringRewrite(t *testing.T) {
 // while the runtime goes away and comes back; its calls fail meanwhile
 // and work again once the runtime is back, without a new client.
 func TestRelayRuntimeRestart(t *testing.T) {
-	tp := startProxy(t, addEnv)
+	tp := startProxy(t, rewriteOnly(addEnv))
 	rt := runtimeapi.NewRuntimeServiceClient(tp.conn)
 	ctx := context.Background()
 	if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
@@ -380,7 +382,7 @@ func FuzzRelayClientFrames(f *testing.F) {
 	f.Add(appendFrameHeader(nil, 5, frameHeaders, flagPadded|flagEndHeaders, 1))
 	f.Add(appendFrameHeader(nil, 0, frameContinuation, flagEndHeaders, 3))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		pr := startPipeRelay(t, passThrough)
+		pr := startPipeRelay(t, rewriteOnly(passThrough))
 		_, _ = pr.client.Write(append([]byte(clientPreface), data...))
 		pr.client.Close()
 		pr.runtime.Close()
@@ -422,6 +424,15 @@ func startPipeRelay(t testing.TB, intercept Interceptor) *pipeRelay {
 }
 
 func passThrough(_ context.Context, b []byte) ([]byte, error) { return b, nil }
+
+// rewriteOnly is an interceptor that rewrites with f and has nothing to do
+// once the runtime answers.
+func rewriteOnly(f func(context.Context, []byte) ([]byte, error)) Interceptor {
+	return func(ctx context.Context, b []byte) ([]byte, func(), error) {
+		out, err := f(ctx, b)
+		return out, nil, err
+	}
+}
 
 // drain reads c until it fails.
 func drain(c net.Conn) (int64, error) {
@@ -479,4 +490,45 @@ func TestRelayRefusesOversizedClientFrames(t *testing.T) {
 	}
 	pr.client.Close()
 	pr.runtime.Close()
+}
+
+// TestRelayCallsAnsweredOnTheAnswer: an interceptor's answered function
+// runs once the runtime has answered the rewritten call, and never for a
+// call the interceptor refused.
+func TestRelayCallsAnsweredOnTheAnswer(t *testing.T) {
+	var mu sync.Mutex
+	var answered []string
+	tp := startProxy(t, func(ctx context.Context, b []byte) ([]byte, func(), error) {
+		out, err := addEnv(ctx, b)
+		var req runtimeapi.CreateContainerRequest
+		_ = proto.Unmarshal(b, &req)
+		name := req.GetConfig().GetMetadata().GetName()
+		return out, func() {
+			mu.Lock()
+			answered = append(answered, name)
+			mu.Unlock()
+		}, err
+	})
+	rt := runtimeapi.NewRuntimeServiceClient(tp.conn)
+	ctx := context.Background()
+	if _, err := rt.CreateContainer(ctx, createRequest("refuse", 0)); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("refused call: %v", err)
+	}
+	for _, name := range []string{"first", "second"} {
+		if _, err := rt.CreateContainer(ctx, createRequest(name, 100<<10)); err != nil {
+			t.Fatal(err)
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Contains(answered, name), nil
+		}); err != nil {
+			t.Fatalf("the answered function of call %s did not run after its answer", name)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(answered, []string{"first", "second"}) {
+		t.Errorf("answered ran for %v, want [first second] (never for the refused call)", answered)
+	}
 }

@@ -327,6 +327,37 @@ func TestShimLedger(t *testing.T) {
 	}
 }
 
+// TestShimLedgerForgetsRemovedPods: a GPU pod removed (as kubelet removes
+// a deleted pod: its containers and sandbox stopped and removed) before
+// any other container is created on the node holds nothing: the next pod
+// given the same device runs at once, and so does a chain of such pods.
+// The ledger's claim on a container's devices ends with its
+// CreateContainer call, not minutes later.
+func TestShimLedgerForgetsRemovedPods(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(ctx, t)
+	const node = "reuse-node"
+	metricsAddr := freeAddress(t)
+	shim, sock := startShim(ctx, t, n, node, "--advertise=false", "--plugin-option=simgpu.preset=t4x4", "--metrics-bind-address="+metricsAddr)
+	dir := t.TempDir()
+	for i := range 3 {
+		p := guardPod{name: fmt.Sprintf("short-%d", i), namespace: "tenant-a", alloc: whole(t, node, 2), key: signingKey, sleep: true}
+		podCfg, ctrCfg := p.write(t, dir, node)
+		if _, err := runEnv(ctx, t, n, sock, podCfg, ctrCfg); err != nil {
+			t.Fatalf("pod %s on gpu2, right after the one before it was removed: %v; shim log %s", p.name, err, shim.Log)
+		}
+		id := podID(ctx, t, n, sock, p.name)
+		for _, verb := range []string{"stopp", "rmp"} {
+			if out, err := crictl(ctx, n, sock, verb, id); err != nil {
+				t.Fatalf("%s %s: %v: %s", verb, p.name, err, out)
+			}
+		}
+	}
+	if m := scrape(t, metricsAddr); !strings.Contains(m, "kubegpu_crishim_ledger_refusals_total 0") {
+		t.Errorf("the ledger refused a container:\n%s", m)
+	}
+}
+
 // podID returns the ID of the sandbox named name.
 func podID(ctx context.Context, t *testing.T, n *localnode.Node, sock, name string) string {
 	t.Helper()
