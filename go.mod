@@ -3,6 +3,7 @@ module github.com/kubegpu/kubegpu
 go 1.26.0
 
 require (
+	filippo.io/edwards25519 v1.2.0
 	github.com/NVIDIA/go-nvml v0.13.2-0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2

@@ -15,6 +15,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"filippo.io/edwards25519"
 )
 
 // ErrBadSignature is wrapped by Verify's error when an allocation's
@@ -192,12 +194,33 @@ func parseBlock(block *pem.Block) (*Key, error) {
 		if !ok {
 			return nil, fmt.Errorf("public key is a %T, want an Ed25519 key", k)
 		}
+		if err := checkEd25519Public(pub); err != nil {
+			return nil, err
+		}
 		return &Key{alg: AlgEd25519, id: ed25519ID(pub), public: pub}, nil
 	case PEMHMACSecret:
 		return NewHMACKey(block.Bytes)
 	default:
 		return nil, fmt.Errorf("PEM block %q: want %q (Ed25519, PKCS #8), %q (Ed25519, PKIX) or %q", block.Type, PEMPrivateKey, PEMPublicKey, PEMHMACSecret)
 	}
+}
+
+// ErrWeakKey is wrapped when an Ed25519 public key is of small order (8·A
+// is the identity), such as the all-zero or identity "placeholder" keys:
+// signatures made without the private key verify with it.
+var ErrWeakKey = errors.New("the Ed25519 public key is of small order, so forged signatures verify with it: it is a placeholder or a damaged key, not one made by openssl genpkey -algorithm ed25519")
+
+// checkEd25519Public refuses a public key that is not a point of the curve
+// or is of small order.
+func checkEd25519Public(pub ed25519.PublicKey) error {
+	p, err := new(edwards25519.Point).SetBytes(pub)
+	if err != nil {
+		return fmt.Errorf("the Ed25519 public key is not a point of the curve: %w", err)
+	}
+	if new(edwards25519.Point).MultByCofactor(p).Equal(edwards25519.NewIdentityPoint()) == 1 {
+		return ErrWeakKey
+	}
+	return nil
 }
 
 // NewEd25519Key returns a Key that signs with priv.

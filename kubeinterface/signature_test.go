@@ -1,15 +1,20 @@
 package kubeinterface
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"filippo.io/edwards25519"
 
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -271,4 +276,122 @@ func FuzzParseKeys(f *testing.F) {
 			}
 		}
 	})
+}
+
+// smallOrderEncodings returns every 32-byte encoding of a point of small
+// order that Ed25519 verification decodes: the eight points of the 8-torsion
+// subgroup, derived here (not copied from a list), each with its sign bit
+// flipped and with y+p where that fits.
+func smallOrderEncodings(t *testing.T) [][]byte {
+	t.Helper()
+	// The torsion part of any point P is [L]P = [L-1]P + P.
+	one, err := edwards25519.NewScalar().SetCanonicalBytes(append([]byte{1}, make([]byte, 31)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	minusOne := edwards25519.NewScalar().Negate(one)
+	identity := edwards25519.NewIdentityPoint()
+	var gen *edwards25519.Point
+	for seed := 0; gen == nil && seed < 256; seed++ {
+		var b [32]byte
+		b[0], b[1] = byte(seed), 0x5a
+		p, err := new(edwards25519.Point).SetBytes(b[:])
+		if err != nil {
+			continue
+		}
+		q := new(edwards25519.Point).ScalarMult(minusOne, p)
+		q.Add(q, p)
+		four := new(edwards25519.Point).Add(q, q)
+		four.Add(four, four)
+		if four.Equal(identity) == 0 { // of order 8
+			gen = q
+		}
+	}
+	if gen == nil {
+		t.Fatal("no point of order 8 found")
+	}
+	var out [][]byte
+	seen := map[string]bool{}
+	add := func(b []byte) {
+		if _, err := new(edwards25519.Point).SetBytes(b); err == nil && !seen[string(b)] {
+			seen[string(b)] = true
+			out = append(out, b)
+		}
+	}
+	p := edwards25519.NewIdentityPoint()
+	for range 8 {
+		enc := p.Bytes()
+		add(enc)
+		flipped := slices.Clone(enc)
+		flipped[31] ^= 0x80
+		add(flipped)
+		// y+p, where y+p < 2^255 (y < 19): the non-canonical encoding.
+		y := new(big.Int).SetBytes(reverse(append(slices.Clone(enc[:31]), enc[31]&0x7f)))
+		if y.Cmp(big.NewInt(19)) < 0 {
+			yp := y.Add(y, new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 255), big.NewInt(19)))
+			nc := reverse(yp.FillBytes(make([]byte, 32)))
+			nc[31] |= enc[31] & 0x80
+			add(nc)
+			nc = slices.Clone(nc)
+			nc[31] ^= 0x80
+			add(nc)
+		}
+		p.Add(p, gen)
+	}
+	if len(out) < 8 {
+		t.Fatalf("%d small-order encodings, want at least the 8 points", len(out))
+	}
+	return out
+}
+
+func reverse(b []byte) []byte {
+	slices.Reverse(b)
+	return b
+}
+
+// TestSmallOrderPublicKeysRefused: with a public key of small order (the
+// identity, all zeros, ...), a signature made without any private key
+// verifies; every such key is refused where keys are loaded, saying why.
+func TestSmallOrderPublicKeysRefused(t *testing.T) {
+	// The attack the check stops: the identity as the key, R = identity,
+	// S = 0, for any message.
+	forged := append(edwards25519.NewIdentityPoint().Bytes(), make([]byte, 32)...)
+	if !ed25519.Verify(edwards25519.NewIdentityPoint().Bytes(), []byte("any allocation"), forged) {
+		t.Fatal("the forged signature does not verify with the identity key: the test shows nothing")
+	}
+	for _, enc := range smallOrderEncodings(t) {
+		der, err := x509.MarshalPKIXPublicKey(ed25519.PublicKey(enc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := pem.EncodeToMemory(&pem.Block{Type: PEMPublicKey, Bytes: der})
+		if _, err := ParseKeys(data); !errors.Is(err, ErrWeakKey) {
+			t.Errorf("public key %x: ParseKeys = %v, want ErrWeakKey", enc, err)
+		}
+		path := filepath.Join(t.TempDir(), "pub.pem")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadVerifyKeys(path); err == nil || !strings.Contains(err.Error(), "small order") {
+			t.Errorf("public key %x: LoadVerifyKeys = %v, want a refusal that says why", enc, err)
+		}
+	}
+	// Real keys load, and 32 bytes that are no point are refused too.
+	_, pubPath := ed25519Files(t)
+	if _, err := LoadVerifyKeys(pubPath); err != nil {
+		t.Errorf("a real public key: %v", err)
+	}
+	var notAPoint []byte
+	for seed := range 256 {
+		b := bytes.Repeat([]byte{0x5a}, 32)
+		b[0] = byte(seed)
+		if _, err := new(edwards25519.Point).SetBytes(b); err != nil {
+			notAPoint = b
+			break
+		}
+	}
+	der, _ := x509.MarshalPKIXPublicKey(ed25519.PublicKey(notAPoint))
+	if _, err := ParseKeys(pem.EncodeToMemory(&pem.Block{Type: PEMPublicKey, Bytes: der})); err == nil || !strings.Contains(err.Error(), "not a point") {
+		t.Errorf("a public key that is no point: %v", err)
+	}
 }

@@ -163,7 +163,6 @@ func (l *Ledger) release(key string, seq uint64) {
 	}
 }
 
-
 // Held returns what live containers and pending claims hold, per device ID:
 // for the shim's start-up log and for tests.
 func (l *Ledger) Held(ctx context.Context) (map[string][]string, error) {
