@@ -111,7 +111,9 @@ const policiesTemplate = wantsDevices + ctrShare + hasShare + shareVariables + b
 # README. Apply with: kubectl apply --server-side -f deploy/admission/kubegpu-policies.yaml
 #
 # kubegpu-gpu-request: GPU requests are checked at creation with the rules
-# and words of kubegpu-scheduler's PreFilter.
+# and words of kubegpu-scheduler's PreFilter. The kubegpu.io/ annotations
+# of a GPU pod change only through the pod itself: never through a
+# subresource such as pods/status, which a node may write for its pods.
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
 metadata:
@@ -125,7 +127,7 @@ spec:
     - apiGroups: [""]
       apiVersions: ["v1"]
       operations: ["CREATE", "UPDATE"]
-      resources: ["pods"]
+      resources: ["pods", "pods/status", "pods/ephemeralcontainers", "pods/resize"]
   matchConditions:
   - name: gpu-pod
     expression: >-
@@ -171,8 +173,8 @@ spec:
   - name: overlapErrors
     expression: >-
 {{- range $i, $l := $r.Lists}}{{if $l.Exclude}}
-      {{if $i}}+ {{end}}variables.{{$l.Var}}List.filter(e, e.lowerAscii() in variables.{{$l.Exclude}}Lower).map(e,
-        {{str (printf "annotation %s must be %s, got " $l.Key $r.WantDisjoint)}} + {{quote "e"}})
+      {{if $i}}+ {{end}}[variables.{{$l.Var}}List.filter(e, e.lowerAscii() in variables.{{$l.Exclude}}Lower).join(',')].filter(o, o != '').map(o,
+        {{str (printf "annotation %s must be %s, got " $l.Key $r.WantDisjoint)}} + {{quote "o"}})
 {{- end}}{{end}}
   - name: enumErrors
     expression: >-
@@ -213,6 +215,11 @@ spec:
       variables.listErrors + variables.overlapErrors + variables.enumErrors + variables.unknownErrors +
       variables.containerErrors + variables.countErrors + variables.graceErrors
   validations:
+  - expression: "request.?subResource.orValue('') == ''"
+    messageExpression: >-
+      'pod ' + request.namespace + '/' + object.metadata.name +
+      ': kubegpu.io/ annotations are set in the pod itself, not through pods/' + request.subResource
+    reason: Forbidden
   - expression: "size(variables.errors) == 0"
     messageExpression: "'pod ' + request.namespace + '/' + object.metadata.name + ': ' + variables.errors.join('; ')"
     reason: Invalid
@@ -255,6 +262,13 @@ spec:
     reason: Forbidden
   - expression: "!variables.binding || !variables.annotated || variables.mayWrite"
     message: "only kubegpu-scheduler binds pods with a kubegpu.io/allocation"
+    reason: Forbidden
+  # A Binding's annotations are copied onto the pod: it brings no GPU
+  # request annotations.
+  - expression: >-
+      !variables.binding ||
+      object.metadata.?annotations.orValue({}).all(k, !k.startsWith({{str $r.Domain}}) || k == variables.key)
+    message: "a binding carries no kubegpu.io/ annotation but kubegpu.io/allocation: a GPU pod's request is set in the pod itself"
     reason: Forbidden
   - expression: >-
       request.operation != 'UPDATE' ||

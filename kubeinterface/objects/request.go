@@ -237,7 +237,8 @@ func parseList(c *collector, annotations map[string]string, key string) []string
 	return out
 }
 
-// checkDisjoint reports entries that are both included and excluded.
+// checkDisjoint reports the entries that are both included and excluded,
+// in one error (whose quote of them is bounded).
 func checkDisjoint(c *collector, includeKey string, include, exclude []string) {
 	if len(include) == 0 || len(exclude) == 0 {
 		return
@@ -246,10 +247,14 @@ func checkDisjoint(c *collector, includeKey string, include, exclude []string) {
 	for _, ex := range exclude {
 		excluded[strings.ToLower(ex)] = true
 	}
+	var both []string
 	for _, in := range include {
 		if excluded[strings.ToLower(in)] {
-			c.add("", "annotation "+includeKey, in, WantDisjoint)
+			both = append(both, in)
 		}
+	}
+	if len(both) > 0 {
+		c.add("", "annotation "+includeKey, strings.Join(both, ","), WantDisjoint)
 	}
 }
 

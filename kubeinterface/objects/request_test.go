@@ -113,6 +113,15 @@ func TestPodRequest(t *testing.T) {
 	}
 }
 
+// manyModels is 63 model names, "Model-00" to "Model-62".
+var manyModels = func() string {
+	names := make([]string, 63)
+	for i := range names {
+		names[i] = fmt.Sprintf("Model-%02d", i)
+	}
+	return strings.Join(names, ",")
+}()
+
 func TestPodRequestErrors(t *testing.T) {
 	gpu, mem, cores := string(kubeinterface.ResourceGPU), string(kubeinterface.ResourceGPUMemory), string(kubeinterface.ResourceGPUCores)
 	tests := []struct {
@@ -222,6 +231,16 @@ func TestPodRequestErrors(t *testing.T) {
 				`annotation kubegpu.io/placement must be one of binpack, spread, got "pack"`,
 				`annotation kubegpu.io/topolgy must be one of the annotations kubegpu knows (kubegpu.io/allocation, kubegpu.io/gpu-model-exclude, kubegpu.io/gpu-model-include, kubegpu.io/gpu-uuid-exclude, kubegpu.io/gpu-uuid-include, kubegpu.io/placement, kubegpu.io/topology), got "required"`,
 			},
+		},
+		{
+			// Every overlapping entry in one error, its quote bounded.
+			name: "many overlaps quoted once",
+			pod: pod(map[string]string{
+				kubeinterface.AnnotationModelInclude: manyModels,
+				kubeinterface.AnnotationModelExclude: strings.ToLower(manyModels),
+			}, container("train", gpu, "1")),
+			want: []string{`annotation kubegpu.io/gpu-model-include must be disjoint from the matching -exclude annotation, got ` +
+				kubeinterface.Quote(manyModels)},
 		},
 	}
 	for _, tt := range tests {

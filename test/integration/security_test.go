@@ -94,6 +94,14 @@ func TestAttackNodeIsConfinedToItself(t *testing.T) {
 	_, err = owner.Client.CoreV1().Pods(ns).Patch(ctx, "victim", ktypes.MergePatchType,
 		fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null}}}`, kubeinterface.AnnotationAllocation), metav1.PatchOptions{}, "status")
 	refused(t, "node confined-1 removing its pod's allocation through pods/status", err, "kubegpu-allocation", "nobody may set, change or remove it")
+	// ... nor the pod's request: NodeRestriction lets a node change its
+	// pods' annotations through pods/status.
+	for key, value := range map[string]string{kubeinterface.AnnotationTopology: "banana", kubeinterface.AnnotationModelInclude: "T4\x1b[2J",
+		kubeinterface.AnnotationPlacement: "spread"} {
+		_, err = owner.Client.CoreV1().Pods(ns).Patch(ctx, "victim", ktypes.MergePatchType,
+			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, key, value), metav1.PatchOptions{}, "status")
+		refused(t, "node confined-1 setting its pod's "+key+" through pods/status", err, "kubegpu-gpu-request", "not through pods/status")
+	}
 	stripped := victim.DeepCopy()
 	stripped.Status.Conditions = slices.DeleteFunc(stripped.Status.Conditions, func(c corev1.PodCondition) bool {
 		return c.Type == kubeinterface.ConditionAllocated
@@ -277,6 +285,15 @@ func TestAttackMalformedRequestsAtCreation(t *testing.T) {
 			kubeinterface.AnnotationModelInclude: "T4,,V100", kubeinterface.AnnotationUUIDInclude: "GPU-1,gpu-2", kubeinterface.AnnotationUUIDExclude: "gpu-1, GPU-2",
 			kubeinterface.Domain + "topolgy": "required"}),
 		gpuPod("long-list", 1, 0, 0, map[string]string{kubeinterface.AnnotationModelExclude: long}),
+		// Every entry included and excluded: one bounded error, not 63.
+		func() *corev1.Pod {
+			models := make([]string, 63)
+			for i := range models {
+				models[i] = fmt.Sprintf("Tesla-V100-SXM2-16GB-%02d", i)
+			}
+			return gpuPod("many-overlaps", 1, 0, 0, map[string]string{kubeinterface.AnnotationModelInclude: strings.Join(models, ","),
+				kubeinterface.AnnotationModelExclude: strings.ToLower(strings.Join(models, ","))})
+		}(),
 		gpuPod("escape", 1, 0, 0, map[string]string{kubeinterface.AnnotationModelInclude: "T4\x1b[2J", kubeinterface.AnnotationTopology: "\u202erequired"}),
 		gpuPod("not-gpu", 0, 0, 0, map[string]string{kubeinterface.AnnotationTopology: "strict"}),
 		func() *corev1.Pod {
@@ -320,6 +337,9 @@ func TestAttackMalformedRequestsAtCreation(t *testing.T) {
 			refusedCount++
 			if !strings.Contains(apiErr.Error(), "kubegpu-gpu-request") || !strings.Contains(apiErr.Error(), "denied request: "+goErr.Error()) {
 				t.Errorf("pod %s: admission says\n  %v\nPreFilter says\n  %v", p.Name, apiErr, goErr)
+			}
+			if n := len(goErr.Error()); n > 2048 {
+				t.Errorf("pod %s: a refusal of %d bytes: %.300s...", p.Name, n, goErr)
 			}
 		}
 	}
@@ -646,6 +666,11 @@ func TestAttackBindingsAndMirrorPods(t *testing.T) {
 	refused(t, "binding with an allocation through the legacy bindings resource", err, "kubegpu-allocation", "only kubegpu-scheduler binds pods with a kubegpu.io/allocation")
 	err = tc.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{})
 	refused(t, "binding with an allocation through pods/binding", err, "kubegpu-allocation", "only kubegpu-scheduler binds pods with a kubegpu.io/allocation")
+	// A binding's annotations are copied onto the pod: none rewrites its
+	// request.
+	binding.Annotations = map[string]string{kubeinterface.AnnotationTopology: "banana"}
+	err = tc.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{})
+	refused(t, "binding that sets the pod's topology annotation", err, "kubegpu-allocation", "a binding carries no kubegpu.io/ annotation")
 
 	// A node's mirror pod of a static GPU pod.
 	node, err := cluster.NodeIdentity("mirror-0")
