@@ -140,8 +140,11 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		fmt.Fprintln(w, nominationNote(s, pod))
 	}
 	if g := pod.Spec.SchedulingGroup; pod.Spec.NodeName == "" && g != nil && g.PodGroupName != nil {
-		fmt.Fprintf(w, "It belongs to the pod group %s: it is placed together with the rest of its group, all or none (the nodes below are judged for this pod alone).\n",
+		fmt.Fprintf(w, "It belongs to the pod group %s: it is placed together with the rest of its group, all or none, by a scheduler that places pod groups (the nodes below are judged for this pod alone).\n",
 			sanitize(*g.PodGroupName))
+	}
+	if msg := schedulerSays(pod); msg != "" {
+		fmt.Fprintf(w, "The scheduler's last attempt: %s\n", msg)
 	}
 	fmt.Fprintln(w)
 	// The workload mix, learned from the pods running as the scheduler
@@ -383,4 +386,29 @@ func budgetNote(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) st
 			used.Value(), hard.Value(), share)
 	}
 	return fmt.Sprintf("Its namespace's budget has no room for it now (%d of %d per cent of a GPU used, the pod is worth %d).", used.Value(), hard.Value(), share)
+}
+
+// maxSchedulerWords bounds how much of the scheduler's message explain
+// prints.
+const maxSchedulerWords = 1024
+
+// schedulerSays is the message of a pending pod's PodScheduled condition:
+// why the scheduler's last attempt did not place it (for reasons the
+// nodes below cannot show, such as a pod group the scheduler does not
+// place whole), sanitized and bounded; empty if it says nothing.
+func schedulerSays(pod *corev1.Pod) string {
+	if pod.Spec.NodeName != "" {
+		return ""
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type != corev1.PodScheduled || c.Status != corev1.ConditionFalse || c.Message == "" {
+			continue
+		}
+		msg := c.Message
+		if len(msg) > maxSchedulerWords {
+			msg = msg[:maxSchedulerWords] + "..."
+		}
+		return sanitize(msg)
+	}
+	return ""
 }

@@ -30,6 +30,9 @@ const (
 	pendingNodeNotLive
 	pendingInvalidRequest
 	pendingWarmingUp
+	// pendingGroupsOff: the pod belongs to a pod group, which the
+	// scheduler does not place whole (placesGroups).
+	pendingGroupsOff
 	// pendingOther: no node refused it for its GPUs (another plugin did:
 	// CPU, affinity, taints), or its cycle has not run yet.
 	pendingOther
@@ -38,7 +41,7 @@ const (
 
 var pendingReasonNames = [numPendingReasons]string{
 	"not_enough_free_gpus", "topology", "selectors", "unhealthy_gpus", "host_resources",
-	"too_many_shares", "no_inventory", "node_not_live", "invalid_request", "warming_up", "other",
+	"too_many_shares", "no_inventory", "node_not_live", "invalid_request", "warming_up", "pod_groups_off", "other",
 }
 
 // engineReasons maps the engine's constant reasons to pending reasons.
@@ -238,7 +241,7 @@ var (
 )
 
 const pendingHelp = "GPU pods this scheduler tried and has not placed, by the reason most nodes gave in the pod's last cycle: " +
-	"not_enough_free_gpus, topology, selectors, unhealthy_gpus, host_resources, too_many_shares, no_inventory, node_not_live, invalid_request, warming_up, other (refused by no node for its GPUs)."
+	"not_enough_free_gpus, topology, selectors, unhealthy_gpus, host_resources, too_many_shares, no_inventory, node_not_live, invalid_request, warming_up, pod_groups_off, other (refused by no node for its GPUs)."
 
 var theCollector = &gpuCollector{}
 

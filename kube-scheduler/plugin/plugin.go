@@ -48,6 +48,10 @@ type Plugin struct {
 	// Filter (see fitFilters).
 	fitOnce   sync.Once
 	fitFilter bool
+	// groupsOnce and groups: whether this profile places pod groups
+	// whole (see placesGroups).
+	groupsOnce sync.Once
+	groups     bool
 }
 
 var (

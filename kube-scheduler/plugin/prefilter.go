@@ -3,9 +3,15 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
@@ -35,6 +41,13 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		p.cache.pending.refuse(pod.UID, pendingInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
+	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && !p.placesGroups() {
+		p.cache.pending.refuse(pod.UID, pendingGroupsOff)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
+			"GPUs: the pod belongs to pod group %q, and this scheduler does not place pod groups (%s), so its group could run partly: "+
+				"remove spec.schedulingGroup, or run kubegpu-scheduler with --feature-gates=GenericWorkload=true,GangScheduling=true "+
+				"and the GangScheduling plugin in its profile", *g.PodGroupName, errGroupsOff))
+	}
 	warm, err := p.waitForSync(ctx)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
@@ -51,6 +64,29 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	}
 	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.evalInput(requestShape(req, r.Host), r), pending: p.cache.pending.start(pod.UID)})
 	return nil, nil
+}
+
+// errGroupsOff is why a profile does not place pod groups.
+const errGroupsOff = "feature gates GenericWorkload and GangScheduling off, or no GangScheduling plugin in the profile"
+
+// placesGroups reports whether the profile places the pods of a pod group
+// together, all or none: the scheduler's feature gates GenericWorkload and
+// GangScheduling are on and the profile runs the GangScheduling plugin's
+// Permit. Otherwise the scheduler would place a group's pods one by one,
+// as if alone. Decided once, at the first pod of a group.
+func (p *Plugin) placesGroups() bool {
+	p.groupsOnce.Do(func() {
+		gates := utilfeature.DefaultFeatureGate
+		p.groups = gates.Enabled(features.GenericWorkload) && gates.Enabled(features.GangScheduling)
+		if l, ok := p.handle.(pluginLister); ok && p.groups {
+			plugins := l.ListPlugins()
+			p.groups = plugins != nil && slices.ContainsFunc(plugins.Permit.Enabled, func(pl config.Plugin) bool { return pl.Name == names.GangScheduling })
+		}
+		if !p.groups {
+			klog.FromContext(p.ctx).WithName(Name).Info("This profile does not place pod groups: GPU pods of a group wait, unschedulable", "reason", errGroupsOff)
+		}
+	})
+	return p.groups
 }
 
 // writeHostOnly prepares Score for a pod without devices. Nothing waits for

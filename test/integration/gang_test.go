@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,4 +129,53 @@ func TestSchedulerGangs(t *testing.T) {
 	}
 	checkAllocations(t, pods, nodes.invs)
 	t.Logf("%s ran whole, %s waited whole and ran when it finished", first, second)
+}
+
+// TestSchedulerWithoutGangsHoldsGroups: kubegpu-scheduler run without the
+// gang feature gates (the shipped default on v1.36, where they are alpha)
+// while the API server serves PodGroups places no GPU pod of a group
+// alone: each waits, unschedulable, saying why and what to change; a GPU
+// pod of no group is placed as usual.
+func TestSchedulerWithoutGangsHoldsGroups(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	nodes := addNodes(ctx, t, "nogang", "dgx1", 1)
+	for _, n := range nodes.names {
+		patch := []byte(`{"metadata":{"labels":{"kubegpu.io/test-gang":"true"}}}`)
+		if _, err := cluster.Client.CoreV1().Nodes().Patch(ctx, n, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := namespace(ctx, t, "nogang")
+	group := gangJob(ctx, t, ns, "job", 3, 1)
+	alone := gpuPod("alone", 1, 0, 0, nil)
+	alone.Spec.NodeSelector = map[string]string{"kubegpu.io/test-gang": "true"}
+	createPods(ctx, t, ns, append(group, alone)...)
+	const why = "this scheduler does not place pod groups"
+	var pods []corev1.Pod
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pods = list.Items
+		for _, p := range pods {
+			if p.Name == "alone" && p.Spec.NodeName == "" {
+				return false, nil
+			}
+			if p.Name != "alone" && !slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+				return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, why)
+			}) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("want the group's pods unschedulable with %q and the pod of no group bound: %v; pods %+v", why, err, pods)
+	}
+	for _, p := range pods {
+		if p.Name != "alone" && p.Spec.NodeName != "" {
+			t.Errorf("pod %s of a group bound to %s by a scheduler that does not place groups", p.Name, p.Spec.NodeName)
+		}
+	}
 }
