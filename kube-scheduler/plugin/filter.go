@@ -122,14 +122,19 @@ type refusal struct {
 
 func (r *refusal) Unwrap() error { return r.error }
 
+// neverFitsSuffix ends the message of a node that could not hold the pod
+// even with all its GPUs free: the pod will not fit there by waiting.
+const neverFitsSuffix = ", even with every GPU of the node free"
+
 // classify classifies an engine refusal for Filter's status.
 func classify(err error) *refusal {
 	r := &refusal{error: err, reason: filterReason(err), code: fwk.Unschedulable, msg: "GPUs: " + err.Error()}
 	var nf *devicescheduler.NotFitError
 	switch {
 	case errors.As(err, &nf) && errors.Is(err, errNeverFits):
-		// Evicting pods would not help: preemption skips the node.
-		r.code, r.msg = fwk.UnschedulableAndUnresolvable, "GPUs: "+nf.Reason
+		// Evicting pods would not help: preemption skips the node. Said
+		// so, or "not enough free GPUs" reads as a wait.
+		r.code, r.msg = fwk.UnschedulableAndUnresolvable, "GPUs: "+nf.Reason+neverFitsSuffix
 	case errors.As(err, &nf):
 		// The constant reason, so that the scheduler's FailedScheduling
 		// message counts nodes by reason; `kubegpu explain` gives

@@ -148,7 +148,7 @@ func TestRefusalClassified(t *testing.T) {
 	}{
 		{"not enough free", notFree, fwk.Unschedulable, "GPUs: " + devicescheduler.ReasonNotEnoughFree, pendingNotEnoughFree, true},
 		{"never fits", errors.Join(errNeverFits, &devicescheduler.NotFitError{Reason: devicescheduler.ReasonUnhealthy}),
-			fwk.UnschedulableAndUnresolvable, "GPUs: " + devicescheduler.ReasonUnhealthy, pendingUnhealthy, false},
+			fwk.UnschedulableAndUnresolvable, "GPUs: " + devicescheduler.ReasonUnhealthy + neverFitsSuffix, pendingUnhealthy, false},
 		{"topology", &devicescheduler.NotFitError{Reason: devicescheduler.ReasonTopology}, fwk.Unschedulable, "GPUs: " + devicescheduler.ReasonTopology, pendingTopology, true},
 		{"not an engine's", errors.New("something else"), fwk.Unschedulable, "GPUs: something else", pendingOther, false},
 		{"wrapped not-fit", fmt.Errorf("wrapped: %w", notFree), fwk.Unschedulable, "GPUs: " + devicescheduler.ReasonNotEnoughFree, pendingNotEnoughFree, true},

@@ -262,10 +262,13 @@ func TestSchedulerExplainsAndRefuses(t *testing.T) {
 	pinned.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "explain-1"}
 	nodes.pause("explain-1")
 	time.Sleep(6 * time.Second)
-	createPods(ctx, t, ns, gpuPod("too-big", 8, 0, 0, nil), pinned)
+	// A slice larger than any of the nodes' T4s (16 GB): no wait helps,
+	// and the message says so.
+	createPods(ctx, t, ns, gpuPod("too-big", 8, 0, 0, nil), pinned, gpuPod("huge-slice", 1, 0, 40000, nil))
 	want := map[string][]string{
-		"too-big": {"0/2 nodes are available", "GPUs: node has too few healthy GPUs"},
-		"pinned":  {"node's Lease was last seen renewed"},
+		"too-big":    {"0/2 nodes are available", "GPUs: node has too few healthy GPUs"},
+		"huge-slice": {"0/2 nodes are available", "even with every GPU of the node free"},
+		"pinned":     {"node's Lease was last seen renewed"},
 	}
 	for pod, parts := range want {
 		var msgs []string
