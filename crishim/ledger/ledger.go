@@ -85,16 +85,20 @@ type Options struct {
 //
 // A Ledger is safe for concurrent use; checks are serialized.
 type Ledger struct {
-	opts    Options
-	mu      sync.Mutex
-	pending map[string]pending // by claimKey
-	seq     uint64             // numbers the pending claims
+	opts Options
+	mu   sync.Mutex
+	// pending holds one claim per CreateContainer call in flight, by a
+	// number of its own: retries of one container (same pod, name and
+	// attempt) each keep theirs, as an earlier call may still be creating
+	// the container after its client gave up.
+	pending map[uint64]pending
+	seq     uint64 // the last claim's number
 }
 
 type pending struct {
 	claim Claim
+	key   string // claimKey: the container it is for
 	until time.Time
-	seq   uint64 // which claim of the key, so that a release drops only its own
 }
 
 // New returns a ledger.
@@ -105,7 +109,7 @@ func New(opts Options) *Ledger {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Ledger{opts: opts, pending: map[string]pending{}}
+	return &Ledger{opts: opts, pending: map[uint64]pending{}}
 }
 
 func claimKey(podUID, container string, attempt uint32) string {
@@ -147,20 +151,17 @@ func (l *Ledger) Claim(ctx context.Context, c Claim) (release func(), err error)
 	if err := l.fits(ctx, c, held); err != nil {
 		return nil, err
 	}
-	key := claimKey(c.PodUID, c.Container, c.Attempt)
 	l.seq++
 	seq := l.seq
-	l.pending[key] = pending{claim: c, until: l.opts.Now().Add(l.opts.PendingTTL), seq: seq}
-	return func() { l.release(key, seq) }, nil
+	l.pending[seq] = pending{claim: c, key: claimKey(c.PodUID, c.Container, c.Attempt), until: l.opts.Now().Add(l.opts.PendingTTL)}
+	return func() { l.release(seq) }, nil
 }
 
-// release drops the pending claim key numbered seq, if it is still there.
-func (l *Ledger) release(key string, seq uint64) {
+// release drops the pending claim numbered seq, if it is still there.
+func (l *Ledger) release(seq uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if p, ok := l.pending[key]; ok && p.seq == seq {
-		delete(l.pending, key)
-	}
+	delete(l.pending, seq)
 }
 
 // Held returns what live containers and pending claims hold, per device ID:
@@ -194,10 +195,10 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 	}
 	logger := klog.FromContext(ctx)
 	var held []holding
+	listed := make(map[string]bool, len(list))
 	for _, c := range list {
 		uid := c.GetLabels()[kubeinterface.LabelContainerPodUID]
-		// Listed in any state: the claim is settled.
-		delete(l.pending, claimKey(uid, c.GetMetadata().GetName(), c.GetMetadata().GetAttempt()))
+		listed[claimKey(uid, c.GetMetadata().GetName(), c.GetMetadata().GetAttempt())] = true
 		if c.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED {
 			continue
 		}
@@ -217,12 +218,14 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 		}
 	}
 	now := l.opts.Now()
-	for k, p := range l.pending {
-		if now.After(p.until) || !live[p.claim.PodUID] {
-			delete(l.pending, k)
+	for seq, p := range l.pending {
+		// Listed in any state, the container holds its devices itself
+		// (or, exited, nothing): its claims are settled.
+		if listed[p.key] || now.After(p.until) || !live[p.claim.PodUID] {
+			delete(l.pending, seq)
 			continue
 		}
-		held = append(held, holding{podUID: p.claim.PodUID, what: "pending " + k, devices: p.claim.Devices})
+		held = append(held, holding{podUID: p.claim.PodUID, what: "pending " + p.key, devices: p.claim.Devices})
 	}
 	return held, nil
 }

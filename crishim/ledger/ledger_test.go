@@ -157,12 +157,13 @@ func TestLedgerPendingExpires(t *testing.T) {
 	if _, err := l.Claim(ctx, Claim{PodUID: "a", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
 		t.Fatal(err)
 	}
-	// The same container retried (its creation failed) replaces its claim.
-	if _, err := l.Claim(ctx, Claim{PodUID: "a", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); err != nil {
+	if _, err := l.Claim(ctx, Claim{PodUID: "b", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Claim(ctx, Claim{PodUID: "b", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}); err != nil {
-		t.Errorf("gpu0 after pod a's retry took gpu1: %v", err)
+	// Never released (their calls were reset), both hold until the TTL.
+	now = now.Add(DefaultPendingTTL - time.Second)
+	if _, err := l.Claim(ctx, Claim{PodUID: "c", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}}); !errors.Is(err, ErrConflict) {
+		t.Errorf("gpu0 before the TTL: %v, want ErrConflict", err)
 	}
 	now = now.Add(DefaultPendingTTL + time.Second)
 	if _, err := l.Claim(ctx, Claim{PodUID: "c", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); err != nil {
@@ -208,18 +209,24 @@ func TestLedgerClaimEndsWithItsCall(t *testing.T) {
 		t.Errorf("gpu0 once pod a's call was answered: %v", err)
 	}
 
-	// A retry of the same container (same attempt) replaces the claim;
-	// the first call's late release leaves the retry's in place.
+	// Retries of the same container (same attempt) each keep their claim:
+	// the first call, reset by its client, may still be creating the
+	// container when the retry is answered (say, "name is reserved").
 	first, err := l.Claim(ctx, Claim{PodUID: "c", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Claim(ctx, Claim{PodUID: "c", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); err != nil {
+	retry, err := l.Claim(ctx, Claim{PodUID: "c", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	first()
+	retry()
 	if _, err := l.Claim(ctx, Claim{PodUID: "d", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); !errors.Is(err, ErrConflict) {
-		t.Errorf("gpu1 while pod c's retry is in flight: %v, want ErrConflict", err)
+		t.Errorf("gpu1 while pod c's first call is in flight: %v, want ErrConflict", err)
+	}
+	first()
+	if _, err := l.Claim(ctx, Claim{PodUID: "d", Container: "main", Devices: []types.DeviceShare{whole("gpu1")}}); err != nil {
+		t.Errorf("gpu1 once both of pod c's calls were answered: %v", err)
 	}
 }
 

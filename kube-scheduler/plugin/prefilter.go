@@ -41,12 +41,17 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		p.cache.pending.refuse(pod.UID, pendingInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
-	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && !p.placesGroups() {
+	// Any scheduling group, named by whatever field: fails closed.
+	if g := pod.Spec.SchedulingGroup; g != nil && !p.placesGroups() {
+		group := ""
+		if g.PodGroupName != nil {
+			group = *g.PodGroupName
+		}
 		p.cache.pending.refuse(pod.UID, pendingGroupsOff)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"GPUs: the pod belongs to pod group %q, and this scheduler does not place pod groups (%s), so its group could run partly: "+
 				"remove spec.schedulingGroup, or run kubegpu-scheduler with --feature-gates=GenericWorkload=true,GangScheduling=true "+
-				"and the GangScheduling plugin in its profile", *g.PodGroupName, errGroupsOff))
+				"and the GangScheduling plugin in its profile", group, errGroupsOff))
 	}
 	warm, err := p.waitForSync(ctx)
 	if err != nil {
