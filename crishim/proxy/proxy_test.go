@@ -29,13 +29,23 @@ type fakeRuntime struct {
 	runtimeapi.UnimplementedImageServiceServer
 	mu      sync.Mutex
 	created []*runtimeapi.CreateContainerRequest
+	// hold, if set, makes CreateContainer of a container named "held"
+	// wait until its client gives up.
+	hold bool
 }
 
 func (f *fakeRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
 	return &runtimeapi.VersionResponse{RuntimeName: "fake", RuntimeApiVersion: "v1"}, nil
 }
 
-func (f *fakeRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+func (f *fakeRuntime) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	f.mu.Lock()
+	hold := f.hold && req.GetConfig().GetMetadata().GetName() == "held"
+	f.mu.Unlock()
+	if hold {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.created = append(f.created, req)

@@ -514,6 +514,17 @@ func TestRelayCallsAnsweredOnTheAnswer(t *testing.T) {
 	if _, err := rt.CreateContainer(ctx, createRequest("refuse", 0)); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("refused call: %v", err)
 	}
+	// A call whose client gives up while the runtime works on it: the
+	// runtime may still create the container, so it is not answered.
+	tp.fake.mu.Lock()
+	tp.fake.hold = true
+	tp.fake.mu.Unlock()
+	held, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err := rt.CreateContainer(held, createRequest("held", 0))
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("held call: %v, want DeadlineExceeded", err)
+	}
 	for _, name := range []string{"first", "second"} {
 		if _, err := rt.CreateContainer(ctx, createRequest(name, 100<<10)); err != nil {
 			t.Fatal(err)
@@ -529,6 +540,6 @@ func TestRelayCallsAnsweredOnTheAnswer(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Equal(answered, []string{"first", "second"}) {
-		t.Errorf("answered ran for %v, want [first second] (never for the refused call)", answered)
+		t.Errorf("answered ran for %v, want [first second] (never for the refused call, nor for the one its client gave up)", answered)
 	}
 }
