@@ -35,6 +35,19 @@ func startGangScheduler(ctx context.Context, t *testing.T) {
 	t.Cleanup(func() { _ = s.Stop() })
 }
 
+// gangNodes adds n DGX-1s labelled for gangJob's pods.
+func gangNodes(ctx context.Context, t *testing.T, prefix string, n int) *simNodes {
+	t.Helper()
+	nodes := addNodes(ctx, t, prefix, "dgx1", n)
+	for _, name := range nodes.names {
+		patch := []byte(`{"metadata":{"labels":{"kubegpu.io/test-gang":"true"}}}`)
+		if _, err := cluster.Client.CoreV1().Nodes().Patch(ctx, name, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nodes
+}
+
 // gangJob is a PodGroup of size pods, all or none, and its pods of gpus
 // whole GPUs each.
 func gangJob(ctx context.Context, t *testing.T, ns, name string, size, gpus int) []*corev1.Pod {
@@ -63,13 +76,7 @@ func gangJob(ctx context.Context, t *testing.T, ns, name string, size, gpus int)
 func TestSchedulerGangs(t *testing.T) {
 	ctx := context.Background()
 	startGangScheduler(ctx, t)
-	nodes := addNodes(ctx, t, "gang", "dgx1", 4)
-	for _, n := range nodes.names {
-		patch := []byte(`{"metadata":{"labels":{"kubegpu.io/test-gang":"true"}}}`)
-		if _, err := cluster.Client.CoreV1().Nodes().Patch(ctx, n, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	nodes := gangNodes(ctx, t, "gang", 4)
 	ns := namespace(ctx, t, "gang")
 	a, b := gangJob(ctx, t, ns, "job-a", 4, 8), gangJob(ctx, t, ns, "job-b", 4, 8)
 	// Interleaved, as two controllers would create them.
@@ -139,13 +146,7 @@ func TestSchedulerGangs(t *testing.T) {
 func TestSchedulerWithoutGangsHoldsGroups(t *testing.T) {
 	ctx := context.Background()
 	startScheduler(ctx, t)
-	nodes := addNodes(ctx, t, "nogang", "dgx1", 1)
-	for _, n := range nodes.names {
-		patch := []byte(`{"metadata":{"labels":{"kubegpu.io/test-gang":"true"}}}`)
-		if _, err := cluster.Client.CoreV1().Nodes().Patch(ctx, n, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	gangNodes(ctx, t, "nogang", 1)
 	ns := namespace(ctx, t, "nogang")
 	group := gangJob(ctx, t, ns, "job", 3, 1)
 	alone := gpuPod("alone", 1, 0, 0, nil)

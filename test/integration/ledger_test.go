@@ -23,14 +23,8 @@ import (
 // its GPUs ends with its container, not minutes later.
 func TestKubeletReusesDeletedPodsGPUs(t *testing.T) {
 	ctx := context.Background()
-	n := startNode(ctx, t)
 	const nodeName = "reuse-kubelet"
-	nodeID, err := cluster.NodeIdentity(nodeName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--kubeconfig="+nodeID.Kubeconfig, "--interval=1s")
-	k := startKubelet(ctx, t, n, nodeName, sock, 0)
+	_, _, k := startKubeletNode(ctx, t, nodeName)
 	startScheduler(ctx, t)
 	ns := namespace(ctx, t, "reuse")
 	pods := cluster.Client.CoreV1().Pods(ns)
@@ -46,13 +40,17 @@ func TestKubeletReusesDeletedPodsGPUs(t *testing.T) {
 		c.Image, c.ImagePullPolicy, c.Command = busyboxImage, corev1.PullNever, []string{"sleep", "3600"}
 		c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}
 		createPods(ctx, t, ns, p)
-		var got *corev1.Pod
+		var got corev1.PodStatus
 		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			got, err = pods.Get(ctx, name, metav1.GetOptions{})
-			return err == nil && got.Status.Phase == corev1.PodRunning, nil
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			got = p.Status
+			return got.Phase == corev1.PodRunning, nil
 		}); err != nil {
 			t.Fatalf("pod %s, created as soon as the pod before it on its GPUs was gone, did not run: %v; status %+v; events: %s; kubelet log %s",
-				name, err, got.Status, podEvents(ctx, t, ns, name), k.Log)
+				name, err, got, podEvents(ctx, t, ns, name), k.Log)
 		}
 		if ev := podEvents(ctx, t, ns, name); strings.Contains(ev, "held by another pod") {
 			t.Errorf("pod %s was refused its GPUs on the way: %s", name, ev)

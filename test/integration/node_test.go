@@ -312,20 +312,26 @@ func TestShimSurvivesRestarts(t *testing.T) {
 	}
 }
 
-// TestKubeletThroughShim: a real kubelet → kubegpu-crishim → containerd
-// node; a GPU pod placed by kubegpu-scheduler starts and its container's
-// env shows the devices it was allocated.
-func TestKubeletThroughShim(t *testing.T) {
-	ctx := context.Background()
+// startKubeletNode starts a real node of 4 simulated T4s: containerd,
+// the shim (publishing with the node's credentials, kubelet's own) and
+// kubelet. It returns the node, the shim's socket and the kubelet.
+func startKubeletNode(ctx context.Context, t *testing.T, nodeName string) (*localnode.Node, string, *localcluster.Kubelet) {
+	t.Helper()
 	n := startNode(ctx, t)
-	const nodeName = "kubelet-node"
-	// The shim publishes with the node's credentials, kubelet's own.
 	nodeID, err := cluster.NodeIdentity(nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--kubeconfig="+nodeID.Kubeconfig, "--interval=1s")
-	k := startKubelet(ctx, t, n, nodeName, sock, 0)
+	return n, sock, startKubelet(ctx, t, n, nodeName, sock, 0)
+}
+
+// TestKubeletThroughShim: a real kubelet → kubegpu-crishim → containerd
+// node; a GPU pod placed by kubegpu-scheduler starts and its container's
+// env shows the devices it was allocated.
+func TestKubeletThroughShim(t *testing.T) {
+	ctx := context.Background()
+	n, sock, k := startKubeletNode(ctx, t, "kubelet-node")
 	startScheduler(ctx, t)
 	ns := namespace(ctx, t, "kubelet")
 	pod := gpuPod("env", 2, 0, 0, nil)
@@ -336,6 +342,7 @@ func TestKubeletThroughShim(t *testing.T) {
 	pod.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}
 	createPods(ctx, t, ns, pod)
 	var got *corev1.Pod
+	var err error
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		got, err = viewer.Client.CoreV1().Pods(ns).Get(ctx, "env", metav1.GetOptions{})
 		return err == nil && got.Status.Phase == corev1.PodSucceeded, nil

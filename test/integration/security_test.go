@@ -98,8 +98,11 @@ func TestAttackNodeIsConfinedToItself(t *testing.T) {
 	// pods' annotations through pods/status.
 	for key, value := range map[string]string{kubeinterface.AnnotationTopology: "banana", kubeinterface.AnnotationModelInclude: "T4\x1b[2J",
 		kubeinterface.AnnotationPlacement: "spread"} {
-		_, err = owner.Client.CoreV1().Pods(ns).Patch(ctx, "victim", ktypes.MergePatchType,
-			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, key, value), metav1.PatchOptions{}, "status")
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = owner.Client.CoreV1().Pods(ns).Patch(ctx, "victim", ktypes.MergePatchType, patch, metav1.PatchOptions{}, "status")
 		refused(t, "node confined-1 setting its pod's "+key+" through pods/status", err, "kubegpu-gpu-request", "not through pods/status")
 	}
 	stripped := victim.DeepCopy()
