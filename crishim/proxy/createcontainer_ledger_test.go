@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -41,25 +40,8 @@ func TestCreateContainerClaimLastsTheCall(t *testing.T) {
 	}
 	// request creates container main of pod ml/<uid>, given gpu0 whole.
 	request := func(uid string) []byte {
-		signed, err := key.Sign(kubeinterface.Allocation{Pod: kubeinterface.PodRef{Namespace: "ml", Name: uid, UID: ktypes.UID(uid)},
-			PodAllocation: types.PodAllocation{Node: "node-1", Containers: []types.ContainerAllocation{{Name: "main",
-				Devices: []types.DeviceShare{{ID: "gpu0", UUID: "GPU-0", Exclusive: true}}}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		value, err := kubeinterface.EncodeAllocation(signed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := proto.Marshal(&runtimeapi.CreateContainerRequest{
-			Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "main"}},
-			SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Namespace: "ml", Name: uid, Uid: uid},
-				Annotations: map[string]string{kubeinterface.AnnotationAllocation: value}},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+		pod := kubeinterface.PodRef{Namespace: "ml", Name: uid, UID: ktypes.UID(uid)}
+		return signedRequest(t, key, pod, pod, "node-1", []types.DeviceShare{{ID: "gpu0", UUID: "GPU-0", Exclusive: true}}, false)
 	}
 	var cdiOff atomic.Bool
 	d := Devices{

@@ -124,6 +124,32 @@ func (failModule) ContainerEdits(context.Context, types.ContainerAllocation) (ty
 	return types.ContainerEdits{}, errors.New("MPS control daemon did not start")
 }
 
+// signedRequest is a CreateContainer of container main in the sandbox of
+// pod sandbox, whose allocation, signed with k, is for pod, node and
+// devices.
+func signedRequest(t *testing.T, k *kubeinterface.Key, sandbox, pod kubeinterface.PodRef, node string, devices []types.DeviceShare, privileged bool) []byte {
+	t.Helper()
+	signed, err := k.Sign(kubeinterface.Allocation{Pod: pod,
+		PodAllocation: types.PodAllocation{Node: node, Containers: []types.ContainerAllocation{{Name: "main", Devices: devices}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, err := kubeinterface.EncodeAllocation(signed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := proto.Marshal(&runtimeapi.CreateContainerRequest{
+		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
+			Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{Privileged: privileged}}},
+		SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Namespace: sandbox.Namespace, Name: sandbox.Name, Uid: string(sandbox.UID)},
+			Annotations: map[string]string{kubeinterface.AnnotationAllocation: value}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // TestCreateContainerRefusals: every refusal of the interceptor has its
 // gRPC code and says why, one of metrics.Reasons, for the refusals metric.
 func TestCreateContainerRefusals(t *testing.T) {
@@ -140,25 +166,7 @@ func TestCreateContainerRefusals(t *testing.T) {
 	// request is a CreateContainer of container main in pod ml/train
 	// (uid-1) whose allocation, signed with k, is for pod, node and devices.
 	request := func(k *kubeinterface.Key, pod kubeinterface.PodRef, node string, devices []types.DeviceShare, privileged bool) []byte {
-		signed, err := k.Sign(kubeinterface.Allocation{Pod: pod,
-			PodAllocation: types.PodAllocation{Node: node, Containers: []types.ContainerAllocation{{Name: "main", Devices: devices}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		value, err := kubeinterface.EncodeAllocation(signed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := proto.Marshal(&runtimeapi.CreateContainerRequest{
-			Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
-				Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{Privileged: privileged}}},
-			SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Namespace: "ml", Name: "train", Uid: "uid-1"},
-				Annotations: map[string]string{kubeinterface.AnnotationAllocation: value}},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+		return signedRequest(t, k, self, pod, node, devices, privileged)
 	}
 	malformed, _ := proto.Marshal(&runtimeapi.CreateContainerRequest{
 		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "main"}},
