@@ -342,12 +342,13 @@ func (e *Engine) explain(n *Node, s *State, c *Container, cand uint64) error {
 	case popcount(healthy) < c.Count:
 		return notFit(ReasonUnhealthy, "container %q: %d healthy devices, %d needed", c.Name, popcount(healthy), c.Count)
 	case selected < c.Count:
-		return notFit(ReasonSelectors, "container %q: %d of %d healthy devices match the pod's model/UUID selectors, %d needed", c.Name, selected, popcount(healthy), c.Count)
+		return notFit(ReasonSelectors, "container %q: %d of %d healthy devices match the pod's model/UUID selectors, %d needed (the node's models: %s)",
+			c.Name, selected, popcount(healthy), c.Count, nodeModels{n})
 	default:
 		if c.Exclusive {
 			return notFit(ReasonNotEnoughFree, "container %q: %d whole devices free, %d needed", c.Name, popcount(cand), c.Count)
 		}
-		return notFit(ReasonNotEnoughFree, "container %q: %d devices with %d‰ compute and %d MiB free, %d needed", c.Name, popcount(cand), c.Milli, c.MemoryMiB, c.Count)
+		return notFit(ReasonNotEnoughFree, "container %q: %d devices with %s compute and %d MiB free, %d needed", c.Name, popcount(cand), percentArg(c.Milli), c.MemoryMiB, c.Count)
 	}
 }
 

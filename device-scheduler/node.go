@@ -308,8 +308,8 @@ func applyTo(s *State, n *Node, u podUsage, sign int) error {
 			case s.Exclusive&(1<<d) != 0:
 				return fmt.Errorf("%w: device %s is taken whole", ErrConflict, n.ids[d])
 			case s.MilliFree[d] < sh.milli || s.MemFree[d] < sh.mem:
-				return fmt.Errorf("%w: device %s has %d‰ compute and %d MiB free, %d‰ and %d MiB asked", ErrConflict,
-					n.ids[d], s.MilliFree[d], s.MemFree[d], sh.milli, sh.mem)
+				return fmt.Errorf("%w: device %s has %s compute and %d MiB free, %s and %d MiB asked", ErrConflict,
+					n.ids[d], Percent(int(s.MilliFree[d])), s.MemFree[d], Percent(int(sh.milli)), sh.mem)
 			}
 		}
 		s.MilliFree[d] -= int32(sign) * sh.milli

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/mix"
@@ -143,6 +144,9 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		fmt.Fprintf(w, "It belongs to the pod group %s: it is placed together with the rest of its group, all or none, by a scheduler that places pod groups (the nodes below are judged for this pod alone).\n",
 			sanitize(*g.PodGroupName))
 	}
+	if note := unknownModels(req, s.nodes); note != "" {
+		fmt.Fprintln(w, note)
+	}
 	if msg := schedulerSays(pod); msg != "" {
 		fmt.Fprintf(w, "The scheduler's last attempt: %s\n", msg)
 	}
@@ -167,9 +171,16 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterState, r *devicescheduler.Request, self *corev1.Pod) []explainRow {
 	var rows []explainRow
 	now := time.Now()
+	affinity := nodeaffinity.GetRequiredNodeAffinity(self)
 	for _, n := range s.nodes {
 		row := explainRow{node: n.name}
+		var excluded string
+		if self.Spec.NodeName == "" {
+			excluded = nodeExcludes(affinity, self, n.node)
+		}
 		switch {
+		case excluded != "":
+			row.reason = excluded
 		case !n.hasInventory():
 			row.reason = n.why()
 		case n.notReady != "":
@@ -265,7 +276,7 @@ func describeContainer(c devicescheduler.Container) string {
 	}
 	what := fmt.Sprintf("%d whole GPU(s)", c.Count)
 	if !c.Exclusive {
-		what = fmt.Sprintf("%d GPU slice(s) of %d%% compute and %d MiB", c.Count, c.Milli/10, c.MemoryMiB)
+		what = fmt.Sprintf("%d GPU slice(s) of %s compute and %d MiB", c.Count, devicescheduler.Percent(int(c.Milli)), c.MemoryMiB)
 	}
 	return fmt.Sprintf("%s %q: %s, topology %s", kind, c.Name, what, c.Topology)
 }
@@ -386,29 +397,4 @@ func budgetNote(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) st
 			used.Value(), hard.Value(), share)
 	}
 	return fmt.Sprintf("Its namespace's budget has no room for it now (%d of %d per cent of a GPU used, the pod is worth %d).", used.Value(), hard.Value(), share)
-}
-
-// maxSchedulerWords bounds how much of the scheduler's message explain
-// prints.
-const maxSchedulerWords = 1024
-
-// schedulerSays is the message of a pending pod's PodScheduled condition:
-// why the scheduler's last attempt did not place it (for reasons the
-// nodes below cannot show, such as a pod group the scheduler does not
-// place whole), sanitized and bounded; empty if it says nothing.
-func schedulerSays(pod *corev1.Pod) string {
-	if pod.Spec.NodeName != "" {
-		return ""
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type != corev1.PodScheduled || c.Status != corev1.ConditionFalse || c.Message == "" {
-			continue
-		}
-		msg := c.Message
-		if len(msg) > maxSchedulerWords {
-			msg = msg[:maxSchedulerWords] + "..."
-		}
-		return sanitize(msg)
-	}
-	return ""
 }

@@ -53,6 +53,9 @@ type nodeState struct {
 	notReady string
 	// allocatable is the node's allocatable CPU and memory.
 	allocatable host
+	// node is the Node object, for what the scheduler's other filters
+	// read (labels, taints).
+	node *corev1.Node
 }
 
 type podAllocation struct {
@@ -98,7 +101,7 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 		inv, err := objects.NodeInventory(n)
 		cpu, mem := objects.NodeHost(n)
 		s.nodes = append(s.nodes, nodeState{name: n.Name, inv: inv, invErr: err, renewed: renewed[n.Name], notReady: notReady(n),
-			allocatable: host{cpu, mem}})
+			allocatable: host{cpu, mem}, node: n})
 	}
 	slices.SortFunc(s.nodes, func(a, b nodeState) int { return strings.Compare(a.name, b.name) })
 	var verify func(kubeinterface.Allocation) error

@@ -1,0 +1,106 @@
+package app
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// What explain says beside the engine's verdicts: what the scheduler's
+// other filters and its last attempt say, and models no node has.
+
+// nodeExcludes says why the scheduler's node filters other than KubeGPU's
+// leave node out for pod (its nodeSelector and required node affinity, the
+// node's NoSchedule and NoExecute taints), or returns "".
+func nodeExcludes(affinity nodeaffinity.RequiredNodeAffinity, pod *corev1.Pod, node *corev1.Node) string {
+	if ok, err := affinity.Match(node); err != nil || !ok {
+		return "the pod's nodeSelector or required node affinity excludes the node"
+	}
+	taint, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	}, true)
+	if untolerated {
+		return "the pod does not tolerate the node's taint " + taint.ToString()
+	}
+	return ""
+}
+
+// maxSchedulerWords bounds how much of the scheduler's message explain
+// prints.
+const maxSchedulerWords = 1024
+
+// schedulerSays is the message of a pending pod's PodScheduled condition:
+// why the scheduler's last attempt did not place it (for reasons the
+// nodes below cannot show, such as a pod group the scheduler does not
+// place whole), sanitized and bounded; empty if it says nothing.
+func schedulerSays(pod *corev1.Pod) string {
+	if pod.Spec.NodeName != "" {
+		return ""
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type != corev1.PodScheduled || c.Status != corev1.ConditionFalse || c.Message == "" {
+			continue
+		}
+		msg := c.Message
+		if len(msg) > maxSchedulerWords {
+			msg = msg[:maxSchedulerWords] + "..."
+		}
+		return sanitize(msg)
+	}
+	return ""
+}
+
+// maxModelsListed bounds the models unknownModels lists.
+const maxModelsListed = 16
+
+// unknownModels says which models the pod's kubegpu.io/gpu-model-include
+// names that no node has (compared as the scheduler does, ignoring case),
+// and lists the models the nodes have; empty if every named model exists.
+func unknownModels(req types.PodRequest, nodes []nodeState) string {
+	have := map[string]bool{}
+	var models []string
+	for _, n := range nodes {
+		for _, d := range n.inv.Devices {
+			if l := strings.ToLower(d.Model); !have[l] {
+				have[l] = true
+				models = append(models, d.Model)
+			}
+		}
+	}
+	var unknown []string
+	for _, list := range [][]types.ContainerRequest{req.InitContainers, req.Containers} {
+		for _, c := range list {
+			for _, m := range c.Selector.IncludeModels {
+				if !have[strings.ToLower(m)] && !slices.Contains(unknown, m) {
+					unknown = append(unknown, m)
+				}
+			}
+		}
+	}
+	if len(unknown) == 0 {
+		return ""
+	}
+	slices.Sort(models)
+	listed := models
+	more := ""
+	if len(listed) > maxModelsListed {
+		listed, more = listed[:maxModelsListed], fmt.Sprintf(" and %d more", len(models)-maxModelsListed)
+	}
+	quote := func(l []string) string {
+		q := make([]string, len(l))
+		for i, m := range l {
+			q[i] = kubeinterface.Quote(m)
+		}
+		return strings.Join(q, ", ")
+	}
+	return fmt.Sprintf("No node has a GPU of model %s (%s names models exactly, ignoring case). The nodes' models: %s%s.",
+		quote(unknown), kubeinterface.AnnotationModelInclude, quote(listed), more)
+}
