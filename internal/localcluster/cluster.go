@@ -190,6 +190,9 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--admission-control-config-file="+c.admissionConfigFile(),
 		"--kubelet-client-certificate="+c.pki.kubeletClientCertFile,
 		"--kubelet-client-key="+c.pki.kubeletClientKeyFile,
+		// Nodes by their InternalIP, as kubeadm sets it: node names do
+		// not resolve here.
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--enable-priority-and-fairness=false",
 		// Gang scheduling (PodGroups, scheduling.k8s.io/v1alpha2) is
 		// alpha in v1.36: served so that kubegpu-scheduler's all-or-

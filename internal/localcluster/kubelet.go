@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -25,6 +26,10 @@ type KubeletOptions struct {
 	// LeaseDuration is nodeLeaseDurationSeconds: the node's Lease is
 	// renewed every quarter of it (default 40s, kubelet's default).
 	LeaseDuration time.Duration
+	// IP is the node's address: kubelet serves there and reports it as
+	// the node's InternalIP, for the API server to reach it (logs, exec).
+	// Not a loopback address, which kubelet refuses as a node address.
+	IP string
 	// MaxContainerRestartPeriod caps the crash-loop back-off between a
 	// container's restarts (crashLoopBackOff.maxContainerRestartPeriod;
 	// default kubelet's, 5 minutes).
@@ -43,7 +48,7 @@ type Kubelet struct {
 // not-ready taint.
 //
 // Settings for a VM like the CI's: cgroup v1 allowed, cgroupfs driver, swap
-// allowed, no eviction thresholds, loopback addresses.
+// allowed, no eviction thresholds, healthz on loopback.
 func (c *Cluster) StartKubelet(ctx context.Context, opts KubeletOptions) (*Kubelet, error) {
 	if _, err := os.Stat(opts.Kubelet); err != nil {
 		return nil, fmt.Errorf("localcluster: kubelet binary: %w (run make kube-binaries)", err)
@@ -55,6 +60,9 @@ func (c *Cluster) StartKubelet(ctx context.Context, opts KubeletOptions) (*Kubel
 	healthz, err := FreePort()
 	if err != nil {
 		return nil, err
+	}
+	if ip := net.ParseIP(opts.IP); ip == nil || ip.IsLoopback() {
+		return nil, fmt.Errorf("localcluster: kubelet's node address %q: want a non-loopback IP (the node's bridge address)", opts.IP)
 	}
 	if opts.LeaseDuration <= 0 {
 		opts.LeaseDuration = 40 * time.Second
@@ -70,7 +78,7 @@ func (c *Cluster) StartKubelet(ctx context.Context, opts KubeletOptions) (*Kubel
 	config := filepath.Join(opts.Dir, "kubelet-config.yaml")
 	if err := os.WriteFile(config, fmt.Appendf(nil, `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: %s
 port: %d
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -100,13 +108,13 @@ resolvConf: ""
 enforceNodeAllocatable: []
 nodeStatusUpdateFrequency: 4s
 nodeLeaseDurationSeconds: %d
-%s`, port, healthz, c.pki.caFile, opts.RuntimeEndpoint, int(opts.LeaseDuration/time.Second), restartPeriod(opts.MaxContainerRestartPeriod)), 0o600); err != nil {
+%s`, opts.IP, port, healthz, c.pki.caFile, opts.RuntimeEndpoint, int(opts.LeaseDuration/time.Second), restartPeriod(opts.MaxContainerRestartPeriod)), 0o600); err != nil {
 		return nil, err
 	}
 	p, err := StartProcess(filepath.Join(opts.Dir, "kubelet.log"), opts.Kubelet,
 		"--config="+config, "--kubeconfig="+id.Kubeconfig, "--root-dir="+root,
 		"--cert-dir="+filepath.Join(opts.Dir, "kubelet-pki"),
-		"--hostname-override="+opts.Node, "--node-ip=127.0.0.1", "--v=2")
+		"--hostname-override="+opts.Node, "--node-ip="+opts.IP, "--v=2")
 	if err != nil {
 		return nil, fmt.Errorf("localcluster: start kubelet: %w", err)
 	}

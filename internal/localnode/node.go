@@ -73,9 +73,13 @@ type Node struct {
 	// Config is containerd's configuration file; Log is its log.
 	Config, Log string
 	// Bridge and Subnet are the pods' network: a Linux bridge of the node's
-	// own with a /24 of its own, created by the CNI bridge plugin with the
-	// first pod and deleted by Stop.
+	// own with a /24 of its own, created by Start (the CNI bridge plugin
+	// takes it on with the first pod) and deleted by Stop.
 	Bridge, Subnet string
+	// IP is the bridge's address, the pods' gateway: the node's address,
+	// where its kubelet serves the API server (logs, exec), as loopback
+	// addresses are no node address to kubelet.
+	IP string
 
 	opts       Options
 	proc       *localcluster.Process
@@ -117,6 +121,9 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 		}
 	}()
 	if err := n.writeConfig(); err != nil {
+		return n, err
+	}
+	if err := n.createBridge(ctx); err != nil {
 		return n, err
 	}
 	if err := n.start(ctx); err != nil {
@@ -214,7 +221,7 @@ func (n *Node) writeConfig() error {
 	if err != nil {
 		return fmt.Errorf("localnode: %w", err)
 	}
-	n.Bridge, n.Subnet, n.cniNetwork = network.Bridge, network.Subnet.String(), network.Name
+	n.Bridge, n.Subnet, n.cniNetwork, n.IP = network.Bridge, network.Subnet.String(), network.Name, network.Gateway.String()
 	conflist, err := network.conflist()
 	if err != nil {
 		return fmt.Errorf("localnode: %w", err)

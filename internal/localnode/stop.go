@@ -174,8 +174,26 @@ func FindProcesses(match func(args []string) bool) ([]int, error) {
 	return pids, nil
 }
 
+// createBridge creates the node's bridge with its gateway address, up, so
+// that kubelet can serve on the node's address before the first pod; the
+// CNI bridge plugin takes on a bridge that has its gateway address.
+func (n *Node) createBridge(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, args := range [][]string{
+		{"link", "add", n.Bridge, "type", "bridge"},
+		{"addr", "add", n.IP + "/24", "dev", n.Bridge},
+		{"link", "set", n.Bridge, "up"},
+	} {
+		if _, err := run(ctx, "ip", args...); err != nil {
+			return fmt.Errorf("localnode: create bridge %s: %w", n.Bridge, err)
+		}
+	}
+	return nil
+}
+
 // deleteBridge deletes the node's bridge, which the CNI bridge plugin
-// created with the first pod and never deletes.
+// never deletes.
 func (n *Node) deleteBridge() error {
 	if n.Bridge == "" {
 		return nil

@@ -95,7 +95,7 @@ func startShim(ctx context.Context, t *testing.T, n *localnode.Node, nodeName st
 func startKubelet(ctx context.Context, t *testing.T, n *localnode.Node, nodeName, sock string, restart time.Duration) *localcluster.Kubelet {
 	t.Helper()
 	k, err := cluster.StartKubelet(ctx, localcluster.KubeletOptions{Kubelet: filepath.Join(binDir, "kubelet"), Node: nodeName,
-		RuntimeEndpoint: "unix://" + sock, Dir: n.Dir, LeaseDuration: 8 * time.Second, MaxContainerRestartPeriod: restart})
+		RuntimeEndpoint: "unix://" + sock, Dir: n.Dir, IP: n.IP, LeaseDuration: 8 * time.Second, MaxContainerRestartPeriod: restart})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,6 +367,11 @@ func TestKubeletThroughShim(t *testing.T) {
 	}
 	if want := "NVIDIA_VISIBLE_DEVICES=" + strings.Join(uuids, ","); !strings.Contains(logs, want) {
 		t.Errorf("container printed:\n%s\nwant %s", logs, want)
+	}
+	// kubectl logs: the API server reaches the kubelet at the node's address.
+	apiLogs, err := cluster.Client.CoreV1().Pods(ns).GetLogs("env", &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil || !strings.Contains(string(apiLogs), "NVIDIA_VISIBLE_DEVICES=") {
+		t.Errorf("the pod's logs through the API server (kubectl logs): %v\n%s", err, apiLogs)
 	}
 
 	// containerd restarts under kubelet's kept connection to the shim:

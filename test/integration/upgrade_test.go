@@ -265,7 +265,7 @@ func (u *installedNode) restartKubelet(ctx context.Context) {
 		endpoint = "unix://" + u.sock
 	}
 	k, err := cluster.StartKubelet(ctx, localcluster.KubeletOptions{Kubelet: filepath.Join(binDir, "kubelet"), Node: u.name,
-		RuntimeEndpoint: endpoint, Dir: u.n.Dir, LeaseDuration: 8 * time.Second, MaxContainerRestartPeriod: time.Second})
+		RuntimeEndpoint: endpoint, Dir: u.n.Dir, IP: u.n.IP, LeaseDuration: 8 * time.Second, MaxContainerRestartPeriod: time.Second})
 	if err != nil {
 		u.t.Fatal(err)
 	}
