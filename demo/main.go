@@ -59,7 +59,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "leave the cluster running until Ctrl-C and print its kubeconfig")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long the demo may take")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	err := run(ctx, o)
 	stop()
 	if err != nil {
@@ -72,7 +72,7 @@ func step(format string, args ...any) { fmt.Printf("\n==> "+format+"\n", args...
 
 func run(ctx context.Context, o options) (err error) {
 	start := time.Now()
-	dir, err := os.MkdirTemp("", "kubegpu-demo-")
+	dir, err := makeDemoDir()
 	if err != nil {
 		return err
 	}
@@ -86,11 +86,13 @@ func run(ctx context.Context, o options) (err error) {
 		if c != nil {
 			c.Stop()
 		}
-		if err == nil && !o.keep {
+		if err == nil {
 			os.RemoveAll(dir)
 			fmt.Println("removed", dir)
+		} else if kerr := keepLogs(dir); kerr != nil {
+			fmt.Println("logs kept in", dir, "but removing the rest failed (it holds private keys: remove it):", kerr)
 		} else {
-			fmt.Println("logs kept in", dir)
+			fmt.Println("logs kept in", dir, "(keys and data removed)")
 		}
 	}()
 	runCtx, cancel := context.WithTimeout(ctx, o.timeout)
@@ -116,14 +118,16 @@ func run(ctx context.Context, o options) (err error) {
 	}
 
 	step("Starting kubegpu-scheduler (upstream kube-scheduler + the KubeGPU plugin) as %s", localcluster.SchedulerUser)
-	p, err := startScheduler(runCtx, c, o, ids.scheduler, keyFile)
+	sched, err := startScheduler(runCtx, c, o, ids.scheduler, keyFile)
 	if err != nil {
 		return err
 	}
-	procs = append(procs, p)
+	procs = append(procs, sched.Process)
 
 	step("Starting %d simulated GPU nodes: kubegpu-crishim with the simgpu module, each with its node's credentials", len(simNodes))
+	shimMetrics := map[string]string{} // node -> its shim's metrics address
 	for _, n := range simNodes {
+		shimMetrics[n.name] = metricsAddr()
 		k, err := c.StartSimKubelet(runCtx, localcluster.SimKubeletOptions{Node: n.name, Capacity: localcluster.NodeCapacity("64", "512Gi", 110)})
 		if err != nil {
 			return err
@@ -132,7 +136,7 @@ func run(ctx context.Context, o options) (err error) {
 		p, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-crishim-"+n.name+".log"), filepath.Join(o.binDir, "kubegpu-crishim"),
 			"--node-name="+n.name, "--plugin-dir="+o.pluginDir, "--plugin-option=simgpu.preset="+n.preset,
 			"--listen="+filepath.Join(dir, n.name+".sock"), "--runtime-endpoint=unix://"+filepath.Join(dir, "no-runtime.sock"),
-			"--allocation-key="+pubFile, "--kubeconfig="+k.Identity.Kubeconfig, "--interval=5s")
+			"--allocation-key="+pubFile, "--kubeconfig="+k.Identity.Kubeconfig, "--interval=5s", "--metrics-bind-address="+shimMetrics[n.name])
 		if err != nil {
 			return err
 		}
@@ -141,7 +145,8 @@ func run(ctx context.Context, o options) (err error) {
 	}
 
 	step("Starting a real node: kubelet -> kubegpu-crishim -> containerd + runc (4 simulated T4s)")
-	real, stopReal, err := startRealNode(runCtx, c, o, pubFile)
+	shimMetrics["real-node"] = metricsAddr()
+	stopReal, err := startRealNode(runCtx, c, o, pubFile, shimMetrics["real-node"])
 	defer stopReal()
 	if err != nil {
 		return err
@@ -170,8 +175,12 @@ func run(ctx context.Context, o options) (err error) {
 			return err
 		}
 	}
-	step("The container on the real node: its env (the pod asked for NVIDIA_VISIBLE_DEVICES=all)")
-	if err := showEnv(runCtx, ids.viewer, real, "show-my-gpus"); err != nil {
+	step("The container on the real node: its env, as kubectl logs shows it to the tenant (the pod asked for NVIDIA_VISIBLE_DEVICES=all)")
+	if err := showEnv(runCtx, ids.tenant, "show-my-gpus"); err != nil {
+		return err
+	}
+	step("Metrics: kubegpu-scheduler's /metrics as %s (bound to kubegpu-metrics-reader), each shim's on its node", ids.viewer.User)
+	if err := showMetrics(runCtx, dir, ids.viewer, sched.Port, shimMetrics); err != nil {
 		return err
 	}
 	fmt.Printf("\nDemo ran in %s.\n", time.Since(start).Round(time.Second))
@@ -189,6 +198,9 @@ type identities struct {
 	scheduler, viewer, tenant *localcluster.Identity
 }
 
+// realNodeTaint keeps the examples not written for the real node off it.
+const realNodeTaint = "demo.kubegpu.io/real-node"
+
 // demoTenant and demoViewer are the demo's people.
 const (
 	demoTenant = "demo-tenant"
@@ -199,7 +211,8 @@ const (
 // CLI's read-only role to the viewer and the built-in edit role in the
 // default namespace to the tenant: what an operator installs.
 func install(ctx context.Context, c *localcluster.Cluster) (identities, error) {
-	if err := c.Apply(ctx, "kube-scheduler/deploy/rbac.yaml", "cli/deploy/rbac.yaml", "deploy/admission/kubegpu-policies.yaml"); err != nil {
+	if err := c.Apply(ctx, "kube-scheduler/deploy/rbac.yaml", "cli/deploy/rbac.yaml", "deploy/prometheus/kubegpu-metrics-reader.yaml",
+		"deploy/admission/kubegpu-policies.yaml"); err != nil {
 		return identities{}, err
 	}
 	// The API server takes a moment to load new admission policies: wait
@@ -221,13 +234,15 @@ func install(ctx context.Context, c *localcluster.Cluster) (identities, error) {
 	if _, err := c.Client.RbacV1().RoleBindings(metav1.NamespaceDefault).Create(ctx, &rb, metav1.CreateOptions{}); err != nil {
 		return identities{}, err
 	}
-	crb := rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubegpu-viewer-" + demoViewer},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubegpu-viewer"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: demoViewer}},
-	}
-	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &crb, metav1.CreateOptions{}); err != nil {
-		return identities{}, err
+	for _, role := range []string{"kubegpu-viewer", "kubegpu-metrics-reader"} {
+		crb := rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: role + "-" + demoViewer},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: demoViewer}},
+		}
+		if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &crb, metav1.CreateOptions{}); err != nil {
+			return identities{}, err
+		}
 	}
 	var ids identities
 	var err error
@@ -249,17 +264,16 @@ func install(ctx context.Context, c *localcluster.Cluster) (identities, error) {
 	return ids, err
 }
 
-func startScheduler(ctx context.Context, c *localcluster.Cluster, o options, id *localcluster.Identity, keyFile string) (*localcluster.Process, error) {
+func startScheduler(ctx context.Context, c *localcluster.Cluster, o options, id *localcluster.Identity, keyFile string) (*localcluster.Scheduler, error) {
 	// The shipped configuration, pointed at this cluster.
 	config, err := c.ShippedSchedulerConfig("kube-scheduler/config/kubegpu-scheduler.yaml", id.Kubeconfig, mustAbs(o.pluginDir), keyFile, 200)
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.StartScheduler(ctx, filepath.Join(o.binDir, "kubegpu-scheduler"), config, "kubegpu-scheduler", "--v=2")
-	if err != nil {
-		return nil, err
-	}
-	return s.Process, nil
+	// Its /metrics behind the API server's delegated authentication and
+	// authorization, as on a kubeadm control plane.
+	return c.StartScheduler(ctx, filepath.Join(o.binDir, "kubegpu-scheduler"), config, "kubegpu-scheduler", "--v=2",
+		"--authentication-kubeconfig="+id.Kubeconfig, "--authorization-kubeconfig="+id.Kubeconfig)
 }
 
 func mustAbs(p string) string {
@@ -353,16 +367,11 @@ func kubegpu(ctx context.Context, o options, id *localcluster.Identity, pubFile 
 	return cmd.Run()
 }
 
-// realNode is the demo's node with a kubelet and a container runtime.
-type realNode struct {
-	node *localnode.Node
-	shim string // the shim's socket
-}
-
 // startRealNode starts containerd (with the busybox image), kubegpu-crishim
-// in front of it and a kubelet on the shim, registered as real-node. The
-// returned function stops them, in reverse order.
-func startRealNode(ctx context.Context, c *localcluster.Cluster, o options, pubFile string) (*realNode, func(), error) {
+// in front of it (serving metrics on metricsAddr) and a kubelet on the
+// shim, registered as real-node. The returned function stops them, in
+// reverse order.
+func startRealNode(ctx context.Context, c *localcluster.Cluster, o options, pubFile, metricsAddr string) (func(), error) {
 	var stops []func()
 	stop := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -371,51 +380,63 @@ func startRealNode(ctx context.Context, c *localcluster.Cluster, o options, pubF
 	}
 	dir, err := os.MkdirTemp("", "kg-demo-node-") // short: socket paths are limited
 	if err != nil {
-		return nil, stop, err
+		return stop, err
 	}
 	stops = append(stops, func() { os.RemoveAll(dir) })
 	n, err := localnode.Start(ctx, localnode.Options{Dir: dir, BinDir: o.nodeBinDir})
 	if err != nil {
-		return nil, stop, fmt.Errorf("containerd: %w (make node-binaries builds it)", err)
+		return stop, fmt.Errorf("containerd: %w (make node-binaries builds it)", err)
 	}
 	stops = append(stops, func() { _ = n.Stop() })
 	archive := filepath.Join(dir, "busybox.tar")
 	if err := localnode.WriteImageArchive(archive, localnode.ImageSpec{Names: []string{"docker.io/library/busybox:latest"}}); err != nil {
-		return nil, stop, err
+		return stop, err
 	}
 	if err := n.ImportImage(ctx, archive); err != nil {
-		return nil, stop, err
+		return stop, err
 	}
 	// The shim publishes the node's devices with kubelet's credentials.
 	nodeID, err := c.NodeIdentity("real-node")
 	if err != nil {
-		return nil, stop, err
+		return stop, err
 	}
 	sock := filepath.Join(dir, "crishim.sock")
 	shim, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-crishim.log"), filepath.Join(o.binDir, "kubegpu-crishim"),
 		"--node-name=real-node", "--plugin-dir="+o.pluginDir, "--plugin-option=simgpu.preset=t4x4",
 		"--listen="+sock, "--runtime-endpoint="+n.Endpoint(), "--allocation-key="+pubFile,
-		"--kubeconfig="+nodeID.Kubeconfig, "--interval=5s")
+		"--kubeconfig="+nodeID.Kubeconfig, "--interval=5s", "--metrics-bind-address="+metricsAddr)
 	if err != nil {
-		return nil, stop, err
+		return stop, err
 	}
 	stops = append(stops, func() { _ = shim.Stop() })
 	if err := shim.WaitFor(ctx, 30*time.Second, func(context.Context) error { _, err := os.Stat(sock); return err }); err != nil {
-		return nil, stop, err
+		return stop, err
 	}
 	k, err := c.StartKubelet(ctx, localcluster.KubeletOptions{Kubelet: filepath.Join(o.binDir, "kubelet"), Node: "real-node",
-		RuntimeEndpoint: "unix://" + sock, Dir: dir})
+		RuntimeEndpoint: "unix://" + sock, Dir: dir, IP: n.IP})
 	if err != nil {
-		return nil, stop, err
+		return stop, err
 	}
 	stops = append(stops, func() { _ = k.Stop() })
+	// Only the example written for it (06) goes there: the others land on
+	// the simulated nodes whatever the scores, and their busybox image
+	// would not be pulled here.
+	taint := corev1.Taint{Key: realNodeTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, "real-node", metav1.GetOptions{})
+	if err != nil {
+		return stop, err
+	}
+	node.Spec.Taints = append(node.Spec.Taints, taint)
+	if _, err := c.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return stop, fmt.Errorf("taint real-node: %w", err)
+	}
 	fmt.Printf("    %-10s kubelet %s, kubegpu-crishim %s, containerd %s\n", "real-node", k.Log, shim.Log, n.Log)
-	return &realNode{node: n, shim: sock}, stop, nil
+	return stop, nil
 }
 
 // showEnv waits for the pod on the real node to finish and prints its
-// container's output, read through the shim as kubelet reads it.
-func showEnv(ctx context.Context, c *localcluster.Identity, r *realNode, name string) error {
+// container's output, as kubectl logs gets it.
+func showEnv(ctx context.Context, c *localcluster.Identity, name string) error {
 	var pod *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := c.Client.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
@@ -433,17 +454,11 @@ func showEnv(ctx context.Context, c *localcluster.Identity, r *realNode, name st
 		return fmt.Errorf("pod %s did not finish (phase %s): %w", name, phase, err)
 	}
 	fmt.Printf("    pod/%s on %s: %s, allocation %s\n", name, pod.Spec.NodeName, pod.Status.Phase, allocationSummary(pod))
-	endpoint := "unix://" + r.shim
-	ids, err := r.node.Crictl(ctx, "--runtime-endpoint", endpoint, "ps", "-a", "-q", "--label", "io.kubernetes.pod.name="+name)
+	// As kubectl logs reads them: the API server asks the node's kubelet,
+	// which reads them through the shim.
+	logs, err := c.Client.CoreV1().Pods(metav1.NamespaceDefault).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
-		return fmt.Errorf("find the container of pod %s: %w: %s", name, err, ids)
-	}
-	if len(strings.Fields(string(ids))) == 0 {
-		return fmt.Errorf("find the container of pod %s: none through the shim", name)
-	}
-	logs, err := r.node.Crictl(ctx, "--runtime-endpoint", endpoint, "logs", strings.Fields(string(ids))[0])
-	if err != nil {
-		return fmt.Errorf("container logs: %w: %s", err, logs)
+		return fmt.Errorf("the logs of pod %s (kubectl logs): %w", name, err)
 	}
 	for _, l := range strings.Split(strings.TrimSpace(string(logs)), "\n") {
 		fmt.Println("    " + l)
