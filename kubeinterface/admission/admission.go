@@ -48,7 +48,12 @@ func HelmSecondSchedulerPolicy() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Kept by helm uninstall, as the chart's other policies
+	// (kubegpu.kept in the chart's _helpers.tpl).
 	return append(append([]byte(`{{- if and .Values.admissionPolicies.install (eq .Values.mode "second") }}
+{{ include "kubegpu.kept" (include "kubegpu.secondSchedulerPolicy" .) }}
+{{- end }}
+{{- define "kubegpu.secondSchedulerPolicy" }}
 `), b...), "{{- end }}\n"...), nil
 }
 

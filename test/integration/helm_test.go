@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,15 +102,19 @@ func TestHelmChart(t *testing.T) {
 	chart := filepath.Join(repoRoot, "deploy", "helm", "kubegpu")
 	helm(ctx, t, "lint", chart)
 
-	// The chart installs the policies and the viewer role itself: take
-	// the copies the test cluster was installed with away meanwhile.
-	withoutPolicies(ctx, t)
-	viewerRBAC := filepath.Join(repoRoot, "cli", "deploy", "rbac.yaml")
-	if err := cluster.Delete(ctx, viewerRBAC); err != nil {
-		t.Fatal(err)
-	}
+	// The test cluster runs kubegpu's policies and viewer role, applied
+	// with kubectl as an operator applies them: the chart installs over
+	// them and adopts them (--take-ownership), and its uninstall keeps
+	// them in force. What it adds in mode second, the policy that refuses
+	// GPU pods for other schedulers, is kept too: the operator removes it
+	// at the end, as the chart's README says, since the other tests'
+	// pods use the default scheduler.
 	t.Cleanup(func() {
-		if err := cluster.Apply(context.Background(), viewerRBAC); err != nil {
+		ctx := context.Background()
+		if err := cluster.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, "kubegpu-scheduler-name", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+		if err := cluster.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, "kubegpu-scheduler-name", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Error(err)
 		}
 	})
@@ -182,9 +187,19 @@ func TestHelmChart(t *testing.T) {
 		}
 	}
 	t.Cleanup(uninstall)
-	out := helm(ctx, t, append([]string{"install", "kg"}, common...)...)
+	// A node selector no node matches: the install's notes say so (and
+	// --wait would fail it).
+	notes := helm(ctx, t, append([]string{"install", "kg", "--dry-run=server", "--take-ownership"},
+		append(slices.Clone(common), "--set", "nodeSelector.kubernetes\\.io/hostname=no-such-node")...)...)
+	if !strings.Contains(notes, "WARNING: no node has the labels of nodeSelector") {
+		t.Errorf("the notes of an install whose replicas no node can take:\n%s", notes)
+	}
+	out := helm(ctx, t, append([]string{"install", "kg", "--take-ownership"}, common...)...)
 	installed = true
 	t.Log(out)
+	if strings.Contains(out, "WARNING") {
+		t.Errorf("the notes warn of an install that schedules:\n%s", out)
+	}
 	manifest := helm(ctx, t, "get", "manifest", "kg", "--namespace", "kube-system")
 
 	ns := namespace(ctx, t, "helm")
@@ -281,12 +296,28 @@ func TestHelmChart(t *testing.T) {
 	}
 	runsWithGPU("after-upgrade")
 
-	// Uninstall leaves nothing of the release behind.
+	// Uninstall leaves nothing of the release behind but what it keeps:
+	// the policies (still in force), the PriorityClass and the
+	// ClusterRoles, so that the objects it adopted stay.
 	uninstall()
+	kept := 0
 	for _, obj := range manifestObjects(t, manifest) {
+		if obj.GetAnnotations()["helm.sh/resource-policy"] == "keep" {
+			kept++
+			if err := exists(ctx, obj); err != nil {
+				t.Error(err)
+			}
+			continue
+		}
 		if err := gone(ctx, obj); err != nil {
 			t.Error(err)
 		}
+	}
+	if kept < 20 {
+		t.Errorf("helm uninstall keeps %d objects, want the policies, the PriorityClass and the ClusterRoles", kept)
+	}
+	if !policiesInForce(ctx) {
+		t.Error("kubegpu's admission policies are not in force after helm uninstall")
 	}
 }
 
@@ -352,20 +383,46 @@ func manifestObjects(t *testing.T, manifest string) []*unstructured.Unstructured
 	return objs
 }
 
-// gone waits until obj no longer exists.
-func gone(ctx context.Context, obj *unstructured.Unstructured) error {
-	dyn, err := dynamic.NewForConfig(cluster.Config)
+// exists reports whether obj exists.
+func exists(ctx context.Context, obj *unstructured.Unstructured) error {
+	get, err := getter(ctx, obj)
 	if err != nil {
 		return err
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cluster.Config)
+	if err := get(); err != nil {
+		return fmt.Errorf("helm uninstall removed %s %s, which it should keep: %w", obj.GetKind(), obj.GetName(), err)
+	}
+	return nil
+}
+
+// gone waits until obj no longer exists.
+func gone(ctx context.Context, obj *unstructured.Unstructured) error {
+	get, err := getter(ctx, obj)
 	if err != nil {
 		return err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return apierrors.IsNotFound(get()), nil
+	}); err != nil {
+		return &leftBehind{obj: obj}
+	}
+	return nil
+}
+
+// getter returns a function that gets obj.
+func getter(ctx context.Context, obj *unstructured.Unstructured) (func() error, error) {
+	dyn, err := dynamic.NewForConfig(cluster.Config)
+	if err != nil {
+		return nil, err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cluster.Config)
+	if err != nil {
+		return nil, err
 	}
 	gvk := obj.GroupVersionKind()
 	m, err := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)).RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r := dyn.Resource(m.Resource)
 	var get func() error
@@ -378,12 +435,7 @@ func gone(ctx context.Context, obj *unstructured.Unstructured) error {
 	} else {
 		get = func() error { _, err := r.Get(ctx, obj.GetName(), metav1.GetOptions{}); return err }
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return apierrors.IsNotFound(get()), nil
-	}); err != nil {
-		return &leftBehind{obj: obj}
-	}
-	return nil
+	return get, nil
 }
 
 type leftBehind struct{ obj *unstructured.Unstructured }

@@ -55,3 +55,12 @@ a stock kube-scheduler still leads, and never two serve default-scheduler. */}}
 {{- fail "with hostNetwork=true set securePort to a port other than 10259, kube-scheduler's, which a control-plane node already uses (e.g. 10269)" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* kubegpu.kept marks every object of a shipped manifest (each has the
+label app.kubernetes.io/part-of: kubegpu and no annotations) to be kept by
+helm uninstall: the admission policies, the PriorityClass and the
+ClusterRoles stay in force, and objects an earlier installation made and
+the release adopted are not taken away with it. */}}
+{{- define "kubegpu.kept" -}}
+{{- . | replace "\n  labels:\n    app.kubernetes.io/part-of: kubegpu\n" "\n  annotations:\n    helm.sh/resource-policy: keep\n  labels:\n    app.kubernetes.io/part-of: kubegpu\n" -}}
+{{- end -}}
