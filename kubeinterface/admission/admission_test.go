@@ -22,7 +22,7 @@ func TestShippedPolicies(t *testing.T) {
 		"admission/kubegpu-policies.yaml": Policies,
 		// The chart's copy (deploy/chart_files_test.go checks it too).
 		"helm/kubegpu/files/kubegpu-policies.yaml": Policies,
-		"admission/second-scheduler.yaml": func() ([]byte, error) { return SecondSchedulerPolicy("kubegpu-scheduler") },
+		"admission/second-scheduler.yaml":          func() ([]byte, error) { return SecondSchedulerPolicy("kubegpu-scheduler") },
 		// The chart's copy names the scheduler its values name.
 		chartSecondScheduler: HelmSecondSchedulerPolicy,
 	} {

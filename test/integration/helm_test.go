@@ -659,6 +659,8 @@ func TestHelmTemplate(t *testing.T) {
 		{[]string{"--set-string", "nodesPublicKey=-----BEGIN PRIVATE KEY-----"}, "private key"},
 		{[]string{"--set-string", "nodesPublicKey=-----BEGIN KUBEGPU HMAC-SHA256 SECRET-----\nc2VjcmV0\n-----END KUBEGPU HMAC-SHA256 SECRET-----"}, "KUBEGPU HMAC-SHA256 SECRET block"},
 		{[]string{"--set-string", "nodesPublicKey=ssh-ed25519 AAAAC3NzaC1lZDI1NTE5"}, "no PEM block"},
+		// The identity point, a "placeholder" key with which forgeries verify.
+		{[]string{"--set-string", "nodesPublicKey=-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAAQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n-----END PUBLIC KEY-----"}, "small order"},
 		{[]string{"--set", "mode=only", "--set", "replicaCount=1"}, "replicaCount of 2 or more"},
 		{[]string{"--set", "leaderElection.enabled=false"}, "leaderElection.enabled=false"},
 		{[]string{"--set", "apiServer.host=10.0.0.10"}, "apiServer.port"},
