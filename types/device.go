@@ -3,6 +3,7 @@ package types
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -121,6 +122,21 @@ func (l Link) Label() string {
 type Inventory struct {
 	Devices []Device `json:"devices"`
 	Links   []Link   `json:"links,omitempty"`
+	// KeyIDs are the IDs of the allocation keys the node verifies with
+	// ("ALGORITHM:KEYID", as kubeinterface.KeySet.IDs), so that the
+	// scheduler sends no GPU pods to a node that would refuse their
+	// allocations. Empty: the node does not say (a shim that predates
+	// it), and every key is taken to be accepted.
+	KeyIDs []string `json:"keyIDs,omitempty"`
+}
+
+// MaxKeyIDs bounds the key IDs an inventory lists.
+const MaxKeyIDs = 16
+
+// AcceptsKey reports whether the node verifies allocations signed with
+// the key of ID id, as far as its inventory says.
+func (inv Inventory) AcceptsKey(id string) bool {
+	return len(inv.KeyIDs) == 0 || slices.Contains(inv.KeyIDs, id)
 }
 
 // ErrInvalidInventory is wrapped by every error of Inventory.Validate.
@@ -140,6 +156,14 @@ func notPrintable(r rune) bool { return !unicode.IsPrint(r) || r == utf8.RuneErr
 // health and link kinds, links between known whole devices, no pair twice,
 // and parents that exist.
 func (inv Inventory) Validate() error {
+	if len(inv.KeyIDs) > MaxKeyIDs {
+		return fmt.Errorf("%w: %d key IDs, at most %d", ErrInvalidInventory, len(inv.KeyIDs), MaxKeyIDs)
+	}
+	for _, id := range inv.KeyIDs {
+		if id == "" || len(id) > 64 || strings.IndexFunc(id, notPrintable) >= 0 {
+			return fmt.Errorf("%w: key ID %q must be 1 to 64 printable characters", ErrInvalidInventory, id)
+		}
+	}
 	ids := make(map[string]int, len(inv.Devices))
 	uuids := make(map[string]string, len(inv.Devices))
 	for i, d := range inv.Devices {

@@ -162,3 +162,23 @@ func TestInventoryRefusesUnprintableStrings(t *testing.T) {
 		}
 	}
 }
+
+// TestInventoryKeyIDs: an inventory that names no key accepts every key;
+// one that names keys, only those; key IDs are bounded and printable.
+func TestInventoryKeyIDs(t *testing.T) {
+	if !(Inventory{}).AcceptsKey("ed25519:a") {
+		t.Error("an inventory that names no key refuses one")
+	}
+	inv := Inventory{KeyIDs: []string{"ed25519:a", "ed25519:b"}}
+	if !inv.AcceptsKey("ed25519:b") || inv.AcceptsKey("ed25519:c") {
+		t.Error("AcceptsKey does not follow the listed IDs")
+	}
+	if err := inv.Validate(); err != nil {
+		t.Errorf("valid key IDs: %v", err)
+	}
+	for _, bad := range [][]string{{""}, {"a\x1b[2J"}, {strings.Repeat("a", 65)}, make([]string, MaxKeyIDs+1)} {
+		if err := (Inventory{KeyIDs: bad}).Validate(); !errors.Is(err, ErrInvalidInventory) {
+			t.Errorf("key IDs %q: %v, want ErrInvalidInventory", bad, err)
+		}
+	}
+}

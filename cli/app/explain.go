@@ -183,6 +183,8 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 			row.reason = excluded
 		case !n.hasInventory():
 			row.reason = n.why()
+		case o.key != nil && !acceptsAnyKey(n.inv, o.key.IDs()):
+			row.reason = "the node's kubegpu-crishim accepts none of the keys given with --allocation-key: its pods' containers would be refused their GPUs"
 		case n.notReady != "":
 			row.reason = n.notReady
 		case n.renewed.IsZero():

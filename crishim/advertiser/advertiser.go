@@ -38,6 +38,9 @@ type Options struct {
 	Condition *Condition
 	// Now is the clock for the condition's times (default time.Now).
 	Now func() time.Time
+	// KeyIDs are the IDs of the allocation keys the shim verifies with,
+	// published in the inventory (types.Inventory.KeyIDs).
+	KeyIDs []string
 }
 
 // Advertiser keeps the node's devices published on its Node: the inventory
@@ -125,6 +128,7 @@ func (a *Advertiser) Once(ctx context.Context) error {
 	}
 	published, publishedUID := a.published, a.publishedUID
 	a.mu.Unlock()
+	inv.KeyIDs = a.opts.KeyIDs
 	value, err := kubeinterface.EncodeInventory(inv)
 	if err != nil {
 		return err

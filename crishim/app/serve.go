@@ -162,7 +162,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if client != nil {
 		cond := modules.condition()
 		a, err := advertiser.New(advertiser.Options{Node: o.NodeName, Client: client, Discover: d.discover,
-			Interval: o.Interval, SlicesPerDevice: o.SlicesPerDevice, Metrics: m, Condition: &cond})
+			Interval: o.Interval, SlicesPerDevice: o.SlicesPerDevice, Metrics: m, Condition: &cond, KeyIDs: keys.IDs()})
 		if err != nil {
 			return err
 		}

@@ -45,10 +45,14 @@ var errNeverFits = errors.New("does not fit even on the idle node")
 // All methods are safe for concurrent use: Evaluate-style reads take the
 // read lock, changes the write lock.
 type deviceCache struct {
-	engine    *devicescheduler.Engine
-	keys      *kubeinterface.KeySet
-	staleness time.Duration
-	now       func() time.Time
+	engine *devicescheduler.Engine
+	keys   *kubeinterface.KeySet
+	// signingKey is the ID ("ALGORITHM:KEYID") of the key the scheduler
+	// signs with: nodes whose shims say they refuse it get no GPU pods.
+	// Empty: not checked.
+	signingKey string
+	staleness  time.Duration
+	now        func() time.Time
 	// started is when the cache was made, before its informers started,
 	// and the origin of the clock the nodes' Lease observations are kept
 	// on (see since): it must not change afterwards. warmed is set once
@@ -130,6 +134,9 @@ type nodeState struct {
 	// all, were pods evicted.
 	idle *devicescheduler.Node
 	err  error
+	// refuses is why the node's shim would refuse the scheduler's
+	// allocations (keyRefusal), or nil.
+	refuses error
 	// object is the Node object last seen, its key in byObject.
 	object *corev1.Node
 	pods   map[ktypes.UID]struct{}
@@ -302,12 +309,15 @@ func (c *deviceCache) updateNode(logger klog.Logger, node *corev1.Node) {
 // rebuildNode builds the node's devices from its inventory annotation and
 // counts its pods again; must hold c.mu.
 func (c *deviceCache) rebuildNode(logger klog.Logger, ns *nodeState, node *corev1.Node, value string, has bool) {
-	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.idle, ns.err = true, has, value, nil, nil, errNoInventory
+	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.idle, ns.err, ns.refuses = true, has, value, nil, nil, errNoInventory, nil
 	// A rebuilt Node starts its version again: forget its Filter results.
 	ns.memo.clear()
 	if has {
 		inv, err := objects.NodeInventory(node)
 		if err == nil {
+			if ns.refuses = keyRefusal(inv, c.signingKey); ns.refuses != nil {
+				logger.Error(ns.refuses, "Node gets no GPU pods until its shim accepts the scheduler's key", "node", klog.KObj(node), "nodeAccepts", inv.KeyIDs)
+			}
 			ns.devices, err = c.engine.NewNode(node.Name, inv, devicescheduler.Host{})
 		}
 		if err == nil {

@@ -188,6 +188,9 @@ func (c *deviceCache) usableAt(ns *nodeState, now time.Time) error {
 	if ns.devices == nil {
 		return ns.err
 	}
+	if ns.refuses != nil {
+		return ns.refuses
+	}
 	return c.liveAt(ns, now)
 }
 

@@ -58,7 +58,7 @@ func filterReason(err error) int {
 		if r, ok := engineReasons[nf.Reason]; ok {
 			return r
 		}
-	case errors.Is(err, errNoInventory):
+	case errors.Is(err, errNoInventory), errors.Is(err, errKeyRefused):
 		return pendingNoInventory
 	case errors.Is(err, errStale):
 		return pendingNodeNotLive

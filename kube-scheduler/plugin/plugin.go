@@ -152,6 +152,7 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 	}
 	m := registerMetrics()
 	c := newDeviceCache(engine, keys, args.HeartbeatStaleness.Duration, m)
+	c.signingKey = kubeinterface.NewKeySet(key).IDs()[0]
 	// Background records have a client of their own, so that they never
 	// take from the scheduler's QPS.
 	recordConfig := rest.CopyConfig(h.KubeConfig())

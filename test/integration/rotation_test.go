@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kubegpu/kubegpu/internal/keyfiles"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
@@ -218,5 +219,49 @@ func TestShimRefusesWrongKeys(t *testing.T) {
 				t.Errorf("shim with a %s: %v\n%s\nwant it to stop saying %q about %s", tt.name, err, out, tt.want, path)
 			}
 		})
+	}
+}
+
+// TestSchedulerSkipsNodesRefusingItsKey: a node whose shim was given
+// another public key than the scheduler's says so in its inventory, and
+// the scheduler sends it no GPU pods (their containers would be refused
+// their allocations there, one after another) with a reason that names
+// the fix; kubegpu explain says the same. Nodes of older shims, which
+// name no key, are taken to accept it (TestNodeRefusingTheKey).
+func TestSchedulerSkipsNodesRefusingItsKey(t *testing.T) {
+	ctx := context.Background()
+	_, otherPub, err := keyfiles.WriteEd25519(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(ctx, t)
+	const nodeName = "wrong-key"
+	nodeID, err := cluster.NodeIdentity(nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--kubeconfig="+nodeID.Kubeconfig, "--interval=1s",
+		"--allocation-key="+otherPub)
+	startKubelet(ctx, t, n, nodeName, sock, 0)
+	startScheduler(ctx, t)
+	ns := namespace(ctx, t, "wrong-key")
+	p := gpuPod("pinned", 1, 0, 0, nil)
+	p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: nodeName}
+	createPods(ctx, t, ns, p)
+	const why = "node's kubegpu-crishim does not accept this scheduler's signing key"
+	var msgs []string
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		msgs = failedScheduling(ctx, t, ns, "pinned")
+		return slices.ContainsFunc(msgs, func(m string) bool { return strings.Contains(m, why) }), nil
+	}); err != nil {
+		t.Fatalf("no FailedScheduling event with %q; got %q", why, msgs)
+	}
+	if got, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "pinned", metav1.GetOptions{}); err != nil || got.Spec.NodeName != "" {
+		t.Errorf("the pod was bound to %q (%v) by a scheduler the node refuses", got.Spec.NodeName, err)
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "kubegpu"), "--kubeconfig", viewer.Kubeconfig, "--allocation-key", pubFile,
+		"-n", ns, "explain", "pinned").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "accepts none of the keys given with --allocation-key") {
+		t.Errorf("kubegpu explain: %v\n%s", err, out)
 	}
 }

@@ -1,0 +1,63 @@
+package plugin
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"k8s.io/klog/v2"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+)
+
+// TestNodeRefusingTheKey: a node whose shim says it does not verify with
+// the scheduler's signing key gets no GPU pods (its containers would be
+// refused their allocations, pod after pod); one that names the key, or
+// names none (an older shim), does. Filter refuses it for good.
+func TestNodeRefusingTheKey(t *testing.T) {
+	c, key := testCache(t)
+	c.signingKey = kubeinterface.NewKeySet(key).IDs()[0]
+	logger := klog.Background()
+	topo, err := simgpu.Preset("t4x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := wholeRequest(t, c, 1)
+	for _, tt := range []struct {
+		name   string
+		keys   []string
+		refuse bool
+	}{
+		{"says nothing", nil, false},
+		{"names the key", []string{"ed25519:0123456789abcdef", c.signingKey}, false},
+		{"names other keys", []string{"ed25519:0123456789abcdef"}, true},
+	} {
+		n := testNode(t, "n-"+strings.ReplaceAll(tt.name, " ", "-"), "t4x4")
+		inv := simgpu.Inventory(topo, n.Name)
+		inv.KeyIDs = tt.keys
+		if err := objects.SetNodeInventory(n, inv); err != nil {
+			t.Fatal(err)
+		}
+		c.updateNode(logger, n)
+		c.updateLease(testLease(n.Name, testNow), false)
+		var p devicescheduler.Placement
+		_, err := c.evaluate(named(n.Name), ptr(c.evalInput(shapeKey{1}, r)), noHost, noHost, &p)
+		if got := errors.Is(err, errKeyRefused); got != tt.refuse {
+			t.Errorf("%s: evaluate = %v, want refused %v", tt.name, err, tt.refuse)
+		}
+		if tt.refuse {
+			p := &Plugin{cache: c}
+			st := p.filterStatus(testPod("x"), &cycleState{}, err)
+			if !st.IsRejected() || st.Code().String() != "UnschedulableAndUnresolvable" || !strings.Contains(st.Message(), c.signingKey) ||
+				strings.Contains(st.Message(), "0123456789abcdef") {
+				t.Errorf("%s: Filter status %v, want UnschedulableAndUnresolvable naming the scheduler's key and nothing the node wrote", tt.name, st)
+			}
+			if filterReason(err) != pendingNoInventory {
+				t.Errorf("%s: pending reason %d", tt.name, filterReason(err))
+			}
+		}
+	}
+}
