@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubegpu/kubegpu/internal/keyfiles"
@@ -422,12 +423,16 @@ func startRealNode(ctx context.Context, c *localcluster.Cluster, o options, pubF
 	// the simulated nodes whatever the scores, and their busybox image
 	// would not be pulled here.
 	taint := corev1.Taint{Key: realNodeTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}
-	node, err := c.Client.CoreV1().Nodes().Get(ctx, "real-node", metav1.GetOptions{})
-	if err != nil {
-		return stop, err
-	}
-	node.Spec.Taints = append(node.Spec.Taints, taint)
-	if _, err := c.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+	// kubelet and the shim write the Node meanwhile.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, "real-node", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Spec.Taints = append(node.Spec.Taints, taint)
+		_, err = c.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		return stop, fmt.Errorf("taint real-node: %w", err)
 	}
 	fmt.Printf("    %-10s kubelet %s, kubegpu-crishim %s, containerd %s\n", "real-node", k.Log, shim.Log, n.Log)

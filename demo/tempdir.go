@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -37,22 +38,48 @@ func makeDemoDir() (string, error) {
 }
 
 // removeAbandoned removes the demo directories under tmp whose run was
-// killed: they still have a pid file, and no process has that pid.
+// killed: directories of this user, as MkdirTemp makes them (0700, no
+// link), whose pid file, a small regular file, names no live process.
+// Anything else under the pattern is left alone: the temporary directory
+// is shared with other users.
 func removeAbandoned(tmp string) {
 	dirs, _ := filepath.Glob(filepath.Join(tmp, demoDirPattern+"*"))
 	for _, dir := range dirs {
-		b, err := os.ReadFile(filepath.Join(dir, pidFile))
-		if err != nil {
-			continue // ended, or not a demo's
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 || alive(pid) {
+		pid, ok := abandonedPid(dir)
+		if !ok || alive(pid) {
 			continue
 		}
 		if err := os.RemoveAll(dir); err == nil {
-			fmt.Println("removed", dir, "(left by a demo run that was killed)")
+			fmt.Printf("removed %q (left by a demo run that was killed)\n", dir)
 		}
 	}
+}
+
+// abandonedPid reads the pid file of dir, if dir is a demo directory of
+// this user.
+func abandonedPid(dir string) (int, bool) {
+	info, err := os.Lstat(dir)
+	if err != nil || !info.IsDir() || info.Mode().Perm() != 0o700 {
+		return 0, false
+	}
+	if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+		return 0, false
+	}
+	f, err := os.OpenFile(filepath.Join(dir, pidFile), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, false // ended, or not a demo's
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return 0, false
+	}
+	b := make([]byte, 32)
+	n, _ := io.ReadFull(f, b)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	return pid, true
 }
 
 // alive reports whether a process pid exists.

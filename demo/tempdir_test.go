@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 )
 
@@ -52,9 +53,17 @@ func TestRemoveAbandoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := cmd.Process.Pid // reaped: no such process (unless reused at once)
-	for name, pid := range map[string]string{"killed": strconv.Itoa(gone), "running": strconv.Itoa(os.Getpid()), "ended": ""} {
+	for name, pid := range map[string]string{"killed": strconv.Itoa(gone), "running": strconv.Itoa(os.Getpid()), "ended": "",
+		"open": strconv.Itoa(gone), "fifo": "", "link": ""} {
 		dir := filepath.Join(tmp, demoDirPattern+name)
-		if err := os.Mkdir(dir, 0o700); err != nil {
+		mode := os.FileMode(0o700)
+		if name == "open" {
+			mode = 0o755 // not as MkdirTemp makes it: someone else's doing
+		}
+		if err := os.Mkdir(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, mode); err != nil {
 			t.Fatal(err)
 		}
 		if pid != "" {
@@ -63,8 +72,16 @@ func TestRemoveAbandoned(t *testing.T) {
 			}
 		}
 	}
+	// A pid file that is a FIFO or a link is never read: reading would
+	// block, or read another file.
+	if err := syscall.Mkfifo(filepath.Join(tmp, demoDirPattern+"fifo", pidFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", filepath.Join(tmp, demoDirPattern+"link", pidFile)); err != nil {
+		t.Fatal(err)
+	}
 	removeAbandoned(tmp)
-	for name, want := range map[string]bool{"killed": false, "running": true, "ended": true} {
+	for name, want := range map[string]bool{"killed": false, "running": true, "ended": true, "open": true, "fifo": true, "link": true} {
 		if _, err := os.Stat(filepath.Join(tmp, demoDirPattern+name)); (err == nil) != want {
 			t.Errorf("%s: exists %v, want %v", name, err == nil, want)
 		}

@@ -9,11 +9,12 @@ import (
 // percentage ("25%", "12.5%"), as users ask for compute in
 // kubegpu.io/gpu-cores.
 func Percent(milli int) string {
-	s := strconv.Itoa(milli / 10)
+	sign := ""
+	if milli < 0 {
+		sign, milli = "-", -milli
+	}
+	s := sign + strconv.Itoa(milli/10)
 	if r := milli % 10; r != 0 {
-		if r < 0 {
-			r = -r
-		}
 		s += "." + strconv.Itoa(r)
 	}
 	return s + "%"

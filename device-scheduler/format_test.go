@@ -9,7 +9,7 @@ import (
 )
 
 func TestPercent(t *testing.T) {
-	for milli, want := range map[int]string{0: "0%", 250: "25%", 1000: "100%", 125: "12.5%", 5: "0.5%"} {
+	for milli, want := range map[int]string{0: "0%", 250: "25%", 1000: "100%", 125: "12.5%", 5: "0.5%", -5: "-0.5%", -250: "-25%"} {
 		if got := Percent(milli); got != want {
 			t.Errorf("Percent(%d) = %q, want %q", milli, got, want)
 		}

@@ -33,8 +33,8 @@ func nodeExcludes(affinity nodeaffinity.RequiredNodeAffinity, pod *corev1.Pod, n
 	return ""
 }
 
-// maxSchedulerWords bounds how much of the scheduler's message explain
-// prints.
+// maxSchedulerWords bounds how many characters of the scheduler's message
+// explain prints.
 const maxSchedulerWords = 1024
 
 // schedulerSays is the message of a pending pod's PodScheduled condition:
@@ -49,13 +49,20 @@ func schedulerSays(pod *corev1.Pod) string {
 		if c.Type != corev1.PodScheduled || c.Status != corev1.ConditionFalse || c.Message == "" {
 			continue
 		}
-		msg := c.Message
+		msg := []rune(sanitize(c.Message))
 		if len(msg) > maxSchedulerWords {
-			msg = msg[:maxSchedulerWords] + "..."
+			return string(msg[:maxSchedulerWords]) + "..."
 		}
-		return sanitize(msg)
+		return string(msg)
 	}
 	return ""
+}
+
+// acceptsAnyKey reports whether a node whose inventory is inv verifies
+// allocations signed with one of the keys of IDs ids, as it says
+// (types.Inventory.AcceptsKey: the scheduler's rule).
+func acceptsAnyKey(inv types.Inventory, ids []string) bool {
+	return slices.ContainsFunc(ids, inv.AcceptsKey)
 }
 
 // maxModelsListed bounds the models unknownModels lists.

@@ -72,3 +72,10 @@ func TestSchedulerSays(t *testing.T) {
 		t.Errorf("a bound pod: %q", got)
 	}
 }
+
+func TestAcceptsAnyKey(t *testing.T) {
+	inv := types.Inventory{KeyIDs: []string{"ed25519:a"}}
+	if !acceptsAnyKey(inv, []string{"ed25519:b", "ed25519:a"}) || acceptsAnyKey(inv, []string{"ed25519:b"}) || !acceptsAnyKey(types.Inventory{}, []string{"x"}) {
+		t.Error("acceptsAnyKey does not follow the node's key IDs")
+	}
+}

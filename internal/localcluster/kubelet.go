@@ -48,7 +48,9 @@ type Kubelet struct {
 // not-ready taint.
 //
 // Settings for a VM like the CI's: cgroup v1 allowed, cgroupfs driver, swap
-// allowed, no eviction thresholds, healthz on loopback.
+// allowed, no eviction thresholds, healthz on loopback. As in production,
+// kubelet's API (logs, exec) asks the API server who may use it: a
+// certificate of the cluster's CA is not enough.
 func (c *Cluster) StartKubelet(ctx context.Context, opts KubeletOptions) (*Kubelet, error) {
 	if _, err := os.Stat(opts.Kubelet); err != nil {
 		return nil, fmt.Errorf("localcluster: kubelet binary: %w (run make kube-binaries)", err)
@@ -87,11 +89,11 @@ authentication:
   anonymous:
     enabled: false
   webhook:
-    enabled: false
+    enabled: true
   x509:
     clientCAFile: %s
 authorization:
-  mode: AlwaysAllow
+  mode: Webhook
 containerRuntimeEndpoint: %s
 cgroupDriver: cgroupfs
 failCgroupV1: false

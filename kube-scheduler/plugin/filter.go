@@ -128,7 +128,7 @@ const neverFitsSuffix = ", even with every GPU of the node free"
 
 // classify classifies an engine refusal for Filter's status.
 func classify(err error) *refusal {
-	r := &refusal{error: err, reason: filterReason(err), code: fwk.Unschedulable, msg: "GPUs: " + err.Error()}
+	r := &refusal{error: err, reason: filterReason(err), code: fwk.Unschedulable}
 	var nf *devicescheduler.NotFitError
 	switch {
 	case errors.As(err, &nf) && errors.Is(err, errNeverFits):
@@ -138,8 +138,11 @@ func classify(err error) *refusal {
 	case errors.As(err, &nf):
 		// The constant reason, so that the scheduler's FailedScheduling
 		// message counts nodes by reason; `kubegpu explain` gives
-		// details. Freed devices may let the pod fit.
+		// details (formatted only then). Freed devices may let the pod
+		// fit.
 		r.msg, r.waits = "GPUs: "+nf.Reason, true
+	default:
+		r.msg = "GPUs: " + err.Error()
 	}
 	return r
 }
@@ -149,7 +152,7 @@ func (p *Plugin) filterStatus(pod *corev1.Pod, s *cycleState, err error) *fwk.St
 	r, ok := err.(*refusal) //nolint:errorlint // the memo returns refusals unwrapped; errors.As per refused node is the cost avoided
 	if !ok {
 		switch {
-		case errors.Is(err, errNoInventory):
+		case errors.Is(err, errNoInventory), errors.Is(err, errKeyRefused):
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+err.Error())
 		case errors.Is(err, errStale):
 			p.cache.waitForHeartbeat(pod)

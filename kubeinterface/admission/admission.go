@@ -48,12 +48,10 @@ func HelmSecondSchedulerPolicy() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Kept by helm uninstall, as the chart's other policies
-	// (kubegpu.kept in the chart's _helpers.tpl).
+	// Not kept by helm uninstall, unlike the chart's other policies: it
+	// must go with the release, or with a change to mode only, where it
+	// would refuse every GPU pod.
 	return append(append([]byte(`{{- if and .Values.admissionPolicies.install (eq .Values.mode "second") }}
-{{ include "kubegpu.kept" (include "kubegpu.secondSchedulerPolicy" .) }}
-{{- end }}
-{{- define "kubegpu.secondSchedulerPolicy" }}
 `), b...), "{{- end }}\n"...), nil
 }
 

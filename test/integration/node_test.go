@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/internal/localnode"
@@ -373,6 +374,9 @@ func TestKubeletThroughShim(t *testing.T) {
 	if err != nil || !strings.Contains(string(apiLogs), "NVIDIA_VISIBLE_DEVICES=") {
 		t.Errorf("the pod's logs through the API server (kubectl logs): %v\n%s", err, apiLogs)
 	}
+	// The kubelet's API asks the API server: the viewer's certificate
+	// (the cluster's CA signed it) reads no logs there.
+	kubeletLogs(ctx, t, n.IP, "kubelet-node", ns, "env")
 
 	// containerd restarts under kubelet's kept connection to the shim:
 	// the shim closes it, kubelet reconnects by itself, and the next GPU
@@ -403,5 +407,30 @@ func TestKubeletThroughShim(t *testing.T) {
 	}
 	if want := "NVIDIA_VISIBLE_DEVICES=" + a.Containers[0].Devices[0].UUID; !strings.Contains(logs, want) {
 		t.Errorf("container after the restart printed:\n%s\nwant %s", logs, want)
+	}
+}
+
+// kubeletLogs checks that the viewer, who may not read pod logs, is
+// refused them by the kubelet of node at ip.
+func kubeletLogs(ctx context.Context, t *testing.T, ip, node, ns, pod string) {
+	t.Helper()
+	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(viewer.Config)
+	cfg.Host = fmt.Sprintf("https://%s:%d", ip, n.Status.DaemonEndpoints.KubeletEndpoint.Port)
+	cfg.TLSClientConfig.Insecure, cfg.TLSClientConfig.CAData, cfg.TLSClientConfig.CAFile, cfg.TLSClientConfig.ServerName = true, nil, "", "" // kubelet's serving certificate is its own
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Get(fmt.Sprintf("%s/containerLogs/%s/%s/main", cfg.Host, ns, pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("the viewer's certificate at the kubelet's API: %s, want 403 Forbidden", resp.Status)
 	}
 }

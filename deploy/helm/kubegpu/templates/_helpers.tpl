@@ -62,5 +62,9 @@ helm uninstall: the admission policies, the PriorityClass and the
 ClusterRoles stay in force, and objects an earlier installation made and
 the release adopted are not taken away with it. */}}
 {{- define "kubegpu.kept" -}}
-{{- . | replace "\n  labels:\n    app.kubernetes.io/part-of: kubegpu\n" "\n  annotations:\n    helm.sh/resource-policy: keep\n  labels:\n    app.kubernetes.io/part-of: kubegpu\n" -}}
+{{- $kept := . | replace "\n  labels:\n    app.kubernetes.io/part-of: kubegpu\n" "\n  annotations:\n    helm.sh/resource-policy: keep\n  labels:\n    app.kubernetes.io/part-of: kubegpu\n" -}}
+{{- if ne (len (regexFindAll "(?m)^kind: " $kept -1)) (len (regexFindAll "helm.sh/resource-policy: keep" $kept -1)) -}}
+{{- fail "kubegpu.kept: an object of a shipped manifest lacks the label app.kubernetes.io/part-of: kubegpu where it is looked for (first in metadata.labels, LF line ends): it would not be kept by helm uninstall" -}}
+{{- end -}}
+{{- $kept -}}
 {{- end -}}
