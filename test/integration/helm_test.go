@@ -322,9 +322,16 @@ func TestHelmChart(t *testing.T) {
 			}
 		}
 	}
-	probe := namespace(ctx, t, "helm-after")
-	if !probePolicies(ctx, tenant(t, probe), probe, true) {
-		t.Error("kubegpu's admission policies are not all in force after helm uninstall")
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return probePolicies(ctx, tenant(t, ns), ns, true), nil
+	}); err != nil {
+		for policy, probe := range policyProbes() {
+			probe.Namespace = ""
+			_, err := tenant(t, ns).CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err == nil || !strings.Contains(err.Error(), policy) {
+				t.Errorf("after helm uninstall, policy %s is not in force: its probe gave %v", policy, err)
+			}
+		}
 	}
 }
 
