@@ -420,7 +420,7 @@ func kubeletLogs(ctx context.Context, t *testing.T, ip, node, ns, pod string) {
 	}
 	cfg := rest.CopyConfig(viewer.Config)
 	cfg.Host = fmt.Sprintf("https://%s:%d", ip, n.Status.DaemonEndpoints.KubeletEndpoint.Port)
-	cfg.TLSClientConfig.Insecure, cfg.TLSClientConfig.CAData, cfg.TLSClientConfig.CAFile, cfg.TLSClientConfig.ServerName = true, nil, "", "" // kubelet's serving certificate is its own
+	cfg.Insecure, cfg.CAData, cfg.CAFile, cfg.ServerName = true, nil, "", "" // kubelet's serving certificate is its own
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)
