@@ -189,7 +189,7 @@ func (p *Placement) Devices(i int, dst []int) []int {
 
 // Allocation converts the placement into the API's form.
 func (p *Placement) Allocation() types.PodAllocation {
-	a := types.PodAllocation{Node: p.node.name}
+	a := types.PodAllocation{Node: p.node.name, Enforcement: p.req.Enforcement}
 	for i := 0; i < p.numContainers; i++ {
 		rc := &p.req.Containers[i]
 		c := p.containers[i]
@@ -313,6 +313,9 @@ func candidates(n *Node, s *State, c *Container) uint64 {
 	if c.Exclusive {
 		m &^= s.Used
 	}
+	if c.Enforced {
+		m &= n.enforced
+	}
 	selective := len(c.includeModels)+len(c.excludeModels)+len(c.includeUUIDs)+len(c.excludeUUIDs) > 0
 	for rest := m; rest != 0; rest &= rest - 1 {
 		d := trailing(rest)
@@ -344,6 +347,9 @@ func (e *Engine) explain(n *Node, s *State, c *Container, cand uint64) error {
 	case selected < c.Count:
 		return notFit(ReasonSelectors, "container %q: %d of %d healthy devices match the pod's model/UUID selectors, %d needed (the node's models: %s)",
 			c.Name, selected, popcount(healthy), c.Count, nodeModels{n})
+	case c.Enforced && popcount(healthy&n.enforced) < c.Count:
+		return notFit(ReasonUnenforced, "container %q: %d of %d healthy devices can enforce a slice's memory and compute limits, %d needed (enforcement %s)",
+			c.Name, popcount(healthy&n.enforced), popcount(healthy), c.Count, types.EnforcementRequired)
 	default:
 		if c.Exclusive {
 			return notFit(ReasonNotEnoughFree, "container %q: %d whole devices free, %d needed", c.Name, popcount(cand), c.Count)
@@ -361,6 +367,7 @@ const (
 	ReasonUnhealthy     = "node has too few healthy GPUs"
 	ReasonSelectors     = "not enough GPUs match the pod's model/UUID selectors"
 	ReasonNotEnoughFree = "not enough free GPUs"
+	ReasonUnenforced    = "node cannot enforce GPU slices (enforcement Required)"
 )
 
 // NotFitError says why a pod does not fit on a node: Reason is one of the

@@ -41,6 +41,7 @@ type Node struct {
 	vendor   [MaxDevices]types.SchedulerPlugin
 	healthy  uint64 // mask of healthy, allocatable devices
 	parents  uint64 // mask of GPUs in MIG mode: allocated only through their slices
+	enforced uint64 // mask of devices with a SliceEnforcer
 	parentOf [MaxDevices]int8
 	// weight[i*n+j] is the link weight between devices i and j.
 	weight []uint8
@@ -127,6 +128,9 @@ func (e *Engine) NewNode(name string, inv types.Inventory, host Host) (*Node, er
 		nd.vendor[i] = e.vendors[d.Vendor]
 		if d.Health == types.Healthy && nd.vendor[i] != nil {
 			nd.healthy |= 1 << i
+		}
+		if d.SliceEnforcer != "" {
+			nd.enforced |= 1 << i
 		}
 		nd.state.MilliFree[i] = WholeMilli
 		nd.state.MemFree[i] = d.MemoryMiB

@@ -25,6 +25,9 @@ type Container struct {
 	MemoryMiB int64
 	// Topology is how strictly the devices must be interconnected.
 	Topology types.TopologyPolicy
+	// Enforced is true for slices that must go to devices whose node
+	// enforces them (Device.SliceEnforcer): under EnforcementRequired.
+	Enforced bool
 
 	includeModels, excludeModels, includeUUIDs, excludeUUIDs []string
 	selector                                                 types.Selector
@@ -38,6 +41,21 @@ type Request struct {
 	Host Host
 	// Placement overrides the engine's policy for this pod.
 	Placement types.PlacementPolicy
+	// Enforcement is the policy the pod's slices are placed under (see
+	// SetEnforcement); empty is EnforcementBestEffort.
+	Enforcement types.EnforcementPolicy
+}
+
+// SetEnforcement sets the policy the pod's slices are placed under: with
+// EnforcementRequired, each slice goes only to a device with a
+// SliceEnforcer. The policy is the cluster's or the namespace's, never the
+// pod's own: call it before the request is shared.
+func (r *Request) SetEnforcement(p types.EnforcementPolicy) {
+	r.Enforcement = p
+	for i := range r.Containers {
+		c := &r.Containers[i]
+		c.Enforced = p == types.EnforcementRequired && !c.Exclusive
+	}
 }
 
 // NewRequest compiles a decoded pod request. Unset topology policies get the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	ktypes "k8s.io/apimachinery/pkg/types"
@@ -81,7 +82,9 @@ type Allocation struct {
 	// allocation. A newer scheduler lists there the fields it adds that
 	// change what a container may get (a reader that ignored them would give
 	// more), and a reader that does not know one refuses the allocation.
-	// This version knows none; it writes none.
+	// This version knows CriticalEnforcement, which Sign lists when the
+	// policy is Required: a node that predates it would start the pod's
+	// slices unenforced.
 	Critical []string `json:"critical,omitempty"`
 	// Signature is the scheduler's signature over SigningBytes, base64.
 	Signature string `json:"signature,omitempty"`
@@ -91,6 +94,26 @@ type Allocation struct {
 	// fields this version knows as read: signed counts only while they are
 	// unchanged.
 	signed, known []byte
+}
+
+// CriticalEnforcement is the Critical entry of an allocation under
+// EnforcementRequired.
+const CriticalEnforcement = "enforcement"
+
+// maxCritical bounds an allocation's Critical entries.
+const maxCritical = 16
+
+// knownCritical are the Critical entries this version understands.
+var knownCritical = []string{CriticalEnforcement}
+
+// withCritical returns a with Critical listing the fields its content
+// needs a reader to understand.
+func (a Allocation) withCritical() Allocation {
+	a.Critical = nil
+	if a.Enforcement == types.EnforcementRequired {
+		a.Critical = []string{CriticalEnforcement}
+	}
+	return a
 }
 
 type allocationPayload struct {
@@ -133,6 +156,9 @@ func (a Allocation) Validate() error {
 	}
 	if a.Node == "" {
 		c.add("", "node", "", "the name of the node")
+	}
+	if a.Enforcement != "" && !a.Enforcement.Valid() {
+		c.add("", "enforcement", string(a.Enforcement), fmt.Sprintf("%s or %s", types.EnforcementRequired, types.EnforcementBestEffort))
 	}
 	names := map[string]bool{}
 	for _, list := range [][]types.ContainerAllocation{a.InitContainers, a.Containers} {
@@ -191,9 +217,14 @@ func DecodeAllocation(value string) (Allocation, error) {
 	if err := p.Validate(); err != nil {
 		return Allocation{}, err
 	}
-	if len(p.Critical) > 0 {
-		return Allocation{}, &FieldError{Field: AnnotationAllocation + " critical", Value: strings.Join(p.Critical, ","),
-			Want: "fields this version knows (none): the allocation was written by a newer kubegpu-scheduler; upgrade this component"}
+	for _, c := range p.Critical {
+		if !slices.Contains(knownCritical, c) {
+			return Allocation{}, &FieldError{Field: AnnotationAllocation + " critical", Value: strings.Join(p.Critical, ","),
+				Want: "fields this version knows (" + strings.Join(knownCritical, ", ") + "): the allocation was written by a newer kubegpu-scheduler; upgrade this component"}
+		}
+	}
+	if len(p.Critical) > maxCritical {
+		return Allocation{}, &FieldError{Field: AnnotationAllocation + " critical", Value: fmt.Sprintf("%d entries", len(p.Critical)), Want: fmt.Sprintf("at most %d", maxCritical)}
 	}
 	if p.Signature != "" {
 		member := signatureMember(p.Signature)

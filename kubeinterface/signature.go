@@ -273,8 +273,10 @@ func (k *Key) Public() *Key {
 }
 
 // Sign returns a with its Signature set: "ALGORITHM:KEYID:BASE64", over
-// a's encoding (bytes a was read from, if any, are not signed again).
+// a's encoding (bytes a was read from, if any, are not signed again), and
+// Critical listing what its content needs a reader to understand.
 func (k *Key) Sign(a Allocation) (Allocation, error) {
+	a = a.withCritical()
 	a.signed = nil
 	msg := a.SigningBytes()
 	var sig []byte

@@ -28,6 +28,10 @@ type PodAllocation struct {
 	Node           string                `json:"node"`
 	InitContainers []ContainerAllocation `json:"initContainers,omitempty"`
 	Containers     []ContainerAllocation `json:"containers,omitempty"`
+	// Enforcement is the policy the scheduler placed the pod's slices
+	// under; empty means EnforcementBestEffort (allocations of versions
+	// that had no policy).
+	Enforcement EnforcementPolicy `json:"enforcement,omitempty"`
 }
 
 // Container returns the allocation of the named container, looking first at

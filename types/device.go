@@ -58,6 +58,11 @@ type Device struct {
 	// Parent is the ID of the GPU a MIG slice is carved from; empty for a
 	// whole GPU.
 	Parent string `json:"parent,omitempty"`
+	// SliceEnforcer is the mechanism that holds a slice of this device
+	// (a share of its memory and compute) to its grant on this node, e.g.
+	// EnforcerMPS; empty when nothing does, and slices of it are
+	// admitted only under EnforcementBestEffort.
+	SliceEnforcer string `json:"sliceEnforcer,omitempty"`
 }
 
 // LinkKind is the kind of path between two devices, best first.
@@ -171,7 +176,7 @@ func (inv Inventory) Validate() error {
 			return fmt.Errorf("%w: device %d has no id", ErrInvalidInventory, i)
 		}
 		for _, f := range []struct{ name, value string }{{"id", d.ID}, {"uuid", d.UUID}, {"vendor", d.Vendor}, {"model", d.Model},
-			{"computeCapability", d.ComputeCapability}, {"pciBusID", d.PCIBusID}, {"parent", d.Parent}} {
+			{"computeCapability", d.ComputeCapability}, {"pciBusID", d.PCIBusID}, {"parent", d.Parent}, {"sliceEnforcer", d.SliceEnforcer}} {
 			if len(f.value) > MaxDeviceStringBytes || strings.IndexFunc(f.value, notPrintable) >= 0 {
 				return fmt.Errorf("%w: device %d: %s must be at most %d bytes of printable characters", ErrInvalidInventory, i, f.name, MaxDeviceStringBytes)
 			}

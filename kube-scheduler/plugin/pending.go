@@ -19,6 +19,9 @@ const (
 	pendingUnhealthy
 	pendingHostResources
 	pendingTooManyShares
+	// pendingUnenforced: its slices need an enforcer (enforcement
+	// Required) and no node with room has one.
+	pendingUnenforced
 	pendingNoInventory
 	pendingNodeNotLive
 	pendingInvalidRequest
@@ -34,7 +37,7 @@ const (
 
 var pendingReasonNames = [numPendingReasons]string{
 	"not_enough_free_gpus", "topology", "selectors", "unhealthy_gpus", "host_resources",
-	"too_many_shares", "no_inventory", "node_not_live", "invalid_request", "warming_up", "pod_groups_off", "other",
+	"too_many_shares", "unenforced", "no_inventory", "node_not_live", "invalid_request", "warming_up", "pod_groups_off", "other",
 }
 
 // engineReasons maps the engine's constant reasons to pending reasons.
@@ -45,6 +48,7 @@ var engineReasons = map[string]int{
 	devicescheduler.ReasonUnhealthy:     pendingUnhealthy,
 	devicescheduler.ReasonHostResources: pendingHostResources,
 	devicescheduler.ReasonTooManyShares: pendingTooManyShares,
+	devicescheduler.ReasonUnenforced:    pendingUnenforced,
 }
 
 // filterReason is the pending reason of a Filter error.
