@@ -64,6 +64,30 @@ const (
 	AnnotationPlacement = Domain + "placement"
 )
 
+// LabelEnforcement on a Namespace overrides the scheduler's enforcement
+// policy (its args' enforcement) for the namespace's pods: Required or
+// BestEffort (types.EnforcementPolicy). A label, because namespaces are the
+// cluster administrator's: tenants with the edit or admin role cannot
+// change their namespace's labels.
+const LabelEnforcement = Domain + "enforcement"
+
+// ConditionEnforced is the pod condition kubegpu-crishim keeps, with the
+// node's credentials, on a running pod with GPU slices: True (reason
+// ReasonEnforced) when every slice's limits, read back from its enforcer,
+// equal the grant, the message naming the mechanism and values; False with
+// ReasonUnenforced (no enforcer on the node, BestEffort), ReasonMismatch
+// (the enforcer holds other limits) or ReasonUnproven (the enforcer did not
+// answer).
+const ConditionEnforced = Domain + "Enforced"
+
+// Reasons of ConditionEnforced.
+const (
+	ReasonEnforced   = "Enforced"
+	ReasonUnenforced = "Unenforced"
+	ReasonMismatch   = "Mismatch"
+	ReasonUnproven   = "Unproven"
+)
+
 // Annotations written by kubegpu itself.
 const (
 	// AnnotationAllocation on a pod is the scheduler's signed PodAllocation

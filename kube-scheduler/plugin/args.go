@@ -60,6 +60,13 @@ type Args struct {
 	// DefaultTopology applies to multi-GPU requests that set no
 	// kubegpu.io/topology annotation: required, preferred (default) or none.
 	DefaultTopology types.TopologyPolicy `json:"defaultTopology,omitempty"`
+	// Enforcement is the cluster's enforcement policy for GPU slices:
+	// BestEffort (default), slices placed on any device with room and
+	// marked unenforced where the node cannot hold them to their share; or
+	// Required, slices placed only on devices whose node enforces them, and
+	// stopped by the node if what it applied differs from the grant. A
+	// namespace's kubegpu.io/enforcement label overrides it.
+	Enforcement types.EnforcementPolicy `json:"enforcement,omitempty"`
 	// HeartbeatStaleness is how long the scheduler may go without seeing a
 	// node's Lease renewed, on its own clock, before the node gets no new
 	// GPU pods (default 40s).
@@ -193,6 +200,9 @@ func setDefaults(a *Args) {
 	if a.WriteAllocation == "" {
 		a.WriteAllocation = WriteAllocationBind
 	}
+	if a.Enforcement == "" {
+		a.Enforcement = types.EnforcementBestEffort
+	}
 	if a.HeartbeatStaleness == nil {
 		a.HeartbeatStaleness = &metav1.Duration{Duration: DefaultHeartbeatStaleness}
 	}
@@ -226,6 +236,9 @@ func validateArgs(a *Args, path *field.Path) field.ErrorList {
 	}
 	if !slices.Contains(types.TopologyPolicies, a.DefaultTopology) {
 		errs = append(errs, field.NotSupported(path.Child("defaultTopology"), a.DefaultTopology, types.TopologyPolicies))
+	}
+	if !a.Enforcement.Valid() {
+		errs = append(errs, field.NotSupported(path.Child("enforcement"), a.Enforcement, types.EnforcementPolicies))
 	}
 	if a.WriteAllocation != WriteAllocationBind && a.WriteAllocation != WriteAllocationPreBind {
 		errs = append(errs, field.NotSupported(path.Child("writeAllocation"), a.WriteAllocation, []string{WriteAllocationBind, WriteAllocationPreBind}))

@@ -100,7 +100,7 @@ func largestPod(b *testing.B, name string) *corev1.Pod {
 func BenchmarkPreFilter(b *testing.B) {
 	c, _ := testCache(&testing.T{})
 	c.warmed.Store(true)
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.engine, cache: c, ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	for _, tc := range []struct {
 		name string
@@ -170,7 +170,7 @@ func BenchmarkFilterScore(b *testing.B) {
 		infos[i] = framework.NewNodeInfo()
 		infos[i].SetNode(n)
 	}
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.engine, cache: c, ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	// Pods of a few shapes, so that every node's memo holds several.
 	pods := make([]*corev1.Pod, 8)

@@ -113,7 +113,7 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 	pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: resources("2", "4Gi")}}
 	for _, mode := range []string{PodsWithoutDevicesScore, PodsWithoutDevicesIgnore} {
 		t.Run(mode, func(t *testing.T) {
-			p := &Plugin{args: &Args{PodsWithoutDevices: mode}, engine: c.engine, cache: c}
+			p := &Plugin{args: &Args{PodsWithoutDevices: mode, Enforcement: types.EnforcementBestEffort}, engine: c.engine, cache: c, namespaces: anyNamespace{}}
 			cs := framework.NewCycleState()
 			if _, st := p.PreFilter(context.Background(), cs, pod, nil); !st.IsSkip() {
 				t.Fatalf("PreFilter = %v, want Skip (no Filter for pods without devices)", st)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -44,6 +45,8 @@ type Plugin struct {
 	cache  *deviceCache
 	synced func() bool
 	ready  atomic.Bool
+	// namespaces give each pod's namespace its enforcement policy label.
+	namespaces corelisters.NamespaceLister
 	// fitOnce and fitFilter: whether the profile runs NodeResourcesFit's
 	// Filter (see fitFilters).
 	fitOnce   sync.Once
@@ -86,7 +89,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	logger.Info("kubegpu plugin ready", "profile", h.ProfileName(), "pluginDir", args.PluginDir,
 		"modules", shared.modules, "nodePolicy", args.NodePolicy, "signingKey", shared.key.Algorithm()+":"+shared.key.ID())
-	return &Plugin{ctx: ctx, handle: h, args: args, engine: shared.engine, key: shared.key, cache: shared.cache, synced: shared.synced}, nil
+	return &Plugin{ctx: ctx, handle: h, args: args, engine: shared.engine, key: shared.key, cache: shared.cache, synced: shared.synced,
+		namespaces: h.SharedInformerFactory().Core().V1().Namespaces().Lister()}, nil
 }
 
 // shared is what the profiles of one process share: loading a .so twice is

@@ -10,6 +10,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // TestPreemptionView: Filter sees a node with the pods RemovePod took off
@@ -69,7 +70,7 @@ func fullDGX(t testing.TB, n int) (*Plugin, *corev1.Node, []*corev1.Pod) {
 	c.updateNode(logger, node)
 	c.updateLease(testLease("n1", testNow), false)
 	c.warmed.Store(true)
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.engine, cache: c, ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	var pods []*corev1.Pod
 	for i := range n {

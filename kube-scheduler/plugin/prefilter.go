@@ -41,6 +41,11 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		p.cache.pending.refuse(pod.UID, pendingInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
+	policy, status := p.enforcement(pod)
+	if status != nil {
+		return nil, status
+	}
+	r.SetEnforcement(policy)
 	// Any scheduling group, named by whatever field: fails closed.
 	if g := pod.Spec.SchedulingGroup; g != nil && !p.placesGroups() {
 		group := ""
@@ -67,8 +72,25 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		}
 		p.cache.notWaiting(pod.UID)
 	}
-	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.evalInput(requestShape(req, r.Host), r), pending: p.cache.pending.start(pod.UID)})
+	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.evalInput(requestShape(req, r.Host, r.Enforcement), r), pending: p.cache.pending.start(pod.UID)})
 	return nil, nil
+}
+
+// enforcement is the policy the pod's slices are placed under: its
+// namespace's label, or the args' default. A namespace the scheduler has
+// not seen yet is an error (the pod is retried): the default could be
+// laxer than the namespace's label.
+func (p *Plugin) enforcement(pod *corev1.Pod) (types.EnforcementPolicy, *fwk.Status) {
+	ns, err := p.namespaces.Get(pod.Namespace)
+	if err != nil {
+		return "", fwk.AsStatus(fmt.Errorf("GPUs: the pod's namespace for its enforcement policy: %w", err))
+	}
+	policy, err := objects.EnforcementPolicy(ns, p.args.Enforcement)
+	if err != nil {
+		p.cache.pending.refuse(pod.UID, pendingInvalidRequest)
+		return "", fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+err.Error())
+	}
+	return policy, nil
 }
 
 // errGroupsOff is why a profile does not place pod groups.

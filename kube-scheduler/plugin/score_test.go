@@ -17,6 +17,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // TestScoreTakesFilterScore: Score returns the score Filter found for a
@@ -36,7 +37,7 @@ func TestScoreTakesFilterScore(t *testing.T) {
 		infos[name] = framework.NewNodeInfo()
 		infos[name].SetNode(n)
 	}
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.engine, cache: c, ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	ctx, pod, cs := context.Background(), gpuPod("p", 1, 0, testNow), framework.NewCycleState()
 	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
@@ -205,7 +206,7 @@ func TestFilterLeavesHostResources(t *testing.T) {
 		{true, &config.Plugins{Filter: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}}}},
 	} {
 		fit := tc.preFilter && (tc.filters == nil || len(tc.filters.Filter.Enabled) == 2)
-		p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore}, engine: c.engine, cache: c, ctx: context.Background()}
+		p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.engine, cache: c, ctx: context.Background(), namespaces: anyNamespace{}}
 		if tc.filters != nil {
 			p.handle = listedHandle{plugins: tc.filters}
 		}

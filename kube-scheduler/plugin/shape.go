@@ -18,7 +18,7 @@ var shapeSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 // requestShape hashes everything the request's fit and score depend on
 // (container names included: they appear in the reasons a pod does not
 // fit). Its cost is linear in the request's size, which PodRequest bounds.
-func requestShape(req types.PodRequest, host devicescheduler.Host) shapeKey {
+func requestShape(req types.PodRequest, host devicescheduler.Host, enforcement types.EnforcementPolicy) shapeKey {
 	var out shapeKey
 	for i := range out {
 		var h maphash.Hash
@@ -35,6 +35,7 @@ func requestShape(req types.PodRequest, host devicescheduler.Host) shapeKey {
 		num(host.CPUMilli)
 		num(host.MemoryMiB)
 		str(string(req.Placement))
+		str(string(enforcement))
 		for _, list := range [][]types.ContainerRequest{req.InitContainers, req.Containers} {
 			num(int64(len(list)))
 			for _, c := range list {
