@@ -45,6 +45,10 @@ func (n *node) Discover(ctx context.Context) (types.Inventory, error) {
 		} else if _, sick := h.unhealthy(d.UUID, AllInstances, AllInstances); sick {
 			d.Health = types.Unhealthy
 		}
+		if n.mps != nil && !g.migEnabled {
+			// MIG devices are never shared: their partition is the limit.
+			d.SliceEnforcer = types.EnforcerMPS
+		}
 		inv.Devices = append(inv.Devices, d)
 		devices[d.ID] = deviceEntry{dev: d, migIndex: -1, parent: g.migEnabled}
 		for _, m := range g.migs {

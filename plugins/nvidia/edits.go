@@ -201,7 +201,12 @@ func mpsEdits(entries []deviceEntry, shares []types.DeviceShare, start mpsStarte
 			{Name: EnvCUDADeviceOrder, Value: "PCI_BUS_ID"},
 		},
 		Mounts: []types.Mount{
-			{HostPath: dirs.pipe, ContainerPath: MPSContainerPipeDir},
+			// Read-only: clients connect to the daemon's sockets (which
+			// a read-only mount allows) and need write nothing there;
+			// the container cannot put a socket of its own in the
+			// daemon's place, so what the node reads back through the
+			// pipe is the daemon's answer.
+			{HostPath: dirs.pipe, ContainerPath: MPSContainerPipeDir, ReadOnly: true},
 			{HostPath: dirs.shm, ContainerPath: "/dev/shm"},
 		},
 	}

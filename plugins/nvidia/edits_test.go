@@ -105,7 +105,7 @@ func TestContainerEdits(t *testing.T) {
 					{Name: EnvMPSPinnedMemoryLimit, Value: "0=2048M,1=8192M"},
 				},
 				Mounts: []types.Mount{
-					{HostPath: "/run/kubegpu/mps/uid/c/pipe", ContainerPath: MPSContainerPipeDir},
+					{HostPath: "/run/kubegpu/mps/uid/c/pipe", ContainerPath: MPSContainerPipeDir, ReadOnly: true},
 					{HostPath: "/run/kubegpu/mps/uid/c/shm", ContainerPath: "/dev/shm"},
 				},
 			},
@@ -125,7 +125,7 @@ func TestContainerEdits(t *testing.T) {
 					{Name: EnvCUDADeviceOrder, Value: "PCI_BUS_ID"},
 				},
 				Mounts: []types.Mount{
-					{HostPath: "/run/kubegpu/mps/uid/c/pipe", ContainerPath: MPSContainerPipeDir},
+					{HostPath: "/run/kubegpu/mps/uid/c/pipe", ContainerPath: MPSContainerPipeDir, ReadOnly: true},
 					{HostPath: "/run/kubegpu/mps/uid/c/shm", ContainerPath: "/dev/shm"},
 				},
 			},

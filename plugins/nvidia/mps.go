@@ -154,6 +154,10 @@ func (m *mpsDaemons) ensure(ctx context.Context, podUID, container string, gpus 
 	if err != nil {
 		return mpsDirs{}, err
 	}
+	if err := m.setPinned(ctx, d.pipe, limits); err != nil {
+		m.stop(ctx, dir, r)
+		return mpsDirs{}, err
+	}
 	klog.FromContext(ctx).Info("Started an MPS daemon for the container", "podUID", podUID, "container", container,
 		"gpus", want.GPUs, "threadPercent", limits.ThreadPercent, "pinnedMemory", limits.PinnedMemory, "pid", r.PID)
 	return d, nil

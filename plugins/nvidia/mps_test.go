@@ -3,12 +3,14 @@ package nvidia
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kubegpu/kubegpu/plugins/nvidia/nvmltest"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // newTestDaemons runs the MPS stand-in; it mounts tmpfs, so it needs root.
@@ -121,5 +123,73 @@ func TestMPSRelease(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(m.root); len(left) != 1 || left[0].Name() != "pod-a" {
 		t.Errorf("after the release: %v, want pod-a alone", left)
+	}
+}
+
+// TestMPSEnforcedReadBack: a container's daemon gets its memory limit set
+// through its pipe as well as in its environment, and Enforced reads back
+// what the daemon reports, per device of the allocation; a client that
+// raises a default through the pipe shows in the read-back; a daemon that
+// is gone is an error, not an empty report.
+func TestMPSEnforcedReadBack(t *testing.T) {
+	m, _ := newTestDaemons(t)
+	ctx := t.Context()
+	n := &node{mps: m}
+	alloc := types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{
+		{ID: "gpu1", UUID: "GPU-B", MemoryMiB: 2048, ComputePercent: 25},
+		{ID: "gpu0", UUID: "GPU-A", MemoryMiB: 4096, ComputePercent: 25},
+	}}
+	// Ordinals in PCI order: GPU-A (ordinal 0) holds 4096 MiB, GPU-B 2048.
+	d, err := m.ensure(ctx, "pod-a", "main", []string{"GPU-A", "GPU-B"}, mpsLimits{ThreadPercent: 25, PinnedMemory: "0=4096M,1=2048M"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := n.Enforced(ctx, "pod-a", alloc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := types.Enforcement{Mechanism: types.EnforcerMPS, ComputePercent: 25, MemoryMiB: []int64{2048, 4096}}
+	if !reflect.DeepEqual(e, want) {
+		t.Fatalf("Enforced = %+v, want %+v", e, want)
+	}
+	if err := e.Mismatch(alloc); err != nil {
+		t.Errorf("the limits set are reported a mismatch: %v", err)
+	}
+	// A client raises the default through the pipe.
+	if _, err := m.query(ctx, d.pipe, "set_default_active_thread_percentage 100"); err != nil {
+		t.Fatal(err)
+	}
+	e, err = n.Enforced(ctx, "pod-a", alloc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Mismatch(alloc); err == nil || !strings.Contains(err.Error(), "compute unlimited, granted 25%") {
+		t.Errorf("a raised thread percentage: mismatch %v, want compute unlimited named", err)
+	}
+	if _, err := n.Enforced(ctx, "pod-b", alloc); err == nil {
+		t.Error("Enforced for a container without a daemon reported limits")
+	}
+}
+
+func TestParseMPSAnswers(t *testing.T) {
+	for in, want := range map[string]int64{"": 0, "4G": 4096, "2048M": 2048, "512K": 1, "1.5G": 1536, "1T": 1 << 20} {
+		if got, err := parseMemoryLimit(in); err != nil || got != want {
+			t.Errorf("parseMemoryLimit(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"4", "G", "-1G", "4X", "1e99G"} {
+		if _, err := parseMemoryLimit(bad); err == nil {
+			t.Errorf("parseMemoryLimit(%q) accepted", bad)
+		}
+	}
+	for in, want := range map[string]int{"": 0, "25.0": 25, "100.0": 0, "12.5": 13} {
+		if got, err := parseThreads(in); err != nil || got != want {
+			t.Errorf("parseThreads(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"x", "101", "-1"} {
+		if _, err := parseThreads(bad); err == nil {
+			t.Errorf("parseThreads(%q) accepted", bad)
+		}
 	}
 }
