@@ -85,7 +85,7 @@ func (m *mpsDaemons) setPinned(ctx context.Context, pipe string, limits mpsLimit
 // either). Each value is the most permissive reported: the highest thread
 // percentage, and per device the highest memory limit, 0 if any is
 // unlimited.
-func (m *mpsDaemons) applied(ctx context.Context, pipe string, devices int) (threads int, mem []int64, err error) {
+func (m *mpsDaemons) applied(ctx context.Context, pipe string, devices int) (threads int, mem []memLimit, err error) {
 	t, err := m.query(ctx, pipe, mpsGetThreads)
 	if err != nil {
 		return 0, nil, err
@@ -93,7 +93,7 @@ func (m *mpsDaemons) applied(ctx context.Context, pipe string, devices int) (thr
 	if threads, err = parseThreads(t); err != nil {
 		return 0, nil, err
 	}
-	mem = make([]int64, devices)
+	mem = make([]memLimit, devices)
 	for i := range mem {
 		v, err := m.query(ctx, pipe, fmt.Sprintf("%s %d", mpsGetPinned, i))
 		if err != nil {
@@ -133,10 +133,10 @@ func (m *mpsDaemons) applied(ctx context.Context, pipe string, devices int) (thr
 			if err != nil {
 				return 0, nil, err
 			}
-			if sm == 0 || mem[i] == 0 {
-				mem[i] = 0
-			} else {
-				mem[i] = max(mem[i], sm)
+			if sm.mib == 0 || mem[i].mib == 0 {
+				mem[i] = memLimit{}
+			} else if sm.mib+sm.unit > mem[i].mib+mem[i].unit {
+				mem[i] = sm
 			}
 		}
 	}
@@ -172,7 +172,12 @@ func (n *node) Enforced(ctx context.Context, podUID string, alloc types.Containe
 		if ordinal < 0 {
 			return types.Enforcement{}, fmt.Errorf("the container's MPS daemon serves %s, not its GPU %s", r.GPUs, s.UUID)
 		}
-		e.MemoryMiB[i] = mem[ordinal]
+		// Exact to the daemon's printed precision: a limit that reads
+		// as the grant's whole GiB is taken as the grant.
+		e.MemoryMiB[i] = mem[ordinal].mib
+		if mem[ordinal].mib > 0 && mem[ordinal].holds(s.MemoryMiB) {
+			e.MemoryMiB[i] = s.MemoryMiB
+		}
 	}
 	return e, nil
 }
@@ -184,7 +189,8 @@ func parseThreads(s string) (int, error) {
 		return 0, nil
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f < 0 || f > 100 {
+	if err != nil || !(f >= 0 && f <= 100) { // NaN fails both
+
 		return 0, fmt.Errorf("MPS active thread percentage %q: want a number 0..100", abbreviate(s))
 	}
 	if f >= 100 {
@@ -193,19 +199,31 @@ func parseThreads(s string) (int, error) {
 	return int(math.Round(f)), nil
 }
 
+// memLimit is a pinned memory limit as the daemon reports it: the limit
+// is at least mib and less than mib+unit. The daemon prints whole units
+// of the largest that fits (a limit of 71885M reads "70G"; H200, driver
+// 580.159.04), so the answer is exact only to its unit.
+type memLimit struct{ mib, unit int64 }
+
+// holds reports whether the limit may be exactly grant MiB.
+func (l memLimit) holds(grant int64) bool { return grant >= l.mib && grant < l.mib+l.unit }
+
 // parseMemoryLimit reads a pinned memory limit as the daemon prints it
-// ("4G", "2048M", "512K"), in MiB; an empty answer or 0 is no limit.
-func parseMemoryLimit(s string) (int64, error) {
+// ("4G", "2048M", "512K"); an empty answer or 0 is no limit.
+func parseMemoryLimit(s string) (memLimit, error) {
 	if s == "" {
-		return 0, nil
+		return memLimit{}, nil
 	}
-	unit := map[byte]float64{'K': 1.0 / 1024, 'M': 1, 'G': 1024, 'T': 1 << 20}
-	u, ok := unit[s[len(s)-1]]
-	v, err := strconv.ParseFloat(s[:len(s)-1], 64)
-	if !ok || err != nil || v < 0 || v > 1<<40 {
-		return 0, fmt.Errorf("MPS pinned memory limit %q: want a number and K, M, G or T", abbreviate(s))
+	units := map[byte]int64{'K': 0, 'M': 1, 'G': 1 << 10, 'T': 1 << 20}
+	u, ok := units[s[len(s)-1]]
+	v, err := strconv.ParseUint(s[:len(s)-1], 10, 32)
+	if !ok || err != nil {
+		return memLimit{}, fmt.Errorf("MPS pinned memory limit %q: want a whole number and K, M, G or T", abbreviate(s))
 	}
-	return int64(math.Round(v * u)), nil
+	if u == 0 { // kibibytes
+		return memLimit{mib: int64(v) >> 10, unit: 1}, nil
+	}
+	return memLimit{mib: int64(v) * u, unit: u}, nil
 }
 
 // parsePinned reads mpsLimits.PinnedMemory ("0=1024M,1=2048M") into MiB

@@ -242,10 +242,8 @@ func checkMPS(ctx context.Context, t *testing.T, g types.Device) {
 	} else {
 		t.Logf("get_default_active_thread_percentage through the container's pipe: %s", out)
 	}
-	// The pinned memory limit is not read back: the control daemon takes
-	// it from its environment for the servers it starts, and answers
-	// get_default_device_pinned_mem_limit with nothing (driver 580); only
-	// a CUDA client would see it.
+	// Real CUDA clients in slices of their own: the limits hold.
+	checkSliceLimits(ctx, t, pp, g, root)
 
 	// The daemon this container got, by its record (PID and start time),
 	// not by name: the node may run other containers' daemons.

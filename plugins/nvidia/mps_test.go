@@ -136,11 +136,12 @@ func TestMPSEnforcedReadBack(t *testing.T) {
 	ctx := t.Context()
 	n := &node{mps: m}
 	alloc := types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{
-		{ID: "gpu1", UUID: "GPU-B", MemoryMiB: 2048, ComputePercent: 25},
+		{ID: "gpu1", UUID: "GPU-B", MemoryMiB: 2500, ComputePercent: 25},
 		{ID: "gpu0", UUID: "GPU-A", MemoryMiB: 4096, ComputePercent: 25},
 	}}
-	// Ordinals in PCI order: GPU-A (ordinal 0) holds 4096 MiB, GPU-B 2048.
-	d, err := m.ensure(ctx, "pod-a", "main", []string{"GPU-A", "GPU-B"}, mpsLimits{ThreadPercent: 25, PinnedMemory: "0=4096M,1=2048M"})
+	// Ordinals in PCI order: GPU-A (ordinal 0) holds 4096 MiB, GPU-B 2500
+	// (which the daemon reports as "2G", exact to its unit).
+	d, err := m.ensure(ctx, "pod-a", "main", []string{"GPU-A", "GPU-B"}, mpsLimits{ThreadPercent: 25, PinnedMemory: "0=4096M,1=2500M"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func TestMPSEnforcedReadBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := types.Enforcement{Mechanism: types.EnforcerMPS, ComputePercent: 25, MemoryMiB: []int64{2048, 4096}}
+	want := types.Enforcement{Mechanism: types.EnforcerMPS, ComputePercent: 25, MemoryMiB: []int64{2500, 4096}}
 	if !reflect.DeepEqual(e, want) {
 		t.Fatalf("Enforced = %+v, want %+v", e, want)
 	}
@@ -172,12 +173,15 @@ func TestMPSEnforcedReadBack(t *testing.T) {
 }
 
 func TestParseMPSAnswers(t *testing.T) {
-	for in, want := range map[string]int64{"": 0, "4G": 4096, "2048M": 2048, "512K": 1, "1.5G": 1536, "1T": 1 << 20} {
+	for in, want := range map[string]memLimit{"": {}, "4G": {4096, 1024}, "2048M": {2048, 1}, "512K": {0, 1}, "70G": {71680, 1024}, "1T": {1 << 20, 1 << 20}} {
 		if got, err := parseMemoryLimit(in); err != nil || got != want {
-			t.Errorf("parseMemoryLimit(%q) = %d, %v; want %d", in, got, err, want)
+			t.Errorf("parseMemoryLimit(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"4", "G", "-1G", "4X", "1e99G"} {
+	if l, _ := parseMemoryLimit("70G"); !l.holds(71885) || l.holds(72704) || l.holds(71679) {
+		t.Error(`"70G" must hold 71885 MiB and not 72704 or 71679`)
+	}
+	for _, bad := range []string{"4", "G", "-1G", "4X", "1.5G", "99999999999G"} {
 		if _, err := parseMemoryLimit(bad); err == nil {
 			t.Errorf("parseMemoryLimit(%q) accepted", bad)
 		}
@@ -192,4 +196,20 @@ func TestParseMPSAnswers(t *testing.T) {
 			t.Errorf("parseThreads(%q) accepted", bad)
 		}
 	}
+}
+
+// FuzzParseMPSAnswers: whatever a daemon answers, the parsers return a
+// limit in range or an error, never panic.
+func FuzzParseMPSAnswers(f *testing.F) {
+	for _, s := range []string{"", "4G", "2048M", "25.0", "100.0", "512K", "1T", "G", "-1", "NaN"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if l, err := parseMemoryLimit(s); err == nil && (l.mib < 0 || l.unit < 0) {
+			t.Errorf("parseMemoryLimit(%q) = %+v", s, l)
+		}
+		if p, err := parseThreads(s); err == nil && (p < 0 || p >= 100) {
+			t.Errorf("parseThreads(%q) = %d", s, p)
+		}
+	})
 }

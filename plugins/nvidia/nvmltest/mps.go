@@ -40,7 +40,7 @@ set_default_active_thread_percentage)
 	echo "$a" > "$pipe/.threads"; echo "$a.0" ;;
 set_default_device_pinned_mem_limit)
 	v=${b%M}
-	if [ "$v" != "$b" ] && [ $((v % 1024)) -eq 0 ]; then b="$((v / 1024))G"; fi
+	if [ "$v" != "$b" ] && [ "$v" -ge 1024 ]; then b="$((v / 1024))G"; fi
 	echo "$b" > "$pipe/.pinned-$a" ;;
 get_default_device_pinned_mem_limit)
 	cat "$pipe/.pinned-$a" 2>/dev/null ;;

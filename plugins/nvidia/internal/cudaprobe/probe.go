@@ -195,9 +195,11 @@ func (d *Device) Alloc(n uint64) (free func() error, err error) {
 
 // Spin launches the compute-bound kernel repeatedly for at least d and
 // returns its rate: fused multiply-adds per second, in units of 10^9.
+// warm, if not nil, is called once the kernel is compiled and has run
+// once, before the timed launches.
 // Every launch fills each multiprocessor with blocksPerSM blocks of 256
 // threads, whatever share of them the context may use.
-func (d *Device) Spin(dur time.Duration) (float64, error) {
+func (d *Device) Spin(dur time.Duration, warm func()) (float64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	const (
@@ -219,6 +221,9 @@ func (d *Device) Spin(dur time.Duration) (float64, error) {
 	}
 	if err := launch(); err != nil { // JIT and warm-up
 		return 0, err
+	}
+	if warm != nil {
+		warm()
 	}
 	start := time.Now()
 	n := 0

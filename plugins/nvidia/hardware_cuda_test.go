@@ -1,0 +1,222 @@
+package nvidia
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubegpu/kubegpu/plugins/nvidia/internal/cudaprobe"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// envProbe makes the test binary a CUDA client (TestCUDAProbeHelper):
+// TestHardware runs it inside a slice's environment.
+const envProbe = "KUBEGPU_CUDA_PROBE"
+
+// probeJob is what one CUDA client does: allocate each of AllocMiB in turn
+// (keeping them, so that they add up), then time the kernel for Spin.
+type probeJob struct {
+	AllocMiB []uint64      `json:"allocMiB,omitempty"`
+	Spin     time.Duration `json:"spin,omitempty"`
+	// Spinning, if set, is a file the client makes once its kernel is
+	// compiled and launched: from then on it keeps the GPU busy.
+	Spinning string `json:"spinning,omitempty"`
+}
+
+// probeResult is what the client saw.
+type probeResult struct {
+	SMs        int      `json:"sms"`
+	FreeMiB    uint64   `json:"freeMiB"`
+	Allocated  []bool   `json:"allocated,omitempty"`
+	OOM        []bool   `json:"oom,omitempty"`
+	GFMAPerSec float64  `json:"gfmaPerSec,omitempty"`
+	Errors     []string `json:"errors,omitempty"`
+}
+
+// TestCUDAProbeHelper is the CUDA client, run by TestHardware as a
+// process of its own: it prints one probeResult as JSON.
+func TestCUDAProbeHelper(t *testing.T) {
+	job := os.Getenv(envProbe)
+	if job == "" {
+		t.Skip("a helper process of TestHardware")
+	}
+	var j probeJob
+	var r probeResult
+	defer func() {
+		b, _ := json.Marshal(r)
+		fmt.Printf("PROBE %s\n", b)
+	}()
+	if err := json.Unmarshal([]byte(job), &j); err != nil {
+		r.Errors = append(r.Errors, err.Error())
+		return
+	}
+	d, err := cudaprobe.Open("", 0)
+	if err != nil {
+		r.Errors = append(r.Errors, err.Error())
+		return
+	}
+	r.SMs = d.SMs
+	free, _, err := d.MemInfo()
+	if err != nil {
+		r.Errors = append(r.Errors, err.Error())
+	}
+	r.FreeMiB = free >> 20
+	for _, mib := range j.AllocMiB {
+		_, err := d.Alloc(mib << 20)
+		r.Allocated = append(r.Allocated, err == nil)
+		r.OOM = append(r.OOM, errors.Is(err, cudaprobe.ErrOutOfMemory))
+		if err != nil && !errors.Is(err, cudaprobe.ErrOutOfMemory) {
+			r.Errors = append(r.Errors, err.Error())
+		}
+	}
+	if j.Spin > 0 {
+		warm := func() {
+			if j.Spinning != "" {
+				_ = os.WriteFile(j.Spinning, nil, 0o644)
+			}
+		}
+		if r.GFMAPerSec, err = d.Spin(j.Spin, warm); err != nil {
+			r.Errors = append(r.Errors, err.Error())
+		}
+	}
+}
+
+// slice is one container's MPS environment on the host: its pipe and
+// shared memory directories, and its GPU.
+type slice struct {
+	pipe, shm, gpu string
+}
+
+// runProbe runs the test binary as a CUDA client doing job: inside s as a
+// container sees it (its daemon's /dev/shm, its pipe directory bound
+// read-only), or with no MPS daemon when s is nil.
+func runProbe(ctx context.Context, t *testing.T, s *slice, gpu string, job probeJob) probeResult {
+	t.Helper()
+	b, _ := json.Marshal(job)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), envProbe+"="+string(b), "CUDA_VISIBLE_DEVICES="+gpu, "CUDA_DEVICE_ORDER=PCI_BUS_ID")
+	var cmd *exec.Cmd
+	if s == nil {
+		cmd = exec.CommandContext(ctx, self, "-test.run=^TestCUDAProbeHelper$")
+		env = append(env, "CUDA_MPS_PIPE_DIRECTORY="+filepath.Join(t.TempDir(), "no-daemon"))
+	} else {
+		ro := filepath.Join(t.TempDir(), "nvidia-mps")
+		if err := os.Mkdir(ro, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd = exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-c",
+			`mount --bind "$1" /dev/shm && mount --bind "$2" "$3" && mount -o remount,bind,ro "$3" && exec "$4" -test.run='^TestCUDAProbeHelper$'`,
+			"probe", s.shm, s.pipe, ro, self)
+		env = append(env, "CUDA_MPS_PIPE_DIRECTORY="+ro)
+	}
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	i := strings.LastIndex(string(out), "PROBE ")
+	if i < 0 {
+		t.Fatalf("CUDA client: %v\n%s", err, out)
+	}
+	line, _, _ := strings.Cut(string(out[i+len("PROBE "):]), "\n")
+	var r probeResult
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		t.Fatalf("CUDA client's result %q: %v", line, err)
+	}
+	return r
+}
+
+// checkSliceLimits proves a 25% / 4 GiB MPS slice on g with real CUDA
+// clients: allocations within the slice succeed and beyond it fail, and
+// the compute-bound kernel's rate follows the thread percentage, alone and
+// while a 75% slice on the same GPU spins.
+func checkSliceLimits(ctx context.Context, t *testing.T, pp types.PodScopedPlugin, g types.Device, root string) {
+	t.Helper()
+	prover, ok := pp.(types.EnforcementProver)
+	if !ok {
+		t.Fatal("the node side with MPS does not read back what it enforces")
+	}
+	const quarterMiB = 4096
+	solo := runProbe(ctx, t, nil, g.UUID, probeJob{Spin: 3 * time.Second})
+	if len(solo.Errors) > 0 || solo.GFMAPerSec <= 0 {
+		t.Fatalf("CUDA client with the whole GPU: %+v", solo)
+	}
+	t.Logf("whole GPU, no MPS: %d SMs, %.0f GFMA/s", solo.SMs, solo.GFMAPerSec)
+
+	start := func(pod string, percent int, mib int64) *slice {
+		alloc := types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{{ID: g.ID, UUID: g.UUID, MemoryMiB: mib, ComputePercent: percent}}}
+		if _, err := pp.PodContainerEdits(ctx, pod, alloc); err != nil {
+			t.Fatalf("edits for a %d%% / %d MiB slice: %v", percent, mib, err)
+		}
+		e, err := prover.Enforced(ctx, pod, alloc)
+		if err != nil {
+			t.Fatalf("read back the %d%% slice's limits: %v", percent, err)
+		}
+		t.Logf("%d%% / %d MiB slice, read back through its pipe: %s", percent, mib, e)
+		if err := e.Mismatch(alloc); err != nil {
+			t.Errorf("%d%% / %d MiB slice: %v", percent, mib, err)
+		}
+		dir := filepath.Join(root, pod, "main")
+		return &slice{pipe: filepath.Join(dir, "pipe"), shm: filepath.Join(dir, "shm"), gpu: g.UUID}
+	}
+	q := start("pod-quarter", 25, quarterMiB)
+
+	mem := runProbe(ctx, t, q, g.UUID, probeJob{AllocMiB: []uint64{3072, 2048}})
+	t.Logf("in the slice: %d SMs, %d MiB free, 3072 MiB allocated %v, 2048 MiB more %v (out of memory %v)", mem.SMs, mem.FreeMiB, mem.Allocated, mem.OOM, mem.OOM)
+	switch {
+	case len(mem.Errors) > 0:
+		t.Errorf("CUDA client in the slice: %v", mem.Errors)
+	case len(mem.Allocated) != 2 || !mem.Allocated[0]:
+		t.Errorf("3 GiB in a 4 GiB slice was not allocated: %+v", mem)
+	case mem.Allocated[1] || !mem.OOM[1]:
+		t.Errorf("5 GiB in all in a 4 GiB slice: the second allocation %+v, want out of memory", mem)
+	}
+	if mem.FreeMiB > quarterMiB {
+		t.Errorf("the slice's client sees %d MiB free, more than its %d MiB", mem.FreeMiB, quarterMiB)
+	}
+	big := runProbe(ctx, t, q, g.UUID, probeJob{AllocMiB: []uint64{5120}})
+	if len(big.OOM) != 1 || !big.OOM[0] {
+		t.Errorf("5 GiB at once in a 4 GiB slice: %+v, want out of memory", big)
+	}
+
+	alone := runProbe(ctx, t, q, g.UUID, probeJob{Spin: 3 * time.Second})
+	ratio := alone.GFMAPerSec / solo.GFMAPerSec
+	t.Logf("25%% slice alone: %d SMs, %.0f GFMA/s, %.2f of the whole GPU's rate", alone.SMs, alone.GFMAPerSec, ratio)
+	if ratio < 0.15 || ratio > 0.35 {
+		t.Errorf("25%% slice alone ran at %.2f of the whole GPU's rate, want about 0.25", ratio)
+	}
+
+	other := start("pod-rest", 75, g.MemoryMiB/2)
+	done := make(chan probeResult, 1)
+	spinning := filepath.Join(t.TempDir(), "spinning")
+	go func() { done <- runProbe(ctx, t, other, g.UUID, probeJob{Spin: 9 * time.Second, Spinning: spinning}) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(spinning); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the 75% slice's CUDA client did not start spinning within 30 s")
+		}
+	}
+	busy := runProbe(ctx, t, q, g.UUID, probeJob{Spin: 3 * time.Second})
+	rest := <-done
+	ratio = busy.GFMAPerSec / solo.GFMAPerSec
+	t.Logf("25%% slice while a 75%% slice (its own MPS daemon) spins: %.0f GFMA/s, %.2f of the whole GPU's rate; the 75%% slice %.0f GFMA/s (%.2f, over its 9 s)",
+		busy.GFMAPerSec, ratio, rest.GFMAPerSec, rest.GFMAPerSec/solo.GFMAPerSec)
+	if ratio > 0.35 {
+		t.Errorf("25%% slice beside another ran at %.2f of the whole GPU's rate, more than its share", ratio)
+	}
+	// Two daemons' servers are two contexts that the GPU time-slices:
+	// each slice then gets its SMs about half of the time.
+	if ratio < 0.08 {
+		t.Errorf("25%% slice beside another ran at %.2f of the whole GPU's rate: starved", ratio)
+	}
+	t.Logf("summary: solo %.0f, slice alone %.2f, slice beside a 75%% slice %.2f (ratios of the solo rate)", solo.GFMAPerSec, alone.GFMAPerSec/solo.GFMAPerSec, ratio)
+}
