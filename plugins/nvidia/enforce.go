@@ -190,7 +190,6 @@ func parseThreads(s string) (int, error) {
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || !(f >= 0 && f <= 100) { // NaN fails both
-
 		return 0, fmt.Errorf("MPS active thread percentage %q: want a number 0..100", abbreviate(s))
 	}
 	if f >= 100 {
