@@ -8,6 +8,12 @@
 // get (NVIDIA_VISIBLE_DEVICES=<uuids>, or CDI device names). The scheduler
 // side rates links as the NVIDIA module does (package gpulink).
 //
+// With enforcer-root, an enforcer stand-in with the read-back interface of
+// MPS (types.EnforcementProver) gives each container with slices a limits
+// file that it may rewrite, so that hosts' enforcement policy, proof and
+// refusal paths run end to end without a GPU (see enforcer.go).
+//
 // Options (--plugin-option simgpu.KEY=VALUE): preset, topology, gpus,
-// unhealthy, health-file, edits. The .so's main package is in ./plugin.
+// unhealthy, health-file, edits, enforcer-root. The .so's main package is
+// in ./plugin.
 package simgpu

@@ -42,9 +42,13 @@ const (
 	// OptionEdits is "env" (NVIDIA_VISIBLE_DEVICES, the default) or "cdi"
 	// (CDI device names kubegpu.io/simgpu=gpuN).
 	OptionEdits = "edits"
+	// OptionEnforcerRoot turns on the enforcer stand-in (see
+	// EnforcerContainerDir): the directory the containers' limits files
+	// are kept in. The GPUs then publish sliceEnforcer "simulated".
+	OptionEnforcerRoot = "enforcer-root"
 )
 
-var nodeOptions = []string{OptionPreset, OptionTopology, OptionGPUs, OptionUnhealthy, OptionHealthFile, OptionEdits}
+var nodeOptions = []string{OptionPreset, OptionTopology, OptionGPUs, OptionUnhealthy, OptionHealthFile, OptionEdits, OptionEnforcerRoot}
 
 // NewModule returns the simulated-GPU module.
 func NewModule() types.Module { return module{} }
@@ -109,8 +113,17 @@ func (module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.Nod
 		return nil, fmt.Errorf("simgpu: %s must be env or cdi, got %q", OptionEdits, edits)
 	}
 	topo = Inventory(t, cfg.NodeName)
-	klog.FromContext(ctx).V(2).Info("Simulated GPUs ready", "topology", t.Name, "gpus", t.GPUs, "model", t.Model, "edits", edits)
-	return &node{inv: topo, unhealthy: unhealthy, healthFile: opts[OptionHealthFile], cdi: edits == "cdi"}, nil
+	var enf *enforcer
+	if root := opts[OptionEnforcerRoot]; root != "" {
+		if enf, err = newEnforcer(root); err != nil {
+			return nil, err
+		}
+		for i := range topo.Devices {
+			topo.Devices[i].SliceEnforcer = types.EnforcerSimulated
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Simulated GPUs ready", "topology", t.Name, "gpus", t.GPUs, "model", t.Model, "edits", edits, "enforcer", enf != nil)
+	return &node{inv: topo, unhealthy: unhealthy, healthFile: opts[OptionHealthFile], cdi: edits == "cdi", enforcer: enf}, nil
 }
 
 // WithGPUs returns the topology cut or grown to n GPUs.

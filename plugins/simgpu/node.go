@@ -30,6 +30,8 @@ type node struct {
 	unhealthy  map[int]bool
 	healthFile string
 	cdi        bool
+	// enforcer is the enforcer stand-in, nil unless OptionEnforcerRoot.
+	enforcer *enforcer
 }
 
 // Discover returns the simulated inventory with current health.

@@ -253,7 +253,7 @@ func TestNodePluginOptionErrors(t *testing.T) {
 		{"nothing", "n", nil, "set simgpu.preset=NAME (one of a10, dgx-a100, dgx-h100, dgx1, g2, g3, p100, t4, t4x4, v100m16, v100m32) or simgpu.topology=FILE"},
 		{"both", "n", map[string]string{OptionPreset: "dgx1", OptionTopology: "x"}, "not both"},
 		{"unknown preset", "n", map[string]string{OptionPreset: "dgx2"}, `unknown preset "dgx2"`},
-		{"unknown option", "n", map[string]string{"prest": "dgx1"}, "unknown option simgpu.prest (known: preset, topology, gpus, unhealthy, health-file, edits)"},
+		{"unknown option", "n", map[string]string{"prest": "dgx1"}, "unknown option simgpu.prest (known: preset, topology, gpus, unhealthy, health-file, edits, enforcer-root)"},
 		{"bad gpus", "n", map[string]string{OptionPreset: "dgx1", OptionGPUs: "0"}, `gpus must be 1..64, got "0"`},
 		{"bad unhealthy", "n", map[string]string{OptionPreset: "dgx1", OptionUnhealthy: "8"}, `unhealthy: want GPU indexes 0..7, got "8"`},
 		{"bad edits", "n", map[string]string{OptionPreset: "dgx1", OptionEdits: "magic"}, "edits must be env or cdi"},
