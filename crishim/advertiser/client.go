@@ -147,6 +147,17 @@ func decodeNode(body []byte) (*Node, error) {
 	return out, nil
 }
 
+// PatchPodStatus applies a strategic merge patch to a pod's status: the
+// node's credentials may, for pods bound to it.
+func (c *restClient) PatchPodStatus(ctx context.Context, namespace, name string, patch []byte) error {
+	return c.core.Patch(ktypes.StrategicMergePatchType).Namespace(namespace).Resource("pods").Name(name).SubResource("status").Body(patch).Do(ctx).Error()
+}
+
+// CreateEvent creates a core/v1 Event in namespace.
+func (c *restClient) CreateEvent(ctx context.Context, namespace string, event []byte) error {
+	return c.core.Post().Namespace(namespace).Resource("events").Body(event).Do(ctx).Error()
+}
+
 func (c *restClient) PatchNode(ctx context.Context, name string, pt ktypes.PatchType, patch []byte, subresource ...string) error {
 	return c.core.Patch(pt).Resource("nodes").Name(name).SubResource(subresource...).Body(patch).Do(ctx).Error()
 }

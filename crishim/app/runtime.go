@@ -43,13 +43,12 @@ func (c *runtimeClient) ListContainers(ctx context.Context, filter *runtimeapi.C
 
 // LivePods returns the UIDs of the pods with a ready sandbox.
 func (c *runtimeClient) LivePods(ctx context.Context) (map[string]bool, error) {
-	resp, err := c.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}})
+	sandboxes, err := c.ReadySandboxes(ctx)
 	if err != nil {
 		return nil, err
 	}
 	live := map[string]bool{}
-	for _, sb := range resp.GetItems() {
+	for _, sb := range sandboxes {
 		live[sb.GetMetadata().GetUid()] = true
 	}
 	return live, nil
@@ -75,6 +74,27 @@ func (c *runtimeClient) CDIOff(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	return cfg.EnableCDI != nil && !*cfg.EnableCDI, nil
+}
+
+// RunningContainers lists the running containers.
+func (c *runtimeClient) RunningContainers(ctx context.Context) ([]*runtimeapi.Container, error) {
+	return c.ListContainers(ctx, &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
+}
+
+// ReadySandboxes lists the ready pod sandboxes, with their annotations.
+func (c *runtimeClient) ReadySandboxes(ctx context.Context) ([]*runtimeapi.PodSandbox, error) {
+	resp, err := c.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetItems(), nil
+}
+
+// StopContainer stops a container, killing it after a second.
+func (c *runtimeClient) StopContainer(ctx context.Context, id string) error {
+	_, err := c.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 1})
+	return err
 }
 
 func (c *runtimeClient) Close() error { return c.conn.Close() }

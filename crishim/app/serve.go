@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	"github.com/kubegpu/kubegpu/crishim/enforce"
 	"github.com/kubegpu/kubegpu/crishim/ledger"
 	"github.com/kubegpu/kubegpu/crishim/metrics"
 	"github.com/kubegpu/kubegpu/crishim/nodeplugins"
@@ -117,10 +118,11 @@ func (o *serveOptions) run(ctx context.Context) error {
 	} else {
 		logger.Info("Device ledger read from the runtime", "devicesHeld", len(held), "held", held)
 	}
+	rewriter := &rewrite.Rewriter{Node: o.NodeName, Keys: keys, Modules: d.modules, Failed: modules.failed()}
 	p, err := proxy.New(proxy.Options{
 		Backend: o.RuntimeEndpoint,
 		CreateContainer: proxy.CreateContainer(proxy.Devices{
-			Rewriter:     &rewrite.Rewriter{Node: o.NodeName, Keys: keys, Modules: d.modules, Failed: modules.failed()},
+			Rewriter:     rewriter,
 			Allowlist:    allowlist,
 			HostGPUNodes: func() []string { return rewrite.HostGPUNodes("/dev") },
 			Ledger:       book,
@@ -172,6 +174,13 @@ func (o *serveOptions) run(ctx context.Context) error {
 		wg.Go(func() { d.loop(ctx, o.Interval) })
 	}
 	wg.Go(func() { releasePods(ctx, runtime, plugins, o.Interval) })
+	if provesSlices(plugins) {
+		// Records go to the API with the node's credentials; without an
+		// API client, containers are still stopped under Required.
+		pods, _ := client.(enforce.Pods)
+		checker := enforce.New(enforce.Options{Node: o.NodeName, Rewriter: rewriter, Runtime: runtime, Pods: pods, Metrics: m, Interval: o.Interval})
+		wg.Go(func() { checker.Run(ctx) })
+	}
 	logger.Info("kubegpu-crishim serving", "version", version.Get().GitVersion, "listen", o.Listen, "runtime", o.RuntimeEndpoint,
 		"modules", modules.started, "failedModules", modules.failed(), "advertise", client != nil, "keys", keys.IDs(), "allowlistEntries", allowlist.Len())
 	select {
@@ -263,6 +272,16 @@ func (d *discovery) loop(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
+}
+
+// provesSlices reports whether a module reads back what it enforces.
+func provesSlices(plugins []nodeplugins.Plugin) bool {
+	for _, p := range plugins {
+		if _, ok := p.NodePlugin.(types.EnforcementProver); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // releasePods tells the modules that start something per pod (an MPS

@@ -271,7 +271,20 @@ type Shim struct {
 	// start, by its file (e.g. nvidia.so), or by the plugin directory when
 	// no module could be loaded from it.
 	ModulesFailed GaugeVec
+	// Slices is the running containers with GPU slices at the last
+	// enforcement check, by state: enforced, mismatch, unproven,
+	// unenforced (every state written, from 0).
+	Slices GaugeVec
+	// EnforcementMismatches counts the checks that found a container's
+	// applied limits other than its grant.
+	EnforcementMismatches Counter
+	// EnforcementStops counts the containers the shim stopped for their
+	// enforcement under policy Required.
+	EnforcementStops Counter
 }
+
+// SliceStates are the values of Slices' state label.
+var SliceStates = []string{"enforced", "mismatch", "unproven", "unenforced"}
 
 // New returns the shim's metrics, all at zero.
 func New() *Shim {
@@ -283,9 +296,13 @@ func New() *Shim {
 		Syncs:           newVec[Counter]("result"),
 		Allowlisted:     newVec[Counter]("namespace"),
 		ModulesFailed:   newVec[Gauge]("module"),
+		Slices:          newVec[Gauge]("state"),
 	}
 	for _, r := range Reasons {
 		s.Refusals.With(string(r))
+	}
+	for _, st := range SliceStates {
+		s.Slices.With(st)
 	}
 	return s
 }
@@ -317,6 +334,9 @@ func (s *Shim) WriteText(w io.Writer) error {
 	counter(b, "kubegpu_crishim_ledger_refusals_total", "Containers refused because another pod's live container holds their devices.", s.LedgerRefusals.Value())
 	gauge(b, "kubegpu_crishim_modules", "Device modules serving.", s.Modules.Value())
 	gaugeVec(b, "kubegpu_crishim_modules_failed", "1 for each device module that did not load or start, by file (or by plugin directory when none could be loaded); containers are refused the devices it would serve.", &s.ModulesFailed)
+	gaugeVec(b, "kubegpu_crishim_gpu_slices", "Running containers with GPU slices at the last enforcement check, by state: enforced (limits read back equal the grant), mismatch, unproven (the enforcer did not answer), unenforced (no enforcer).", &s.Slices)
+	counter(b, "kubegpu_crishim_enforcement_mismatches_total", "Enforcement checks that found a container's applied GPU limits other than its grant.", s.EnforcementMismatches.Value())
+	counter(b, "kubegpu_crishim_enforcement_stops_total", "Containers stopped because their GPU slice was not enforced as granted under enforcement Required.", s.EnforcementStops.Value())
 	if rss, ok := residentBytes(); ok {
 		gauge(b, "process_resident_memory_bytes", "Resident memory size in bytes.", rss)
 	}

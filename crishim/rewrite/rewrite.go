@@ -85,35 +85,41 @@ type Rewriter struct {
 // (with kubeinterface.ErrBadSignature, ErrOtherPod or ErrOtherNode) or
 // ErrInvalid if its allocation may not be used here.
 func (r *Rewriter) ContainerAllocation(sb *runtimeapi.PodSandboxConfig, name string) (types.ContainerAllocation, error) {
-	none := types.ContainerAllocation{Name: name}
+	a, err := r.PodAllocation(sb)
+	if err != nil {
+		return types.ContainerAllocation{Name: name}, err
+	}
+	if c, ok := a.Container(name); ok {
+		return c, nil
+	}
+	return types.ContainerAllocation{Name: name}, nil
+}
+
+// PodAllocation returns the verified allocation of the pod whose sandbox
+// config is sb: empty if it has none, an error as ContainerAllocation's if
+// it may not be used here.
+func (r *Rewriter) PodAllocation(sb *runtimeapi.PodSandboxConfig) (types.PodAllocation, error) {
 	value, ok := sb.GetAnnotations()[kubeinterface.AnnotationAllocation]
 	if !ok {
-		return none, nil
+		return types.PodAllocation{}, nil
 	}
 	md := sb.GetMetadata()
 	pod := fmt.Sprintf("%s/%s", md.GetNamespace(), md.GetName())
 	a, err := kubeinterface.DecodeAllocation(value)
 	if err != nil {
-		return none, fmt.Errorf("%w: pod %s: %w", ErrInvalid, pod, err)
+		return types.PodAllocation{}, fmt.Errorf("%w: pod %s: %w", ErrInvalid, pod, err)
 	}
 	if err := r.Keys.Verify(a); err != nil {
-		return none, fmt.Errorf("%w: pod %s: %w", ErrForbidden, pod, err)
+		return types.PodAllocation{}, fmt.Errorf("%w: pod %s: %w", ErrForbidden, pod, err)
 	}
 	if a.Pod.Namespace != md.GetNamespace() || a.Pod.Name != md.GetName() || string(a.Pod.UID) != md.GetUid() {
-		return none, fmt.Errorf("%w: %w: pod %s (uid %s) carries the allocation of pod %s/%s (uid %s)",
+		return types.PodAllocation{}, fmt.Errorf("%w: %w: pod %s (uid %s) carries the allocation of pod %s/%s (uid %s)",
 			ErrForbidden, ErrOtherPod, pod, md.GetUid(), a.Pod.Namespace, a.Pod.Name, a.Pod.UID)
 	}
 	if a.Node != r.Node {
-		return none, fmt.Errorf("%w: %w: pod %s: the allocation is for node %q, this is node %q", ErrForbidden, ErrOtherNode, pod, a.Node, r.Node)
+		return types.PodAllocation{}, fmt.Errorf("%w: %w: pod %s: the allocation is for node %q, this is node %q", ErrForbidden, ErrOtherNode, pod, a.Node, r.Node)
 	}
-	for _, list := range [][]types.ContainerAllocation{a.Containers, a.InitContainers} {
-		for _, c := range list {
-			if c.Name == name {
-				return c, nil
-			}
-		}
-	}
-	return none, nil
+	return a.PodAllocation, nil
 }
 
 // Baseline are the edits every container starts from, whatever modules are
@@ -145,21 +151,9 @@ func Device(modules []Module, id string) (types.Device, bool) {
 // ErrModulesFailed or ErrUnknownDevice for a device no module serves, or a
 // *ModuleError for a module that failed.
 func (r *Rewriter) Edits(ctx context.Context, podUID string, alloc types.ContainerAllocation) (types.ContainerEdits, error) {
-	modules := r.Modules()
-	parts := make([]types.ContainerAllocation, len(modules))
-	for i := range parts {
-		parts[i].Name = alloc.Name
-	}
-	for _, d := range alloc.Devices {
-		i := slices.IndexFunc(modules, func(m Module) bool { _, ok := m.Devices[d.ID]; return ok })
-		if i < 0 && len(r.Failed) > 0 {
-			return types.ContainerEdits{}, fmt.Errorf("%w: container %q: device %s (%s) is not served: %w: %s (the Node's condition %s says why)",
-				ErrInvalid, alloc.Name, d.ID, d.UUID, ErrModulesFailed, strings.Join(r.Failed, ", "), kubeinterface.ConditionDevicesReady)
-		}
-		if i < 0 {
-			return types.ContainerEdits{}, fmt.Errorf("%w: container %q: %w: %s (%s)", ErrInvalid, alloc.Name, ErrUnknownDevice, d.ID, d.UUID)
-		}
-		parts[i].Devices = append(parts[i].Devices, d)
+	modules, parts, err := r.ByModule(alloc)
+	if err != nil {
+		return types.ContainerEdits{}, err
 	}
 	all := merge(types.ContainerEdits{}, Baseline)
 	for i, m := range modules {
@@ -176,6 +170,29 @@ func (r *Rewriter) Edits(ctx context.Context, podUID string, alloc types.Contain
 		all = merge(all, e)
 	}
 	return all, nil
+}
+
+// ByModule splits alloc among the node's modules: parts[i] is the part of
+// the devices modules[i] serves (with the container's name, and no devices
+// if none). A device no module serves is an error wrapping ErrInvalid.
+func (r *Rewriter) ByModule(alloc types.ContainerAllocation) (modules []Module, parts []types.ContainerAllocation, err error) {
+	modules = r.Modules()
+	parts = make([]types.ContainerAllocation, len(modules))
+	for i := range parts {
+		parts[i].Name = alloc.Name
+	}
+	for _, d := range alloc.Devices {
+		i := slices.IndexFunc(modules, func(m Module) bool { _, ok := m.Devices[d.ID]; return ok })
+		if i < 0 && len(r.Failed) > 0 {
+			return nil, nil, fmt.Errorf("%w: container %q: device %s (%s) is not served: %w: %s (the Node's condition %s says why)",
+				ErrInvalid, alloc.Name, d.ID, d.UUID, ErrModulesFailed, strings.Join(r.Failed, ", "), kubeinterface.ConditionDevicesReady)
+		}
+		if i < 0 {
+			return nil, nil, fmt.Errorf("%w: container %q: %w: %s (%s)", ErrInvalid, alloc.Name, ErrUnknownDevice, d.ID, d.UUID)
+		}
+		parts[i].Devices = append(parts[i].Devices, d)
+	}
+	return modules, parts, nil
 }
 
 func merge(a, b types.ContainerEdits) types.ContainerEdits {
