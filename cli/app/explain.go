@@ -110,6 +110,12 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, err)
 		return nil
 	}
+	policy, policyNote := enforcementPolicy(ctx, c, ns, args.Enforcement)
+	if policy == "" {
+		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its namespace's label is fixed:\n  %s\n", ns, name, policyNote)
+		return nil
+	}
+	r.SetEnforcement(policy)
 	s, err := loadState(ctx, c, o.key)
 	if err != nil {
 		return err
@@ -117,6 +123,12 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	fmt.Fprintf(w, "Pod %s/%s asks for:\n", ns, name)
 	for _, ct := range r.Containers {
 		fmt.Fprintf(w, "  %s\n", describeContainer(ct))
+	}
+	if slices.ContainsFunc(r.Containers, func(c devicescheduler.Container) bool { return !c.Exclusive }) {
+		fmt.Fprintln(w, policyNote)
+		if pod.Spec.NodeName != "" {
+			fmt.Fprintln(w, enforcementNote(pod))
+		}
 	}
 	if pod.Spec.NodeName != "" {
 		var verify func(kubeinterface.Allocation) error

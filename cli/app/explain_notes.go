@@ -1,16 +1,20 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -110,4 +114,42 @@ func unknownModels(req types.PodRequest, nodes []nodeState) string {
 	}
 	return fmt.Sprintf("No node has a GPU of model %s (%s names models exactly, ignoring case). The nodes' models: %s%s.",
 		quote(unknown), kubeinterface.AnnotationModelInclude, quote(listed), more)
+}
+
+// enforcementPolicy is the policy the scheduler places the pod's slices
+// under, as its namespace's label and def (the args') decide, with a
+// sentence that says so; "" with the reason when the label is invalid (the
+// scheduler keeps the pod out). A namespace that cannot be read is said,
+// and def assumed.
+func enforcementPolicy(ctx context.Context, c kubernetes.Interface, ns string, def types.EnforcementPolicy) (types.EnforcementPolicy, string) {
+	namespace, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		return def, fmt.Sprintf("Its slices are judged under enforcement %s, the scheduler's default: its namespace's %s label could not be read (%s).",
+			def, kubeinterface.LabelEnforcement, sanitize(err.Error()))
+	}
+	p, err := objects.EnforcementPolicy(namespace, def)
+	if err != nil {
+		return "", sanitize(err.Error())
+	}
+	if _, labeled := namespace.Labels[kubeinterface.LabelEnforcement]; labeled {
+		return p, fmt.Sprintf("Its slices are placed under enforcement %s (its namespace's %s label)%s.", p, kubeinterface.LabelEnforcement, policyMeaning(p))
+	}
+	return p, fmt.Sprintf("Its slices are placed under enforcement %s (the scheduler's default)%s.", p, policyMeaning(p))
+}
+
+func policyMeaning(p types.EnforcementPolicy) string {
+	if p == types.EnforcementRequired {
+		return ": only on GPUs whose node enforces their memory and compute limits, and stopped if what the node applied differs"
+	}
+	return ": on any GPU with room; the node records whether their limits were applied"
+}
+
+// enforcementNote says what the pod's node recorded of its slices'
+// enforcement.
+func enforcementNote(pod *corev1.Pod) string {
+	e := objects.PodEnforcement(pod)
+	if e.State == "" {
+		return "Its node has not recorded its slices' enforcement (condition " + kubeinterface.ConditionEnforced + ") yet."
+	}
+	return fmt.Sprintf("Its node recorded its slices' enforcement: %s: %s.", sanitize(e.State), sanitize(e.Message))
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -31,6 +32,21 @@ type GPU struct {
 	Exclusive   bool     `json:"exclusive"`
 	Pods        []string `json:"pods"`
 	NodeProblem string   `json:"nodeProblem,omitempty"`
+	// SliceEnforcer is the mechanism that holds this GPU's slices to
+	// their grant on its node; empty when none does.
+	SliceEnforcer string `json:"sliceEnforcer,omitempty"`
+	// Slices are the pods with a slice of this GPU and what their node
+	// recorded of its enforcement.
+	Slices []SliceState `json:"slices,omitempty"`
+}
+
+// SliceState is a slice's enforcement as its pod's kubegpu.io/Enforced
+// condition says: State is Enforced, Mismatch, Unproven, Unenforced, or
+// Unrecorded before the node has checked it.
+type SliceState struct {
+	Pod     string `json:"pod"`
+	State   string `json:"state"`
+	Message string `json:"message,omitempty"`
 }
 
 func newGPUsCommand(client func() (kubernetes.Interface, error), key func() (*kubeinterface.KeySet, error)) *cobra.Command {
@@ -80,7 +96,7 @@ func gpus(s *clusterState) []GPU {
 		for _, d := range n.inv.Devices {
 			byID[d.ID] = len(out)
 			out = append(out, GPU{Node: n.name, Index: d.Index, ID: d.ID, UUID: d.UUID, Model: d.Model,
-				Health: string(d.Health), Parent: d.Parent, MemoryMiB: d.MemoryMiB, Pods: []string{}})
+				Health: string(d.Health), Parent: d.Parent, MemoryMiB: d.MemoryMiB, Pods: []string{}, SliceEnforcer: d.SliceEnforcer})
 		}
 		for _, pa := range s.pods[n.name] {
 			name := pa.pod.Namespace + "/" + pa.pod.Name
@@ -104,6 +120,11 @@ func gpus(s *clusterState) []GPU {
 					} else {
 						g.UsedMiB += sh.MemoryMiB
 						g.UsedCores += sh.ComputePercent
+						e := objects.PodEnforcement(pa.pod)
+						if e.State == "" {
+							e.State = "Unrecorded"
+						}
+						g.Slices = append(g.Slices, SliceState{Pod: pa.pod.Namespace + "/" + pa.pod.Name, State: e.State, Message: e.Message})
 					}
 					if !slices.Contains(g.Pods, name) {
 						g.Pods = append(g.Pods, name)
@@ -130,7 +151,7 @@ func printGPUs(w io.Writer, rows []GPU, output string) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := "NODE\tGPU\tMODEL\tMEMORY USED/TOTAL\tCORES USED\tPODS"
+	header := "NODE\tGPU\tMODEL\tMEMORY USED/TOTAL\tCORES USED\tPODS\tSLICE ENFORCEMENT"
 	if output == "wide" {
 		header += "\tID\tUUID\tHEALTH"
 	}
@@ -144,13 +165,39 @@ func printGPUs(w io.Writer, rows []GPU, output string) error {
 		if g.Parent != "" {
 			idx = g.ID // a MIG slice
 		}
-		line := fmt.Sprintf("%s\t%s\t%s\t%d/%d MiB\t%d%%\t%s", g.Node, sanitize(idx), sanitize(g.Model), g.UsedMiB, g.MemoryMiB, g.UsedCores, pods)
+		line := fmt.Sprintf("%s\t%s\t%s\t%d/%d MiB\t%d%%\t%s\t%s", g.Node, sanitize(idx), sanitize(g.Model), g.UsedMiB, g.MemoryMiB, g.UsedCores, pods, sliceSummary(g))
 		if output == "wide" {
 			line += fmt.Sprintf("\t%s\t%s\t%s", sanitize(g.ID), sanitize(g.UUID), sanitize(g.Health))
 		}
 		fmt.Fprintln(tw, line)
 	}
 	return tw.Flush()
+}
+
+// sliceSummary is the GPU's enforcer and its slices' states, e.g.
+// "mps: 2 Enforced, 1 Mismatch", or "none: 1 Unenforced".
+func sliceSummary(g GPU) string {
+	enforcer := sanitize(g.SliceEnforcer)
+	if enforcer == "" {
+		enforcer = "none"
+	}
+	if len(g.Slices) == 0 {
+		return enforcer
+	}
+	counts := map[string]int{}
+	var states []string
+	for _, s := range g.Slices {
+		if counts[s.State] == 0 {
+			states = append(states, s.State)
+		}
+		counts[s.State]++
+	}
+	slices.Sort(states)
+	parts := make([]string, len(states))
+	for i, st := range states {
+		parts[i] = fmt.Sprintf("%d %s", counts[st], sanitize(st))
+	}
+	return enforcer + ": " + strings.Join(parts, ", ")
 }
 
 // printUnverified lists the bound GPU pods whose allocation does not verify:

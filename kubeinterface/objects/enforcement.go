@@ -30,3 +30,21 @@ func EnforcementPolicy(ns *corev1.Namespace, def types.EnforcementPolicy) (types
 	}
 	return p, nil
 }
+
+// Enforcement is what a pod's kubegpu.io/Enforced condition says: State is
+// its reason (ReasonEnforced, ReasonMismatch, ...), or "" when the node
+// has not recorded it yet (the pod has no slices running, or its node's
+// shim predates the condition).
+type Enforcement struct {
+	State, Message string
+}
+
+// PodEnforcement reads the pod's kubegpu.io/Enforced condition.
+func PodEnforcement(pod *corev1.Pod) Enforcement {
+	for _, c := range pod.Status.Conditions {
+		if string(c.Type) == kubeinterface.ConditionEnforced {
+			return Enforcement{State: c.Reason, Message: c.Message}
+		}
+	}
+	return Enforcement{}
+}
