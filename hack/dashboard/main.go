@@ -146,7 +146,12 @@ func build() ([]byte, error) {
 		WithPanel(series("Refusals by reason", "Containers the shims refused, by why.", "ops",
 			query(`sum by (reason) (rate(kubegpu_crishim_create_container_refusals_total{`+shim+`}[$__rate_interval]))`, "{{reason}}"))).
 		WithPanel(series("Module failures by node", "Device modules failed, by node and module.", "none",
-			query(`max by (instance, module) (kubegpu_crishim_modules_failed{`+shim+`})`, "{{instance}} {{module}}")))
+			query(`max by (instance, module) (kubegpu_crishim_modules_failed{`+shim+`})`, "{{instance}} {{module}}"))).
+		WithPanel(series("GPU slices by enforcement", "Running containers with GPU slices, by what their node read back from the enforcer: enforced, mismatch, unproven, unenforced (no enforcer; BestEffort only).", "none",
+			query(`sum by (state) (kubegpu_crishim_gpu_slices{`+shim+`})`, "{{state}}"))).
+		WithPanel(series("Slice enforcement mismatches and stops", "Checks that found a slice's limits other than its grant (alert: KubeGPUSliceEnforcementMismatch), and containers stopped for it under enforcement Required, by node.", "none",
+			query(`sum by (instance) (increase(kubegpu_crishim_enforcement_mismatches_total{`+shim+`}[$__rate_interval]))`, "{{instance}} mismatches"),
+			query(`sum by (instance) (increase(kubegpu_crishim_enforcement_stops_total{`+shim+`}[$__rate_interval]))`, "{{instance}} stopped")))
 	d, err := b.Build()
 	if err != nil {
 		return nil, err
