@@ -167,8 +167,8 @@ integration: build plugins kube-binaries node-binaries image ## The built binari
 		grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|panic)|_test.go|integration:' 
 
 .PHONY: test-nvidia-hardware
-test-nvidia-hardware: ## On a node with NVIDIA GPUs, as root (Go and gcc only): the nvidia module against the real driver, nvidia-smi and MPS (not part of test)
-	KUBEGPU_NVML_HARDWARE=1 $(GO) test -count=1 -v -run '^TestHardware$$' ./plugins/nvidia/
+test-nvidia-hardware: ## On a node with NVIDIA GPUs, as root (Go and gcc only): the nvidia module against the real driver, nvidia-smi, and MPS slices proven with CUDA clients (not part of test)
+	PATH="$$PATH:/usr/local/nvidia/bin" KUBEGPU_NVML_HARDWARE=1 $(GO) test -count=1 -v -run '^TestHardware$$' ./plugins/nvidia/
 
 .PHONY: dashboard
 dashboard: ## Regenerate deploy/grafana/kubegpu.json from hack/dashboard

@@ -90,6 +90,11 @@ func (m *module) SchedulerPlugin(_ context.Context, cfg types.PluginConfig) (typ
 	return scheduler{}, nil
 }
 
+// DriverMemoryLimits is the NVML function of newer drivers that caps a
+// cgroup's GPU memory, the driver's own per-container limit. go-nvml
+// v0.13.2 does not bind it; the module reports a driver that has it.
+const DriverMemoryLimits = "nvmlDeviceSetMemoryLimits_v1"
+
 // NodePlugin initialises NVML, discovers the node's GPUs once and, unless
 // health checks are off, starts watching for XID errors. An error wrapping
 // ErrNoNVML means NVML is not usable here.
@@ -133,6 +138,11 @@ func (m *module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.
 			return fail(err)
 		}
 		n.setHealth(h)
+	}
+	if nvmllib.Has(DriverMemoryLimits) {
+		driver, _ := lib.SystemGetDriverVersion()
+		logger.Info("The NVIDIA driver offers per-cgroup GPU memory limits, which this version does not use: slices are enforced by MPS (nvidia.mps=true) or not at all",
+			"driver", driver, "function", DriverMemoryLimits)
 	}
 	if logger.V(2).Enabled() {
 		driver, _ := lib.SystemGetDriverVersion()

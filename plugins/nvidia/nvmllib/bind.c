@@ -47,3 +47,8 @@ const char *kubegpu_nvml_bind(const char *path, int *bound) {
 	*bound = n;
 	return NULL;
 }
+
+// kubegpu_nvml_has reports whether the bound library exports name.
+int kubegpu_nvml_has(const char *name) {
+	return kubegpu_nvml_handle != NULL && dlsym(kubegpu_nvml_handle, name) != NULL;
+}

@@ -5,6 +5,7 @@ package nvmllib
 #include <stdlib.h>
 
 const char *kubegpu_nvml_bind(const char *path, int *bound);
+int kubegpu_nvml_has(const char *name);
 */
 import "C"
 
@@ -52,6 +53,20 @@ func Open(path string) (int, error) {
 	}
 	boundPath = path
 	return int(n), nil
+}
+
+// Has reports whether the library Open bound exports the function name,
+// trampoline or not: how a caller learns what a driver offers beyond what
+// go-nvml binds. False before Open.
+func Has(name string) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	if boundPath == "" {
+		return false
+	}
+	cName := C.CString(name)
+	defer C.free(unsafe.Pointer(cName))
+	return C.kubegpu_nvml_has(cName) != 0
 }
 
 // Symbols returns the names of the NVML functions with a trampoline.

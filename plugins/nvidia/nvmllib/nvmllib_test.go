@@ -80,6 +80,9 @@ func TestOpen(t *testing.T) {
 		t.Error("Open(\"\") succeeded")
 	}
 
+	if Has("nvmlDeviceGetCount_v2") {
+		t.Error("Has before Open reported a function")
+	}
 	fake := buildFake(t)
 	n, err := Open(fake)
 	if err != nil {
@@ -87,6 +90,9 @@ func TestOpen(t *testing.T) {
 	}
 	if n != 4 {
 		t.Errorf("Open(fake) bound %d functions, want 4", n)
+	}
+	if !Has("nvmlDeviceGetCount_v2") || Has("nvmlDeviceSetMemoryLimits_v1") {
+		t.Error("Has does not follow what the library exports")
 	}
 	lib := nvml.New(nvml.WithLibraryPath(fake))
 	if ret := lib.Init(); ret != nvml.SUCCESS {
