@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubegpu/kubegpu/plugins/nvidia/nvmllib"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -44,6 +45,7 @@ func TestHardware(t *testing.T) {
 		}
 	}()
 	t.Logf("started (NVML init, discovery, health watcher) in %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("the driver's per-cgroup memory limits (%s): %v", DriverMemoryLimits, nvmllib.Has(DriverMemoryLimits))
 
 	inv, err := np.Discover(ctx)
 	if err != nil {
