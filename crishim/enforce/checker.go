@@ -298,10 +298,10 @@ func (c *Checker) record(ctx context.Context, p *pod) {
 		return
 	}
 	event, _ := json.Marshal(map[string]any{
-		"metadata": map[string]any{"generateName": p.name + ".", "namespace": p.namespace},
+		"metadata":       map[string]any{"generateName": p.name + ".", "namespace": p.namespace},
 		"involvedObject": map[string]any{"apiVersion": "v1", "kind": "Pod", "namespace": p.namespace, "name": p.name, "uid": p.uid},
-		"reason": "GPUSlice" + cond.reason, "message": cond.message, "type": "Warning",
-		"source": map[string]any{"component": "kubegpu-crishim", "host": c.o.Node},
+		"reason":         "GPUSlice" + cond.reason, "message": cond.message, "type": "Warning",
+		"source":         map[string]any{"component": "kubegpu-crishim", "host": c.o.Node},
 		"firstTimestamp": now, "lastTimestamp": now, "count": 1,
 		"reportingComponent": "kubegpu-crishim", "reportingInstance": c.o.Node,
 	})

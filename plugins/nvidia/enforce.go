@@ -236,11 +236,11 @@ func parsePinned(s string) ([]int64, error) {
 		o, v, ok := strings.Cut(f, "=")
 		ordinal, err := strconv.Atoi(o)
 		if !ok || err != nil || ordinal < 0 || ordinal >= 64 || !strings.HasSuffix(v, "M") {
-			return nil, fmt.Errorf("MPS memory limits %q: want ORDINAL=MIBM,...", s)
+			return nil, fmt.Errorf("MPS memory limits %q: want ORDINAL=MIBM, comma-separated", s)
 		}
 		mib, err := strconv.ParseInt(strings.TrimSuffix(v, "M"), 10, 64)
 		if err != nil || mib < 0 {
-			return nil, fmt.Errorf("MPS memory limits %q: want ORDINAL=MIBM,...", s)
+			return nil, fmt.Errorf("MPS memory limits %q: want ORDINAL=MIBM, comma-separated", s)
 		}
 		for len(out) <= ordinal {
 			out = append(out, 0)

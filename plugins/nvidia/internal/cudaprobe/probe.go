@@ -169,7 +169,7 @@ func Open(lib string, ordinal int) (*Device, error) {
 	defer C.free(unsafe.Pointer(ptx))
 	name := C.CString("spin")
 	defer C.free(unsafe.Pointer(name))
-	if err := check("cuModuleLoadData", C.probe_load(ptx, name, &d.spin)); err != nil {
+	if err := check("cuModuleLoadData", C.probe_load(ptx, name, &d.spin)); err != nil { //nolint:gocritic // cgo rewrites the call
 		return nil, err
 	}
 	return d, nil
