@@ -53,6 +53,10 @@ type Enforcement struct {
 	// memory the container's processes may allocate; 0 when nothing
 	// limits it.
 	MemoryMiB []int64 `json:"memoryMiB"`
+	// Escapes are the pod's processes found using its GPUs outside the
+	// enforcer (e.g. "PID 4242 on GPU GPU-..."): what the limits above do
+	// not hold.
+	Escapes []string `json:"escapes,omitempty"`
 }
 
 // String is the enforcement as a pod condition's message shows it, e.g.
@@ -98,6 +102,13 @@ func (e Enforcement) Mismatch(alloc ContainerAllocation) error {
 		if s.MemoryMiB > 0 && e.MemoryMiB[i] != s.MemoryMiB {
 			diffs = append(diffs, fmt.Sprintf("device %s memory %s, granted %d MiB", s.ID, mibOrUnlimited(e.MemoryMiB[i]), s.MemoryMiB))
 		}
+	}
+	if len(e.Escapes) > 0 {
+		escapes := e.Escapes
+		if len(escapes) > 4 {
+			escapes = append(escapes[:4:4], fmt.Sprintf("%d more", len(e.Escapes)-4))
+		}
+		diffs = append(diffs, fmt.Sprintf("processes outside %s: %s", e.Mechanism, strings.Join(escapes, ", ")))
 	}
 	if len(diffs) == 0 {
 		return nil

@@ -144,7 +144,8 @@ func (m *mpsDaemons) applied(ctx context.Context, pipe string, devices int) (thr
 }
 
 // Enforced reads back, from the container's own MPS daemon, the limits its
-// clients get on each device of alloc.
+// clients get on each device of alloc, and lists the pod's processes that
+// use those GPUs without MPS (see escapes).
 func (n *node) Enforced(ctx context.Context, podUID string, alloc types.ContainerAllocation) (types.Enforcement, error) {
 	if n.mps == nil {
 		return types.Enforcement{}, errors.New("MPS is not enabled on this node")
@@ -178,6 +179,9 @@ func (n *node) Enforced(ctx context.Context, podUID string, alloc types.Containe
 		if mem[ordinal].mib > 0 && mem[ordinal].holds(s.MemoryMiB) {
 			e.MemoryMiB[i] = s.MemoryMiB
 		}
+	}
+	if e.Escapes, err = n.escapes(podUID, gpus); err != nil {
+		return types.Enforcement{}, err
 	}
 	return e, nil
 }

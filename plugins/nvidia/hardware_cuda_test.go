@@ -96,8 +96,9 @@ type slice struct {
 
 // runProbe runs the test binary as a CUDA client doing job: inside s as a
 // container sees it (its daemon's /dev/shm, its pipe directory bound
-// read-only), or with no MPS daemon when s is nil.
-func runProbe(ctx context.Context, t *testing.T, s *slice, gpu string, job probeJob) probeResult {
+// read-only), or with no MPS daemon when s is nil; in the cgroup cgroup
+// (a directory of the cgroup v2 tree) when it is not empty.
+func runProbe(ctx context.Context, t *testing.T, s *slice, gpu, cgroup string, job probeJob) probeResult {
 	t.Helper()
 	b, _ := json.Marshal(job)
 	self, err := os.Executable()
@@ -105,9 +106,13 @@ func runProbe(ctx context.Context, t *testing.T, s *slice, gpu string, job probe
 		t.Fatal(err)
 	}
 	env := append(os.Environ(), envProbe+"="+string(b), "CUDA_VISIBLE_DEVICES="+gpu, "CUDA_DEVICE_ORDER=PCI_BUS_ID")
+	join := `true`
+	if cgroup != "" {
+		join = `echo $$ > "$5/cgroup.procs"`
+	}
 	var cmd *exec.Cmd
 	if s == nil {
-		cmd = exec.CommandContext(ctx, self, "-test.run=^TestCUDAProbeHelper$")
+		cmd = exec.CommandContext(ctx, "/bin/sh", "-c", join+` && exec "$4" -test.run='^TestCUDAProbeHelper$'`, "probe", "", "", "", self, cgroup)
 		env = append(env, "CUDA_MPS_PIPE_DIRECTORY="+filepath.Join(t.TempDir(), "no-daemon"))
 	} else {
 		ro := filepath.Join(t.TempDir(), "nvidia-mps")
@@ -115,8 +120,8 @@ func runProbe(ctx context.Context, t *testing.T, s *slice, gpu string, job probe
 			t.Fatal(err)
 		}
 		cmd = exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-c",
-			`mount --bind "$1" /dev/shm && mount --bind "$2" "$3" && mount -o remount,bind,ro "$3" && exec "$4" -test.run='^TestCUDAProbeHelper$'`,
-			"probe", s.shm, s.pipe, ro, self)
+			join+` && mount --bind "$1" /dev/shm && mount --bind "$2" "$3" && mount -o remount,bind,ro "$3" && exec "$4" -test.run='^TestCUDAProbeHelper$'`,
+			"probe", s.shm, s.pipe, ro, self, cgroup)
 		env = append(env, "CUDA_MPS_PIPE_DIRECTORY="+ro)
 	}
 	cmd.Env = env
@@ -144,14 +149,16 @@ func checkSliceLimits(ctx context.Context, t *testing.T, pp types.PodScopedPlugi
 		t.Fatal("the node side with MPS does not read back what it enforces")
 	}
 	const quarterMiB = 4096
-	solo := runProbe(ctx, t, nil, g.UUID, probeJob{Spin: 3 * time.Second})
+	solo := runProbe(ctx, t, nil, g.UUID, "", probeJob{Spin: 3 * time.Second})
 	if len(solo.Errors) > 0 || solo.GFMAPerSec <= 0 {
 		t.Fatalf("CUDA client with the whole GPU: %+v", solo)
 	}
 	t.Logf("whole GPU, no MPS: %d SMs, %.0f GFMA/s", solo.SMs, solo.GFMAPerSec)
 
+	allocs := map[string]types.ContainerAllocation{}
 	start := func(pod string, percent int, mib int64) *slice {
 		alloc := types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{{ID: g.ID, UUID: g.UUID, MemoryMiB: mib, ComputePercent: percent}}}
+		allocs[pod] = alloc
 		if _, err := pp.PodContainerEdits(ctx, pod, alloc); err != nil {
 			t.Fatalf("edits for a %d%% / %d MiB slice: %v", percent, mib, err)
 		}
@@ -168,7 +175,7 @@ func checkSliceLimits(ctx context.Context, t *testing.T, pp types.PodScopedPlugi
 	}
 	q := start("pod-quarter", 25, quarterMiB)
 
-	mem := runProbe(ctx, t, q, g.UUID, probeJob{AllocMiB: []uint64{3072, 2048}})
+	mem := runProbe(ctx, t, q, g.UUID, "", probeJob{AllocMiB: []uint64{3072, 2048}})
 	t.Logf("in the slice: %d SMs, %d MiB free, 3072 MiB allocated %v, 2048 MiB more %v (out of memory %v)", mem.SMs, mem.FreeMiB, mem.Allocated, mem.OOM, mem.OOM)
 	switch {
 	case len(mem.Errors) > 0:
@@ -181,12 +188,12 @@ func checkSliceLimits(ctx context.Context, t *testing.T, pp types.PodScopedPlugi
 	if mem.FreeMiB > quarterMiB {
 		t.Errorf("the slice's client sees %d MiB free, more than its %d MiB", mem.FreeMiB, quarterMiB)
 	}
-	big := runProbe(ctx, t, q, g.UUID, probeJob{AllocMiB: []uint64{5120}})
+	big := runProbe(ctx, t, q, g.UUID, "", probeJob{AllocMiB: []uint64{5120}})
 	if len(big.OOM) != 1 || !big.OOM[0] {
 		t.Errorf("5 GiB at once in a 4 GiB slice: %+v, want out of memory", big)
 	}
 
-	alone := runProbe(ctx, t, q, g.UUID, probeJob{Spin: 3 * time.Second})
+	alone := runProbe(ctx, t, q, g.UUID, "", probeJob{Spin: 3 * time.Second})
 	ratio := alone.GFMAPerSec / solo.GFMAPerSec
 	t.Logf("25%% slice alone: %d SMs, %.0f GFMA/s, %.2f of the whole GPU's rate", alone.SMs, alone.GFMAPerSec, ratio)
 	if ratio < 0.15 || ratio > 0.35 {
@@ -196,16 +203,24 @@ func checkSliceLimits(ctx context.Context, t *testing.T, pp types.PodScopedPlugi
 	other := start("pod-rest", 75, g.MemoryMiB/2)
 	done := make(chan probeResult, 1)
 	spinning := filepath.Join(t.TempDir(), "spinning")
-	go func() { done <- runProbe(ctx, t, other, g.UUID, probeJob{Spin: 9 * time.Second, Spinning: spinning}) }()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := os.Stat(spinning); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the 75% slice's CUDA client did not start spinning within 30 s")
+	cgRest, cgQuarter := podCgroup(t, "pod-rest"), podCgroup(t, "pod-quarter")
+	go func() {
+		done <- runProbe(ctx, t, other, g.UUID, cgRest, probeJob{Spin: 9 * time.Second, Spinning: spinning})
+	}()
+	waitFile(t, spinning, "the 75% slice's CUDA client did not start spinning")
+	// A client of the pod's own daemon is not an escape.
+	if cgRest != "" {
+		e, err := prover.Enforced(ctx, "pod-rest", allocs["pod-rest"])
+		switch {
+		case err != nil:
+			t.Errorf("read back the 75%% slice while its client spins: %v", err)
+		case len(e.Escapes) > 0:
+			t.Errorf("the 75%% slice's own MPS client was taken for an escape: %v", e.Escapes)
+		default:
+			t.Log("75% slice while its client (in its pod's cgroup) spins: no process outside MPS")
 		}
 	}
-	busy := runProbe(ctx, t, q, g.UUID, probeJob{Spin: 3 * time.Second})
+	busy := runProbe(ctx, t, q, g.UUID, "", probeJob{Spin: 3 * time.Second})
 	rest := <-done
 	ratio = busy.GFMAPerSec / solo.GFMAPerSec
 	t.Logf("25%% slice while a 75%% slice (its own MPS daemon) spins: %.0f GFMA/s, %.2f of the whole GPU's rate; the 75%% slice %.0f GFMA/s (%.2f, over its 9 s)",
@@ -219,4 +234,61 @@ func checkSliceLimits(ctx context.Context, t *testing.T, pp types.PodScopedPlugi
 		t.Errorf("25%% slice beside another ran at %.2f of the whole GPU's rate: starved", ratio)
 	}
 	t.Logf("summary: solo %.0f, slice alone %.2f, slice beside a 75%% slice %.2f (ratios of the solo rate)", solo.GFMAPerSec, alone.GFMAPerSec/solo.GFMAPerSec, ratio)
+
+	// A process of the 25% slice's pod that skips its daemon: a context
+	// of its own on the whole GPU, found and named.
+	if cgQuarter == "" {
+		return
+	}
+	escaping := filepath.Join(t.TempDir(), "escaping")
+	go func() {
+		done <- runProbe(ctx, t, nil, g.UUID, cgQuarter, probeJob{Spin: 6 * time.Second, Spinning: escaping})
+	}()
+	waitFile(t, escaping, "the escaping CUDA client did not start spinning")
+	e, err := prover.Enforced(ctx, "pod-quarter", allocs["pod-quarter"])
+	if err != nil {
+		t.Errorf("read back the 25%% slice while a process of its pod escapes: %v", err)
+	} else if merr := e.Mismatch(allocs["pod-quarter"]); merr == nil || len(e.Escapes) == 0 {
+		t.Errorf("a process of the pod outside its MPS daemon was not found: %+v", e)
+	} else {
+		t.Logf("a process of the 25%% slice's pod outside MPS: %v", merr)
+	}
+	esc := <-done
+	t.Logf("the escaping client ran at %.2f of the whole GPU's rate", esc.GFMAPerSec/solo.GFMAPerSec)
+}
+
+// podCgroup makes a cgroup v2 directory whose path names pod as kubelet's
+// do ("...pod<UID>..."), removed at the end; "" (and a log line) where no
+// writable cgroup v2 tree is mounted.
+func podCgroup(t *testing.T, pod string) string {
+	t.Helper()
+	dir := filepath.Join("/sys/fs/cgroup", "kubegpu-hardware-pod"+pod)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		t.Logf("no cgroup for pod %s (%v): processes outside MPS not checked", pod, err)
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
+		t.Logf("%s is not a cgroup v2 directory (%v): processes outside MPS not checked", dir, err)
+		_ = os.Remove(dir)
+		return ""
+	}
+	t.Cleanup(func() {
+		// Its processes have exited by then; a cgroup with none is
+		// removed with rmdir.
+		_ = os.Remove(dir)
+	})
+	return dir
+}
+
+// waitFile polls for path, failing with msg after 30 s.
+func waitFile(t *testing.T, path, msg string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(msg + " within 30 s")
+		}
+	}
 }

@@ -4,10 +4,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
 	"github.com/kubegpu/kubegpu/plugins/nvidia/nvmltest"
 	"github.com/kubegpu/kubegpu/types"
@@ -134,7 +138,40 @@ func TestMPSRelease(t *testing.T) {
 func TestMPSEnforcedReadBack(t *testing.T) {
 	m, _ := newTestDaemons(t)
 	ctx := t.Context()
-	n := &node{mps: m}
+	// NVML's view of the two GPUs: GPU-A runs the daemon's server (PID
+	// 100) serving a client (101) of pod-a, and a process of pod-a's own
+	// context (102) once it escapes; GPU-B another pod's process (200).
+	proc := t.TempDir()
+	for pid, p := range map[int][2]string{
+		100: {"nvidia-cuda-mps", "0::/system.slice/kubegpu-crishim.service"}, // the server, in the shim's cgroup
+		101: {"python", "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podpod_a.slice/cri-containerd-1.scope"},
+		102: {"python", "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podpod_a.slice/cri-containerd-1.scope"},
+		200: {"python", "0::/kubepods/besteffort/podpod-b/2"},
+	} {
+		dir := filepath.Join(proc, strconv.Itoa(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_ = os.WriteFile(filepath.Join(dir, "comm"), []byte(p[0]+"\n"), 0o644)
+		_ = os.WriteFile(filepath.Join(dir, "cgroup"), []byte(p[1]+"\n"), 0o644)
+	}
+	escaped := false
+	gpuA := &mock.Device{
+		GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) {
+			procs := []nvml.ProcessInfo{{Pid: 100}, {Pid: 101}}
+			if escaped {
+				procs = append(procs, nvml.ProcessInfo{Pid: 102})
+			}
+			return procs, nvml.SUCCESS
+		},
+		GetMPSComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) { return []nvml.ProcessInfo{{Pid: 101}}, nvml.SUCCESS },
+	}
+	gpuB := &mock.Device{
+		GetComputeRunningProcessesFunc:    func() ([]nvml.ProcessInfo, nvml.Return) { return []nvml.ProcessInfo{{Pid: 200}}, nvml.SUCCESS },
+		GetMPSComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS },
+	}
+	n := &node{mps: m, procRoot: proc, answering: []gpuRecord{
+		{handle: gpuA, dev: types.Device{UUID: "GPU-A"}}, {handle: gpuB, dev: types.Device{UUID: "GPU-B"}}}}
 	alloc := types.ContainerAllocation{Name: "main", Devices: []types.DeviceShare{
 		{ID: "gpu1", UUID: "GPU-B", MemoryMiB: 2500, ComputePercent: 25},
 		{ID: "gpu0", UUID: "GPU-A", MemoryMiB: 4096, ComputePercent: 25},
@@ -169,6 +206,22 @@ func TestMPSEnforcedReadBack(t *testing.T) {
 	}
 	if _, err := n.Enforced(ctx, "pod-b", alloc); err == nil {
 		t.Error("Enforced for a container without a daemon reported limits")
+	}
+	// A process of the pod with a CUDA context of its own on GPU-A.
+	escaped = true
+	if _, err := m.query(ctx, d.pipe, "set_default_active_thread_percentage 25"); err != nil {
+		t.Fatal(err)
+	}
+	e, err = n.Enforced(ctx, "pod-a", alloc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Mismatch(alloc); err == nil || !strings.Contains(err.Error(), "processes outside mps: PID 102 on GPU GPU-A") {
+		t.Errorf("a process outside MPS: mismatch %v, want PID 102 named", err)
+	}
+	gpuA.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_UNKNOWN }
+	if _, err := n.Enforced(ctx, "pod-a", alloc); err == nil {
+		t.Error("Enforced with NVML failing to list processes reported limits")
 	}
 }
 

@@ -15,6 +15,9 @@ type node struct {
 	lib   nvml.Interface
 	cfg   config
 	sysfs string
+	// procRoot is where procfs is mounted (/proc), for the processes on
+	// an MPS slice's GPUs.
+	procRoot string
 	// mps starts the containers' MPS daemons (nil without MPS).
 	mps *mpsDaemons
 
@@ -77,7 +80,7 @@ type deviceEntry struct {
 
 func newNode(lib nvml.Interface, c config, sysfs string) *node {
 	return &node{
-		lib: lib, cfg: c, sysfs: sysfs,
+		lib: lib, cfg: c, sysfs: sysfs, procRoot: "/proc",
 		known:   map[int]gpuRecord{},
 		links:   map[[2]string]types.Link{},
 		noticed: map[string]bool{},
