@@ -16,7 +16,9 @@ func TestEnforcementRequired(t *testing.T) {
 	n := simNode(t, e, "t4x4") // simNode's inventory has no enforcer
 	required := func(cs ...types.ContainerRequest) *Request {
 		r := request(t, e, cs...)
-		r.SetEnforcement(types.EnforcementRequired)
+		if err := r.SetEnforcement(types.EnforcementRequired); err != nil {
+			t.Fatal(err)
+		}
 		return r
 	}
 	var p Placement
@@ -32,7 +34,9 @@ func TestEnforcementRequired(t *testing.T) {
 		t.Errorf("Required whole GPUs need no enforcer: %v", err)
 	}
 	best := request(t, e, slice(25, 4096))
-	best.SetEnforcement(types.EnforcementBestEffort)
+	if err := best.SetEnforcement(types.EnforcementBestEffort); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.Evaluate(n, best, &p); err != nil {
 		t.Fatalf("BestEffort slice: %v", err)
 	}
@@ -62,5 +66,20 @@ func TestEnforcementRequired(t *testing.T) {
 	two := types.ContainerRequest{Name: "c", Count: 2, ComputePercent: 25, MemoryMiB: 1024}
 	if err := e.Evaluate(m, required(two), &p); !errors.As(err, &nf) || nf.Reason != ReasonUnenforced {
 		t.Errorf("two Required slices with one enforcing device: %v, want reason %q", err, ReasonUnenforced)
+	}
+
+	// An enforcer holds a slice to what it names: under Required a slice
+	// names both, and a refused request is left as it was.
+	for _, half := range []types.ContainerRequest{slice(25, 0), slice(0, 4096)} {
+		r := request(t, e, half)
+		if err := r.SetEnforcement(types.EnforcementRequired); err == nil || !strings.Contains(err.Error(), "must set both") {
+			t.Errorf("Required slice %+v: %v, want it refused for naming one of memory and compute", half, err)
+		}
+		if r.Enforcement != "" || r.Containers[0].Enforced {
+			t.Errorf("a refused policy changed the request: %+v", r)
+		}
+		if err := r.SetEnforcement(types.EnforcementBestEffort); err != nil {
+			t.Errorf("BestEffort slice %+v: %v", half, err)
+		}
 	}
 }

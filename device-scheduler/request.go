@@ -48,14 +48,26 @@ type Request struct {
 
 // SetEnforcement sets the policy the pod's slices are placed under: with
 // EnforcementRequired, each slice goes only to a device with a
-// SliceEnforcer. The policy is the cluster's or the namespace's, never the
-// pod's own: call it before the request is shared.
-func (r *Request) SetEnforcement(p types.EnforcementPolicy) {
+// SliceEnforcer, and must name both its memory and its compute share (an
+// enforcer holds a slice to what it names: one without memory would have
+// the whole GPU's). The policy is the cluster's or the namespace's, never
+// the pod's own: call it before the request is shared. An error says
+// which container's slice is incomplete; the request is unchanged.
+func (r *Request) SetEnforcement(p types.EnforcementPolicy) error {
+	if p == types.EnforcementRequired {
+		for _, c := range r.Containers {
+			if !c.Exclusive && (c.Milli == 0 || c.MemoryMiB == 0) {
+				return fmt.Errorf("container %q: under enforcement %s a GPU slice must set both %s and %s, so that the node can hold it to both",
+					c.Name, types.EnforcementRequired, "kubegpu.io/gpu-memory", "kubegpu.io/gpu-cores")
+			}
+		}
+	}
 	r.Enforcement = p
 	for i := range r.Containers {
 		c := &r.Containers[i]
 		c.Enforced = p == types.EnforcementRequired && !c.Exclusive
 	}
+	return nil
 }
 
 // NewRequest compiles a decoded pod request. Unset topology policies get the

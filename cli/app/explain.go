@@ -115,7 +115,10 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its namespace's label is fixed:\n  %s\n", ns, name, policyNote)
 		return nil
 	}
-	r.SetEnforcement(policy)
+	if err := r.SetEnforcement(policy); err != nil {
+		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, err)
+		return nil
+	}
 	s, err := loadState(ctx, c, o.key)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -32,6 +33,9 @@ func TestEnforcementPolicy(t *testing.T) {
 		p.args.Enforcement = def
 		pod := gpuPod("p-"+ns, 1, cores, testNow)
 		pod.Namespace = ns
+		if cores > 0 {
+			pod.Spec.Containers[0].Resources.Limits[kubeinterface.ResourceGPUMemory] = resource.MustParse("4096")
+		}
 		cs := framework.NewCycleState()
 		if _, st := p.PreFilter(context.Background(), cs, pod, nil); !st.IsSuccess() {
 			return st, nil
@@ -61,6 +65,12 @@ func TestEnforcementPolicy(t *testing.T) {
 		if !tt.fits && (st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), devicescheduler.ReasonUnenforced)) {
 			t.Errorf("namespace %s, default %s: refusal %v %q, want UnschedulableAndUnresolvable with %q", tt.ns, tt.def, st.Code(), st.Message(), devicescheduler.ReasonUnenforced)
 		}
+	}
+	// A Required slice that names no memory is refused outright.
+	p.args.Enforcement = types.EnforcementRequired
+	pod := gpuPod("no-memory", 1, 25, testNow)
+	if _, st := p.PreFilter(context.Background(), framework.NewCycleState(), pod, nil); st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "must set both") {
+		t.Errorf("a Required slice without memory: PreFilter %v, want it refused for it", st)
 	}
 	pre, _ := try("typo", types.EnforcementBestEffort, 25)
 	if pre == nil || pre.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(pre.Message(), `"required": want Required or BestEffort`) {

@@ -102,14 +102,10 @@ func (p *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, pod
 	if p.cache.holdsOn(pod.UID, node) || !objects.WantsDevices(pod) {
 		return nil // counted already, or nothing to count
 	}
-	req, err := objects.PodRequest(pod)
-	if err != nil {
-		return nil // an invalid request gets no devices
-	}
 	// Its devices only: the framework counts its CPU and memory (the
-	// NodeInfo has it added already).
-	r, err := p.engine.NewRequest(req, devicescheduler.Host{})
-	if err != nil {
+	// NodeInfo has it added already). An invalid request gets no devices.
+	r, ok := p.deviceRequest(pod, devicescheduler.Host{})
+	if !ok {
 		return nil
 	}
 	o := editOverlay(cs, node)

@@ -45,7 +45,10 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	if status != nil {
 		return nil, status
 	}
-	r.SetEnforcement(policy)
+	if err := r.SetEnforcement(policy); err != nil {
+		p.cache.pending.refuse(pod.UID, pendingInvalidRequest)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
+	}
 	// Any scheduling group, named by whatever field: fails closed.
 	if g := pod.Spec.SchedulingGroup; g != nil && !p.placesGroups() {
 		group := ""
@@ -91,6 +94,26 @@ func (p *Plugin) enforcement(pod *corev1.Pod) (types.EnforcementPolicy, *fwk.Sta
 		return "", fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+err.Error())
 	}
 	return policy, nil
+}
+
+// deviceRequest is the request of another pod the cycle accounts for (a
+// nominated pod, or one preemption's dry run adds back), compiled with its
+// namespace's policy as PreFilter compiles the pod's own; host is what of
+// its CPU and memory to count.
+func (p *Plugin) deviceRequest(pod *corev1.Pod, host devicescheduler.Host) (*devicescheduler.Request, bool) {
+	req, err := objects.PodRequest(pod)
+	if err != nil {
+		return nil, false
+	}
+	r, err := p.engine.NewRequest(req, host)
+	if err != nil {
+		return nil, false
+	}
+	policy, status := p.enforcement(pod)
+	if status != nil || r.SetEnforcement(policy) != nil {
+		return nil, false
+	}
+	return r, true
 }
 
 // errGroupsOff is why a profile does not place pod groups.

@@ -63,12 +63,8 @@ func (p *Plugin) nominated(pod *corev1.Pod, node string) []addedPod {
 		if np.UID == pod.UID || corev1helpers.PodPriority(np) < prio || !objects.WantsDevices(np) || p.cache.holdsOn(np.UID, node) {
 			continue
 		}
-		req, err := objects.PodRequest(np)
-		if err != nil {
-			continue
-		}
 		// Its devices only: its CPU and memory are the framework's to count.
-		if r, err := p.engine.NewRequest(req, devicescheduler.Host{}); err == nil {
+		if r, ok := p.deviceRequest(np, devicescheduler.Host{}); ok {
 			out = append(out, addedPod{uid: np.UID, request: r})
 		}
 	}
