@@ -173,6 +173,9 @@ func mpsEdits(entries []deviceEntry, shares []types.DeviceShare, start mpsStarte
 			return types.ContainerEdits{}, fmt.Errorf("MPS takes one compute share per container, got %d%% and %d%%", percent, s.ComputePercent)
 		}
 	}
+	if percent == 0 {
+		percent = types.MaxComputePercent // a slice of memory only: no compute limit
+	}
 	if percent < 1 || percent > types.MaxComputePercent {
 		return types.ContainerEdits{}, fmt.Errorf("compute share %d%% is not 1..%d", percent, types.MaxComputePercent)
 	}

@@ -137,10 +137,25 @@ func TestContainerEdits(t *testing.T) {
 			wantErr: "MPS takes one compute share per container, got 30% and 40%",
 		},
 		{
-			name:    "mps with a zero compute share",
-			cfg:     mps,
+			name:    "mps with memory only: no compute limit",
+			cfg:     config{mps: true, cdi: true},
 			devices: []types.DeviceShare{share("gpu0", false, 1024, 0)},
-			wantErr: "compute share 0% is not 1..100",
+			want: types.ContainerEdits{
+				CDIDevices: []string{"nvidia.com/gpu=" + u("gpu0")},
+				Env: []types.EnvVar{
+					{Name: EnvVisibleDevices, Value: "void"},
+					{Name: EnvMemoryMiB, Value: "1024"},
+					{Name: EnvCores, Value: "0"},
+					{Name: EnvMPSPipeDirectory, Value: MPSContainerPipeDir},
+					{Name: EnvMPSThreadPercentage, Value: "100"},
+					{Name: EnvCUDADeviceOrder, Value: "PCI_BUS_ID"},
+					{Name: EnvMPSPinnedMemoryLimit, Value: "0=1024M"},
+				},
+				Mounts: []types.Mount{
+					{HostPath: "/run/kubegpu/mps/uid/c/pipe", ContainerPath: MPSContainerPipeDir, ReadOnly: true},
+					{HostPath: "/run/kubegpu/mps/uid/c/shm", ContainerPath: "/dev/shm"},
+				},
+			},
 		},
 		{
 			name:    "mps with whole and shared gpus",

@@ -83,8 +83,8 @@ func (m *mpsDaemons) setPinned(ctx context.Context, pipe string, limits mpsLimit
 // its devices (ordinals 0..devices-1): its defaults, and the settings of
 // every server it runs (a client with access to the pipe may have changed
 // either). Each value is the most permissive reported: the highest thread
-// percentage, and per device the highest memory limit, 0 if any is
-// unlimited.
+// percentage (100 where none is set), and per device the highest memory
+// limit, 0 if any is unlimited.
 func (m *mpsDaemons) applied(ctx context.Context, pipe string, devices int) (threads int, mem []memLimit, err error) {
 	t, err := m.query(ctx, pipe, mpsGetThreads)
 	if err != nil {
@@ -168,6 +168,9 @@ func (n *node) Enforced(ctx context.Context, podUID string, alloc types.Containe
 		return types.Enforcement{}, err
 	}
 	e.ComputePercent = threads
+	if threads >= types.MaxComputePercent {
+		e.ComputePercent = 0 // the whole GPU: no limit
+	}
 	for i, s := range alloc.Devices {
 		ordinal := slices.Index(gpus, s.UUID)
 		if ordinal < 0 {
@@ -187,17 +190,14 @@ func (n *node) Enforced(ctx context.Context, podUID string, alloc types.Containe
 }
 
 // parseThreads reads an active thread percentage as the daemon prints it
-// ("25.0"); an empty answer is no limit (0).
+// ("25.0"), rounded; an empty answer is no limit (100).
 func parseThreads(s string) (int, error) {
 	if s == "" {
-		return 0, nil
+		return types.MaxComputePercent, nil
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || !(f >= 0 && f <= 100) { // NaN fails both
 		return 0, fmt.Errorf("MPS active thread percentage %q: want a number 0..100", abbreviate(s))
-	}
-	if f >= 100 {
-		return 0, nil // the whole GPU: no limit
 	}
 	return int(math.Round(f)), nil
 }

@@ -207,6 +207,26 @@ func TestMPSEnforcedReadBack(t *testing.T) {
 	if _, err := n.Enforced(ctx, "pod-b", alloc); err == nil {
 		t.Error("Enforced for a container without a daemon reported limits")
 	}
+	// A server of the daemon (as a client with the pipe can start one)
+	// runs with the whole GPU while the defaults say 25%.
+	if _, err := m.query(ctx, d.pipe, "set_default_active_thread_percentage 25"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.pipe, ".servers"), []byte("4242\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.query(ctx, d.pipe, "set_active_thread_percentage 4242 100"); err != nil {
+		t.Fatal(err)
+	}
+	e, err = n.Enforced(ctx, "pod-a", alloc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Mismatch(alloc); err == nil || !strings.Contains(err.Error(), "compute unlimited, granted 25%") {
+		t.Errorf("a server at 100%% beside 25%% defaults: mismatch %v, want compute unlimited named", err)
+	}
+	_ = os.Remove(filepath.Join(d.pipe, ".servers"))
+
 	// A process of the pod with a CUDA context of its own on GPU-A.
 	escaped = true
 	if _, err := m.query(ctx, d.pipe, "set_default_active_thread_percentage 25"); err != nil {
@@ -239,7 +259,7 @@ func TestParseMPSAnswers(t *testing.T) {
 			t.Errorf("parseMemoryLimit(%q) accepted", bad)
 		}
 	}
-	for in, want := range map[string]int{"": 0, "25.0": 25, "100.0": 0, "12.5": 13} {
+	for in, want := range map[string]int{"": 100, "25.0": 25, "100.0": 100, "12.5": 13, "0": 0} {
 		if got, err := parseThreads(in); err != nil || got != want {
 			t.Errorf("parseThreads(%q) = %d, %v; want %d", in, got, err, want)
 		}
@@ -261,7 +281,7 @@ func FuzzParseMPSAnswers(f *testing.F) {
 		if l, err := parseMemoryLimit(s); err == nil && (l.mib < 0 || l.unit < 0) {
 			t.Errorf("parseMemoryLimit(%q) = %+v", s, l)
 		}
-		if p, err := parseThreads(s); err == nil && (p < 0 || p >= 100) {
+		if p, err := parseThreads(s); err == nil && (p < 0 || p > 100) {
 			t.Errorf("parseThreads(%q) = %d", s, p)
 		}
 	})

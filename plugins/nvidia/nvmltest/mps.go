@@ -44,7 +44,14 @@ set_default_device_pinned_mem_limit)
 	echo "$b" > "$pipe/.pinned-$a" ;;
 get_default_device_pinned_mem_limit)
 	cat "$pipe/.pinned-$a" 2>/dev/null ;;
-get_server_list) ;;
+get_server_list)
+	cat "$pipe/.servers" 2>/dev/null ;;
+get_active_thread_percentage)
+	t=$(cat "$pipe/.server-$a-threads" 2>/dev/null || cat "$pipe/.threads" 2>/dev/null); echo "${t:-100}.0" ;;
+set_active_thread_percentage)
+	echo "$b" > "$pipe/.server-$a-threads"; echo "$b.0" ;;
+get_device_pinned_mem_limit)
+	cat "$pipe/.server-$a-pinned-$b" 2>/dev/null || cat "$pipe/.pinned-$b" 2>/dev/null ;;
 *)
 	echo "$cmd" > "$pipe/control" ;;
 esac
