@@ -25,6 +25,7 @@ const (
 	mpsSetPinned         = "set_default_device_pinned_mem_limit"
 	mpsGetPinned         = "get_default_device_pinned_mem_limit"
 	mpsGetThreads        = "get_default_active_thread_percentage"
+	mpsSetThreads        = "set_default_active_thread_percentage"
 	mpsServerList        = "get_server_list"
 	mpsGetServerThreads  = "get_active_thread_percentage"
 	mpsGetServerPinned   = "get_device_pinned_mem_limit"

@@ -108,6 +108,7 @@ func (m *module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.
 		if mps, err = newMPSDaemons(c); err != nil {
 			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
+		mps.restore(ctx)
 	}
 	lib, err := m.newLibrary(c.library)
 	if err != nil {

@@ -73,7 +73,9 @@ var safeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 // root's alone (0700); a container sees only its own directories, bound
 // into it. A daemon is a child of the shim in its own process group, and
 // outlives a shim restart (the unit's KillMode=process): the record in
-// the container's directory, which tenants cannot reach, finds it again.
+// the container's directory, which tenants cannot reach, finds it again,
+// and restore sets its limits anew. A container that restarts gets a new
+// daemon.
 type mpsDaemons struct {
 	root     string
 	control  string // resolved path
@@ -140,11 +142,9 @@ func (m *mpsDaemons) ensure(ctx context.Context, podUID, container string, gpus 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if have, ok := readRecord(dir); ok {
-		if have.GPUs == want.GPUs && have.Limits == want.Limits && m.alive(have) {
-			return d, nil // a restart of the container
-		}
-		// The daemon died, or (impossible within one pod) the container
-		// name has other GPUs: start afresh.
+		// A restart of the container gets a daemon started afresh: what
+		// the last one's clients did to its limits through the pipe
+		// (its defaults, its servers') does not carry over.
 		m.stop(ctx, dir, have)
 	}
 	if err := m.prepare(d); err != nil {
@@ -161,6 +161,36 @@ func (m *mpsDaemons) ensure(ctx context.Context, podUID, container string, gpus 
 	klog.FromContext(ctx).Info("Started an MPS daemon for the container", "podUID", podUID, "container", container,
 		"gpus", want.GPUs, "threadPercent", limits.ThreadPercent, "pinnedMemory", limits.PinnedMemory, "pid", r.PID)
 	return d, nil
+}
+
+// restore sets, through their pipes, the limits of the daemons already
+// running when the shim starts (started by an earlier shim, which may have
+// set the memory limit in the environment alone, where it cannot be read
+// back). A daemon that does not answer is left to the checker.
+func (m *mpsDaemons) restore(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	pods, _ := os.ReadDir(m.root)
+	for _, pod := range pods {
+		if strings.HasPrefix(pod.Name(), tombstonePrefix) || !pod.IsDir() {
+			continue
+		}
+		containers, _ := os.ReadDir(filepath.Join(m.root, pod.Name()))
+		for _, c := range containers {
+			dir := filepath.Join(m.root, pod.Name(), c.Name())
+			r, ok := readRecord(dir)
+			if !ok || !m.alive(r) {
+				continue
+			}
+			pipe := filepath.Join(dir, "pipe")
+			if _, err := m.query(ctx, pipe, fmt.Sprintf("%s %d", mpsSetThreads, r.Limits.ThreadPercent)); err != nil {
+				logger.Error(err, "Cannot set a running MPS daemon's limits again", "dir", dir)
+				continue
+			}
+			if err := m.setPinned(ctx, pipe, r.Limits); err != nil {
+				logger.Error(err, "Cannot set a running MPS daemon's limits again", "dir", dir)
+			}
+		}
+	}
 }
 
 // prepare makes the container's directories: the pipe directory and shm

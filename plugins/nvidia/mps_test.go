@@ -61,13 +61,29 @@ func TestMPSDaemons(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(d.shm, "mps-daemon")); err != nil || strings.TrimSpace(string(b)) != d.pipe {
 		t.Errorf("the daemon's /dev/shm is not the container's shm directory: %q, %v", b, err)
 	}
-	// A restart of the container reuses the daemon.
+	// A restart of the container gets a daemon started afresh; a shim
+	// that starts anew sets a running daemon's limits again.
+	if _, err := m.query(ctx, d.pipe, "set_default_active_thread_percentage 100"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := m.ensure(ctx, "pod-a", "main", []string{"GPU-1"}, limits); err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := readRecord(filepath.Dir(d.pipe)); again.PID != first.PID || !m.alive(first) {
-		t.Errorf("restart: daemon %d, then %d", first.PID, again.PID)
+	again, _ := readRecord(filepath.Dir(d.pipe))
+	if again.PID == first.PID || m.alive(first) || !m.alive(again) {
+		t.Errorf("restart: daemon %d (alive %v), then %d (alive %v); want a new one alone", first.PID, m.alive(first), again.PID, m.alive(again))
 	}
+	if got, err := m.query(ctx, d.pipe, "get_default_active_thread_percentage"); err != nil || got != "25.0" {
+		t.Errorf("the restarted container's daemon: %q, %v; want its own 25.0", got, err)
+	}
+	if _, err := m.query(ctx, d.pipe, "set_default_active_thread_percentage 100"); err != nil {
+		t.Fatal(err)
+	}
+	m.restore(ctx)
+	if got, err := m.query(ctx, d.pipe, "get_default_active_thread_percentage"); err != nil || got != "25.0" {
+		t.Errorf("after restore: %q, %v; want 25.0", got, err)
+	}
+	first = again
 	// A tenant replaces its control pipe with one nobody reads: the
 	// daemon still stops, within the timeouts.
 	if err := os.Remove(filepath.Join(d.pipe, "control")); err != nil {
