@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kubegpu/kubegpu/types"
@@ -32,6 +33,8 @@ const (
 	EnvLimits = "KUBEGPU_SIMGPU_LIMITS"
 	// maxLimitsBytes bounds the limits file the read-back takes.
 	maxLimitsBytes = 4096
+	// limitsFSBytes is the size of each container's limits directory.
+	limitsFSBytes = 64 << 10
 )
 
 // safeName is what a pod UID or container name must look like to name a
@@ -58,7 +61,10 @@ func (e *enforcer) dir(podUID, container string) (string, error) {
 	return filepath.Join(e.root, podUID, container), nil
 }
 
-// apply writes the container's limits: its grant.
+// apply writes the container's limits, its grant, into a directory of its
+// own: a tmpfs of limitsFSBytes (a container cannot fill the host's disk
+// through it), mounted afresh for each container start, as each start gets
+// an MPS daemon afresh.
 func (e *enforcer) apply(podUID string, alloc types.ContainerAllocation) (types.ContainerEdits, error) {
 	dir, err := e.dir(podUID, alloc.Name)
 	if err != nil {
@@ -66,6 +72,11 @@ func (e *enforcer) apply(podUID string, alloc types.ContainerAllocation) (types.
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return types.ContainerEdits{}, fmt.Errorf("simgpu enforcer: %w", err)
+	}
+	_ = syscall.Unmount(dir, syscall.MNT_DETACH) // the last start's
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC,
+		fmt.Sprintf("size=%d,mode=0777", limitsFSBytes)); err != nil {
+		return types.ContainerEdits{}, fmt.Errorf("simgpu enforcer: mount a tmpfs on %s: %w", dir, err)
 	}
 	limits := types.Enforcement{Mechanism: types.EnforcerSimulated, MemoryMiB: make([]int64, len(alloc.Devices))}
 	for i, s := range alloc.Devices {
@@ -77,24 +88,11 @@ func (e *enforcer) apply(podUID string, alloc types.ContainerAllocation) (types.
 		}
 	}
 	b, _ := json.Marshal(limits)
-	// A container restart keeps what the container did to its limits,
-	// as a restart keeps its MPS daemon: written only when absent.
 	path := filepath.Join(dir, EnforcerFile)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
-	switch {
-	case errors.Is(err, os.ErrExist):
-	case err != nil:
+	if err := os.WriteFile(path, b, 0o666); err != nil {
 		return types.ContainerEdits{}, fmt.Errorf("simgpu enforcer: %w", err)
-	default:
-		_, werr := f.Write(b)
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr != nil {
-			return types.ContainerEdits{}, fmt.Errorf("simgpu enforcer: %w", werr)
-		}
-		_ = os.Chmod(path, 0o666) // whatever the umask: any user of the container may change it
 	}
+	_ = os.Chmod(path, 0o666) // whatever the umask: any user of the container may change it
 	return types.ContainerEdits{
 		Env:    []types.EnvVar{{Name: EnvLimits, Value: EnforcerContainerDir + "/" + EnforcerFile}},
 		Mounts: []types.Mount{{HostPath: dir, ContainerPath: EnforcerContainerDir}},
@@ -107,11 +105,16 @@ func (e *enforcer) enforced(podUID string, alloc types.ContainerAllocation) (typ
 	if err != nil {
 		return types.Enforcement{}, err
 	}
-	f, err := os.Open(filepath.Join(dir, EnforcerFile))
+	// The container may have put anything there: a FIFO or a link to one
+	// would block a plain open, and a link could point anywhere.
+	f, err := os.OpenFile(filepath.Join(dir, EnforcerFile), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return types.Enforcement{}, fmt.Errorf("simgpu enforcer: %w", err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return types.Enforcement{}, fmt.Errorf("simgpu enforcer: %s is not a regular file", EnforcerFile)
+	}
 	b := make([]byte, maxLimitsBytes+1)
 	n, _ := f.Read(b)
 	if n > maxLimitsBytes {
@@ -142,6 +145,10 @@ func (e *enforcer) release(live map[string]bool, listed time.Time) error {
 		}
 		if fi, err := p.Info(); err != nil || !fi.ModTime().Before(listed.Add(-time.Second)) {
 			continue
+		}
+		containers, _ := os.ReadDir(filepath.Join(e.root, p.Name()))
+		for _, c := range containers {
+			_ = syscall.Unmount(filepath.Join(e.root, p.Name(), c.Name()), syscall.MNT_DETACH)
 		}
 		if err := os.RemoveAll(filepath.Join(e.root, p.Name())); err != nil {
 			errs = append(errs, err)

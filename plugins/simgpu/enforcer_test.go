@@ -1,9 +1,11 @@
 package simgpu
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,12 +18,19 @@ import (
 // it shows as a mismatch), whole GPUs get no file, and released pods
 // lose theirs.
 func TestEnforcerStandIn(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the enforcer stand-in mounts a tmpfs per container: needs root")
+	}
 	ctx := t.Context()
 	root := filepath.Join(t.TempDir(), "enforcer")
 	np, err := NewModule().NodePlugin(ctx, types.PluginConfig{NodeName: "n", Options: map[string]string{OptionPreset: "t4x4", OptionEnforcerRoot: root}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Whatever fails, the tmpfs mounts go before the temporary directory.
+	t.Cleanup(func() {
+		_ = np.(types.PodScopedPlugin).ReleasePods(context.Background(), nil, time.Now().Add(time.Hour))
+	})
 	inv, err := np.Discover(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -50,10 +59,6 @@ func TestEnforcerStandIn(t *testing.T) {
 	if err := os.WriteFile(file, []byte(`{"computePercent":100,"memoryMiB":[4096]}`), 0o666); err != nil {
 		t.Fatal(err)
 	}
-	// A restart of the container keeps what it did.
-	if _, err := pp.PodContainerEdits(ctx, "pod-a", alloc); err != nil {
-		t.Fatal(err)
-	}
 	e, err = prover.Enforced(ctx, "pod-a", alloc)
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +73,39 @@ func TestEnforcerStandIn(t *testing.T) {
 		if e, err := prover.Enforced(ctx, "pod-a", alloc); err == nil {
 			t.Errorf("limits file %.20q read back as %+v", bad, e)
 		}
+	}
+	// A FIFO, or a link to one, in its place: refused at once, not waited on.
+	for _, plant := range []func() error{
+		func() error { return syscall.Mkfifo(file, 0o666) },
+		func() error {
+			fifo := filepath.Join(t.TempDir(), "fifo")
+			if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+				return err
+			}
+			return os.Symlink(fifo, file)
+		},
+	} {
+		_ = os.Remove(file)
+		if err := plant(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := prover.Enforced(ctx, "pod-a", alloc); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Error("a FIFO in place of the limits file was read back")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("reading a FIFO in place of the limits file blocks")
+		}
+	}
+	// A restart of the container starts from its grant again.
+	if _, err := pp.PodContainerEdits(ctx, "pod-a", alloc); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := prover.Enforced(ctx, "pod-a", alloc); err != nil || e.Mismatch(alloc) != nil {
+		t.Errorf("after a restart: %+v, %v; want the grant", e, err)
 	}
 	whole := types.ContainerAllocation{Name: "w", Devices: []types.DeviceShare{{ID: g.ID, UUID: g.UUID, Exclusive: true, MemoryMiB: g.MemoryMiB, ComputePercent: 100}}}
 	if edits, err := pp.PodContainerEdits(ctx, "pod-b", whole); err != nil || len(edits.Mounts) != 0 {
