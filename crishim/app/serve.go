@@ -174,13 +174,12 @@ func (o *serveOptions) run(ctx context.Context) error {
 		wg.Go(func() { d.loop(ctx, o.Interval) })
 	}
 	wg.Go(func() { releasePods(ctx, runtime, plugins, o.Interval) })
-	if provesSlices(plugins) {
-		// Records go to the API with the node's credentials; without an
-		// API client, containers are still stopped under Required.
-		pods, _ := client.(enforce.Pods)
-		checker := enforce.New(enforce.Options{Node: o.NodeName, Rewriter: rewriter, Runtime: runtime, Pods: pods, Metrics: m, Interval: o.Interval})
-		wg.Go(func() { checker.Run(ctx) })
-	}
+	// Every running slice is proven, or recorded as what it is: records go
+	// to the API with the node's credentials; without an API client,
+	// containers are still stopped under Required.
+	pods, _ := client.(enforce.Pods)
+	checker := enforce.New(enforce.Options{Node: o.NodeName, Rewriter: rewriter, Runtime: runtime, Pods: pods, Metrics: m, Interval: o.Interval})
+	wg.Go(func() { checker.Run(ctx) })
 	logger.Info("kubegpu-crishim serving", "version", version.Get().GitVersion, "listen", o.Listen, "runtime", o.RuntimeEndpoint,
 		"modules", modules.started, "failedModules", modules.failed(), "advertise", client != nil, "keys", keys.IDs(), "allowlistEntries", allowlist.Len())
 	select {
@@ -272,16 +271,6 @@ func (d *discovery) loop(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
-}
-
-// provesSlices reports whether a module reads back what it enforces.
-func provesSlices(plugins []nodeplugins.Plugin) bool {
-	for _, p := range plugins {
-		if _, ok := p.NodePlugin.(types.EnforcementProver); ok {
-			return true
-		}
-	}
-	return false
 }
 
 // releasePods tells the modules that start something per pod (an MPS

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -23,6 +25,12 @@ const UnprovenRounds = 3
 
 // maxMessageBytes bounds the condition's message.
 const maxMessageBytes = 1024
+
+// checkWorkers is how many containers a round proves at once.
+const checkWorkers = 4
+
+// DefaultProveTimeout is how long proving one container may take.
+const DefaultProveTimeout = 15 * time.Second
 
 // Runtime is what the checker needs of the container runtime.
 type Runtime interface {
@@ -55,6 +63,9 @@ type Options struct {
 	Metrics *metrics.Shim
 	// Interval is the time between checks.
 	Interval time.Duration
+	// ProveTimeout bounds the read-back of one container
+	// (DefaultProveTimeout if zero).
+	ProveTimeout time.Duration
 	// Now is the clock (time.Now if nil).
 	Now func() time.Time
 }
@@ -68,6 +79,13 @@ type Checker struct {
 	// unproven counts the checks in a row a container's slices went
 	// unproven, by container ID.
 	unproven map[string]int
+	// unverified are the containers whose allocation did not verify at
+	// the last round (said once each).
+	unverified map[string]bool
+
+	mu sync.Mutex
+	// inflight are the containers whose read-back is running.
+	inflight map[string]bool
 }
 
 // New returns a checker.
@@ -75,7 +93,10 @@ func New(o Options) *Checker {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Checker{o: o, written: map[string]condition{}, unproven: map[string]int{}}
+	if o.ProveTimeout == 0 {
+		o.ProveTimeout = DefaultProveTimeout
+	}
+	return &Checker{o: o, written: map[string]condition{}, unproven: map[string]int{}, unverified: map[string]bool{}, inflight: map[string]bool{}}
 }
 
 // Run checks every interval until ctx ends.
@@ -129,7 +150,25 @@ type pod struct {
 	warn bool
 }
 
-// Check runs one round: every running container with slices.
+// work is one running container with slices to prove.
+type work struct {
+	id, name string
+	sandbox  *runtimeapi.PodSandboxMetadata
+	alloc    types.ContainerAllocation
+	required bool
+}
+
+// proof is what proving one container found. fault marks what the shim
+// itself could not do (a module that did not load, or reads nothing back):
+// recorded, never a reason to stop the container.
+type proof struct {
+	st    state
+	line  string
+	fault bool
+}
+
+// Check runs one round: every running container with slices, proven
+// checkWorkers at a time, each within Options.ProveTimeout.
 func (c *Checker) Check(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	listCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -147,9 +186,8 @@ func (c *Checker) Check(ctx context.Context) error {
 	for _, sb := range sandboxes {
 		bySandbox[sb.GetId()] = sb
 	}
-	pods := map[string]*pod{}
-	counts := make([]int64, len(metrics.SliceStates))
-	running := map[string]bool{}
+	var jobs []work
+	unverified := map[string]bool{}
 	for _, ctr := range containers {
 		sb := bySandbox[ctr.GetPodSandboxId()]
 		if sb == nil {
@@ -158,48 +196,78 @@ func (c *Checker) Check(ctx context.Context) error {
 		md := sb.GetMetadata()
 		pa, err := c.o.Rewriter.PodAllocation(&runtimeapi.PodSandboxConfig{Metadata: md, Annotations: sb.GetAnnotations()})
 		if err != nil {
-			continue // CreateContainer refused it its devices
+			// CreateContainer refused it its devices, or the node no
+			// longer verifies its allocation (a key removed): it is not
+			// proven, and said once.
+			unverified[ctr.GetId()] = true
+			if !c.unverified[ctr.GetId()] {
+				logger.Info("Not proving the GPU slices of a container whose allocation does not verify here", "pod", md.GetNamespace()+"/"+md.GetName(),
+					"container", ctr.GetMetadata().GetName(), "err", err)
+			}
+			continue
 		}
 		name := ctr.GetMetadata().GetName()
 		alloc, ok := pa.Container(name)
 		if !ok || !alloc.Shared() {
 			continue
 		}
-		running[ctr.GetId()] = true
-		st, line := c.container(ctx, md.GetUid(), alloc)
-		required := pa.Enforcement == types.EnforcementRequired
+		jobs = append(jobs, work{id: ctr.GetId(), name: name, sandbox: md, alloc: alloc, required: pa.Enforcement == types.EnforcementRequired})
+	}
+	c.unverified = unverified
+
+	proofs := make([]proof, len(jobs))
+	sem := make(chan struct{}, checkWorkers)
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			proofs[i] = c.prove(ctx, j)
+		})
+	}
+	wg.Wait()
+
+	pods := map[string]*pod{}
+	counts := make([]int64, len(metrics.SliceStates))
+	running := map[string]bool{}
+	for i, j := range jobs {
+		pr := proofs[i]
+		st, line := pr.st, pr.line
+		running[j.id] = true
 		warn := st == mismatch || st == unproven
-		switch st {
-		case mismatch:
+		switch {
+		case st == mismatch:
 			c.o.Metrics.EnforcementMismatches.Inc()
-		case unproven:
-			c.unproven[ctr.GetId()]++
+		case st == unproven && !pr.fault:
+			c.unproven[j.id]++
 		}
-		if st != unproven {
-			delete(c.unproven, ctr.GetId())
+		if st != unproven || pr.fault {
+			delete(c.unproven, j.id)
 		}
-		if required && (st == mismatch || st == unenforced || (st == unproven && c.unproven[ctr.GetId()] >= UnprovenRounds)) {
+		if j.required && !pr.fault && (st == mismatch || st == unenforced || (st == unproven && c.unproven[j.id] >= UnprovenRounds)) {
+			pod := j.sandbox.GetNamespace() + "/" + j.sandbox.GetName()
 			stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := c.o.Runtime.StopContainer(stopCtx, ctr.GetId())
+			err := c.o.Runtime.StopContainer(stopCtx, j.id)
 			cancel()
 			if err != nil {
-				logger.Error(err, "Cannot stop a container whose GPU slice is not enforced as granted", "pod", md.GetNamespace()+"/"+md.GetName(), "container", name)
+				logger.Error(err, "Cannot stop a container whose GPU slice is not enforced as granted", "pod", pod, "container", j.name)
 			} else {
 				c.o.Metrics.EnforcementStops.Inc()
-				logger.Info("Stopped a container whose GPU slice is not enforced as granted (enforcement Required)", "pod", md.GetNamespace()+"/"+md.GetName(), "container", name, "state", st.String(), "detail", line)
+				logger.Info("Stopped a container whose GPU slice is not enforced as granted (enforcement Required)", "pod", pod, "container", j.name, "state", st.String(), "detail", line)
 				line += " (stopped: enforcement Required)"
 				warn = true
 			}
 		}
 		counts[st.metricIndex()]++
-		p := pods[md.GetUid()]
+		uid := j.sandbox.GetUid()
+		p := pods[uid]
 		if p == nil {
-			p = &pod{namespace: md.GetNamespace(), name: md.GetName(), uid: md.GetUid()}
-			pods[md.GetUid()] = p
+			p = &pod{namespace: j.sandbox.GetNamespace(), name: j.sandbox.GetName(), uid: uid}
+			pods[uid] = p
 		}
 		p.worst = max(p.worst, st)
 		p.warn = p.warn || warn
-		p.lines = append(p.lines, fmt.Sprintf("container %q: %s", name, line))
+		p.lines = append(p.lines, fmt.Sprintf("container %q: %s", j.name, line))
 	}
 	for i, st := range metrics.SliceStates {
 		c.o.Metrics.Slices.With(st).Set(counts[i])
@@ -209,8 +277,14 @@ func (c *Checker) Check(ctx context.Context) error {
 			delete(c.unproven, id)
 		}
 	}
+	// A pod's record is forgotten once its sandbox is: a container
+	// between restarts keeps it, and its events are not posted again.
+	live := map[string]bool{}
+	for _, sb := range sandboxes {
+		live[sb.GetMetadata().GetUid()] = true
+	}
 	for uid := range c.written {
-		if pods[uid] == nil {
+		if !live[uid] {
 			delete(c.written, uid)
 		}
 	}
@@ -225,12 +299,44 @@ func (c *Checker) Check(ctx context.Context) error {
 	return nil
 }
 
+// prove checks one container within Options.ProveTimeout, whatever the module
+// does with its context: a read-back still running from an earlier round
+// (a module that ignores its deadline) is not started again, and the
+// container's slices are unproven meanwhile.
+func (c *Checker) prove(ctx context.Context, j work) proof {
+	c.mu.Lock()
+	if c.inflight[j.id] {
+		c.mu.Unlock()
+		return proof{st: unproven, line: "the enforcer's last read-back has not returned"}
+	}
+	c.inflight[j.id] = true
+	c.mu.Unlock()
+	done := make(chan proof, 1)
+	proveCtx, cancel := context.WithTimeout(ctx, c.o.ProveTimeout)
+	go func() {
+		defer cancel()
+		pr := c.container(proveCtx, j.sandbox.GetUid(), j.alloc)
+		c.mu.Lock()
+		delete(c.inflight, j.id)
+		c.mu.Unlock()
+		done <- pr
+	}()
+	timer := time.NewTimer(c.o.ProveTimeout + time.Second)
+	defer timer.Stop()
+	select {
+	case pr := <-done:
+		return pr
+	case <-timer.C:
+		return proof{st: unproven, line: fmt.Sprintf("the enforcer did not answer within %s", c.o.ProveTimeout)}
+	}
+}
+
 // container checks one container's slices, module by module, and says
 // what it found.
-func (c *Checker) container(ctx context.Context, podUID string, alloc types.ContainerAllocation) (state, string) {
+func (c *Checker) container(ctx context.Context, podUID string, alloc types.ContainerAllocation) proof {
 	modules, parts, err := c.o.Rewriter.ByModule(alloc)
 	if err != nil {
-		return unproven, err.Error()
+		return proof{st: unproven, line: err.Error(), fault: true}
 	}
 	var applied []string
 	for i, m := range modules {
@@ -240,25 +346,23 @@ func (c *Checker) container(ctx context.Context, podUID string, alloc types.Cont
 		}
 		for _, s := range part.Devices {
 			if !s.Exclusive && m.Devices[s.ID].SliceEnforcer == "" {
-				return unenforced, fmt.Sprintf("no enforcer on this node holds device %s to its slice", s.ID)
+				return proof{st: unenforced, line: fmt.Sprintf("no enforcer on this node holds device %s to its slice", s.ID)}
 			}
 		}
 		prover, ok := m.Plugin.(types.EnforcementProver)
 		if !ok {
-			return unenforced, fmt.Sprintf("device module %s cannot read back what it enforces", m.Name)
+			return proof{st: unproven, line: fmt.Sprintf("device module %s publishes an enforcer but cannot read back what it enforces", m.Name), fault: true}
 		}
-		askCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		e, err := prover.Enforced(askCtx, podUID, part)
-		cancel()
+		e, err := prover.Enforced(ctx, podUID, part)
 		if err != nil {
-			return unproven, fmt.Sprintf("device module %s: %v", m.Name, err)
+			return proof{st: unproven, line: fmt.Sprintf("device module %s: %v", m.Name, err)}
 		}
 		if err := e.Mismatch(part); err != nil {
-			return mismatch, err.Error()
+			return proof{st: mismatch, line: err.Error()}
 		}
 		applied = append(applied, e.String())
 	}
-	return enforced, strings.Join(applied, "; ")
+	return proof{st: enforced, line: strings.Join(applied, "; ")}
 }
 
 // record writes the pod's condition when it changed, and a Warning event
@@ -272,19 +376,27 @@ func (c *Checker) record(ctx context.Context, p *pod) {
 		cond.status = "False"
 	}
 	if len(cond.message) > maxMessageBytes {
-		cond.message = cond.message[:maxMessageBytes-3] + "..."
+		cut := maxMessageBytes - 3
+		for cut > 0 && !utf8.RuneStart(cond.message[cut]) {
+			cut--
+		}
+		cond.message = cond.message[:cut] + "..."
 	}
-	if c.written[p.uid] == cond {
+	last, known := c.written[p.uid]
+	if known && last == cond {
 		return
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", p.namespace+"/"+p.name)
 	now := c.o.Now().UTC().Format(time.RFC3339)
+	entry := map[string]any{"type": kubeinterface.ConditionEnforced, "status": cond.status, "reason": cond.reason, "message": cond.message}
+	if !known || last.status != cond.status {
+		// Merged by type: a patch without it keeps the time the status
+		// last changed.
+		entry["lastTransitionTime"] = now
+	}
 	patch, _ := json.Marshal(map[string]any{
 		"metadata": map[string]any{"uid": p.uid}, // a precondition: this incarnation of the pod
-		"status": map[string]any{"conditions": []map[string]any{{
-			"type": kubeinterface.ConditionEnforced, "status": cond.status, "reason": cond.reason,
-			"message": cond.message, "lastTransitionTime": now,
-		}}},
+		"status":   map[string]any{"conditions": []map[string]any{entry}},
 	})
 	writeCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

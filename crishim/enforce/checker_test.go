@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	ktypes "k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -61,10 +62,12 @@ func (f *fakePods) CreateEvent(_ context.Context, ns string, event []byte) error
 	return nil
 }
 
-// prover reports what applied says, or err.
+// prover reports what applied says, or err; with hang set it blocks,
+// whatever its context says, until hang is closed.
 type prover struct {
 	applied types.Enforcement
 	err     error
+	hang    chan struct{}
 }
 
 func (p *prover) ContainerEdits(context.Context, types.ContainerAllocation) (types.ContainerEdits, error) {
@@ -72,6 +75,9 @@ func (p *prover) ContainerEdits(context.Context, types.ContainerAllocation) (typ
 }
 
 func (p *prover) Enforced(context.Context, string, types.ContainerAllocation) (types.Enforcement, error) {
+	if p.hang != nil {
+		<-p.hang
+	}
 	return p.applied, p.err
 }
 
@@ -172,5 +178,69 @@ func TestChecker(t *testing.T) {
 	}
 	if len(rt.stopped) != 1 || len(pods.events) != events+1 {
 		t.Errorf("unenforced: stopped %v, %d new events; want the Required container stopped and its event alone", rt.stopped, len(pods.events)-events)
+	}
+}
+
+// TestCheckerBounds: a module that never answers (ignoring its deadline)
+// holds a round up for the timeout at most and is not asked again while
+// its read-back runs, so that it gets stopped under Required after
+// UnprovenRounds; a device no module serves any longer (the shim's own
+// fault) is recorded unproven and stops nothing.
+func TestCheckerBounds(t *testing.T) {
+	key, err := kubeinterface.NewHMACKey([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := key.Sign(kubeinterface.Allocation{Pod: kubeinterface.PodRef{Namespace: "ns", Name: "p", UID: "uid-p"},
+		PodAllocation: types.PodAllocation{Node: "n1", Enforcement: types.EnforcementRequired,
+			Containers: []types.ContainerAllocation{{Name: "main", Devices: []types.DeviceShare{{ID: "gpu0", UUID: "GPU-0", MemoryMiB: 1024, ComputePercent: 10}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := kubeinterface.EncodeAllocation(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &fakeRuntime{sandboxes: []*runtimeapi.PodSandbox{{Id: "p", Metadata: &runtimeapi.PodSandboxMetadata{Namespace: "ns", Name: "p", Uid: "uid-p"},
+		Annotations: map[string]string{kubeinterface.AnnotationAllocation: v}}}}
+	hang := make(chan struct{})
+	defer close(hang)
+	p := &prover{hang: hang}
+	served := true
+	modules := func() []rewrite.Module {
+		if !served {
+			return nil
+		}
+		return []rewrite.Module{{Name: "nvidia", Plugin: p, Devices: map[string]types.Device{"gpu0": {ID: "gpu0", UUID: "GPU-0", SliceEnforcer: types.EnforcerMPS}}}}
+	}
+	pods := &fakePods{}
+	c := New(Options{Node: "n1", Rewriter: &rewrite.Rewriter{Node: "n1", Keys: kubeinterface.NewKeySet(key), Modules: modules},
+		Runtime: rt, Pods: pods, Metrics: metrics.New(), ProveTimeout: 50 * time.Millisecond})
+	ctx := t.Context()
+	for round := 1; round <= UnprovenRounds; round++ {
+		if err := c.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if stopped := len(rt.stopped) > 0; stopped != (round == UnprovenRounds) {
+			t.Fatalf("round %d: stopped %v", round, rt.stopped)
+		}
+	}
+	if last := pods.patches[len(pods.patches)-1]; !strings.Contains(last, "Unproven") {
+		t.Errorf("a module that does not answer: %q, want Unproven", last)
+	}
+
+	served, rt.stopped = false, nil
+	c = New(Options{Node: "n1", Rewriter: &rewrite.Rewriter{Node: "n1", Keys: kubeinterface.NewKeySet(key), Modules: modules, Failed: []string{"nvidia.so"}},
+		Runtime: rt, Pods: pods, Metrics: metrics.New()})
+	for range UnprovenRounds + 1 {
+		if err := c.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(rt.stopped) != 0 {
+		t.Errorf("a module that did not load stopped containers: %v", rt.stopped)
+	}
+	if last := pods.patches[len(pods.patches)-1]; !strings.Contains(last, "Unproven") || !strings.Contains(last, "nvidia.so") {
+		t.Errorf("a module that did not load: %q, want Unproven naming it", last)
 	}
 }
