@@ -83,8 +83,8 @@ type Allocation struct {
 	// change what a container may get (a reader that ignored them would give
 	// more), and a reader that does not know one refuses the allocation.
 	// This version knows CriticalEnforcement, which Sign lists when the
-	// policy is Required: a node that predates it would start the pod's
-	// slices unenforced.
+	// policy is Required and a container has a slice: a node that
+	// predates it would start the slices unenforced.
 	Critical []string `json:"critical,omitempty"`
 	// Signature is the scheduler's signature over SigningBytes, base64.
 	Signature string `json:"signature,omitempty"`
@@ -110,10 +110,23 @@ var knownCritical = []string{CriticalEnforcement}
 // needs a reader to understand.
 func (a Allocation) withCritical() Allocation {
 	a.Critical = nil
-	if a.Enforcement == types.EnforcementRequired {
+	if a.Enforcement == types.EnforcementRequired && a.hasSlice() {
 		a.Critical = []string{CriticalEnforcement}
 	}
 	return a
+}
+
+// hasSlice reports whether a container has a share of a device rather
+// than the whole of it: only slices need an enforcer.
+func (a Allocation) hasSlice() bool {
+	for _, list := range [][]types.ContainerAllocation{a.InitContainers, a.Containers} {
+		for _, c := range list {
+			if c.Shared() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type allocationPayload struct {
@@ -217,14 +230,14 @@ func DecodeAllocation(value string) (Allocation, error) {
 	if err := p.Validate(); err != nil {
 		return Allocation{}, err
 	}
+	if len(p.Critical) > maxCritical {
+		return Allocation{}, &FieldError{Field: AnnotationAllocation + " critical", Value: fmt.Sprintf("%d entries", len(p.Critical)), Want: fmt.Sprintf("at most %d", maxCritical)}
+	}
 	for _, c := range p.Critical {
 		if !slices.Contains(knownCritical, c) {
 			return Allocation{}, &FieldError{Field: AnnotationAllocation + " critical", Value: strings.Join(p.Critical, ","),
 				Want: "fields this version knows (" + strings.Join(knownCritical, ", ") + "): the allocation was written by a newer kubegpu-scheduler; upgrade this component"}
 		}
-	}
-	if len(p.Critical) > maxCritical {
-		return Allocation{}, &FieldError{Field: AnnotationAllocation + " critical", Value: fmt.Sprintf("%d entries", len(p.Critical)), Want: fmt.Sprintf("at most %d", maxCritical)}
 	}
 	if p.Signature != "" {
 		member := signatureMember(p.Signature)

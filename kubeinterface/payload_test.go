@@ -194,3 +194,50 @@ func TestQuote(t *testing.T) {
 		}
 	}
 }
+
+// TestEnforcementIsCritical: an allocation with a slice under Required
+// lists enforcement as critical, and this version reads it; one without a
+// slice, or under BestEffort, lists nothing, as earlier versions wrote it.
+func TestEnforcementIsCritical(t *testing.T) {
+	key, err := NewHMACKey([]byte(strings.Repeat("s", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slice := []types.ContainerAllocation{{Name: "c", Devices: []types.DeviceShare{{ID: "gpu0", UUID: "GPU-0", MemoryMiB: 1024, ComputePercent: 10}}}}
+	whole := []types.ContainerAllocation{{Name: "c", Devices: []types.DeviceShare{{ID: "gpu0", UUID: "GPU-0", Exclusive: true}}}}
+	for _, tt := range []struct {
+		policy     types.EnforcementPolicy
+		containers []types.ContainerAllocation
+		critical   bool
+	}{
+		{types.EnforcementRequired, slice, true},
+		{types.EnforcementRequired, whole, false},
+		{types.EnforcementBestEffort, slice, false},
+		{"", slice, false},
+	} {
+		a, err := key.Sign(Allocation{Pod: PodRef{Namespace: "ns", Name: "p", UID: "u"}, PodAllocation: types.PodAllocation{Node: "n", Enforcement: tt.policy, Containers: tt.containers}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := EncodeAllocation(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(v, `"critical":["enforcement"]`); got != tt.critical {
+			t.Errorf("%s, %+v: critical %v in %s, want %v", tt.policy, tt.containers[0].Devices[0], got, v, tt.critical)
+		}
+		back, err := DecodeAllocation(v)
+		if err != nil {
+			t.Fatalf("decode %s: %v", v, err)
+		}
+		if err := key.Verify(back); err != nil || back.Enforcement != tt.policy {
+			t.Errorf("decoded %s: policy %q, verify %v", v, back.Enforcement, err)
+		}
+	}
+	for _, v := range []string{`"critical":["enforcement","migProfile"]`, `"enforcement":"required"`} {
+		bad := `{"apiVersion":"kubegpu.io/v1","kind":"PodAllocation","pod":{"namespace":"ns","name":"p","uid":"u"},"node":"n","containers":[],` + v + `}`
+		if _, err := DecodeAllocation(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("DecodeAllocation(%s) = %v, want ErrInvalid", v, err)
+		}
+	}
+}
