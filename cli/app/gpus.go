@@ -120,11 +120,15 @@ func gpus(s *clusterState) []GPU {
 					} else {
 						g.UsedMiB += sh.MemoryMiB
 						g.UsedCores += sh.ComputePercent
-						e := objects.PodEnforcement(pa.pod)
-						if e.State == "" {
-							e.State = "Unrecorded"
+						pod := pa.pod.Namespace + "/" + pa.pod.Name
+						if !slices.ContainsFunc(g.Slices, func(s SliceState) bool { return s.Pod == pod }) {
+							// The condition is the pod's: once per GPU.
+							e := objects.PodEnforcement(pa.pod)
+							if e.State == "" {
+								e.State = "Unrecorded"
+							}
+							g.Slices = append(g.Slices, SliceState{Pod: pod, State: e.State, Message: e.Message})
 						}
-						g.Slices = append(g.Slices, SliceState{Pod: pa.pod.Namespace + "/" + pa.pod.Name, State: e.State, Message: e.Message})
 					}
 					if !slices.Contains(g.Pods, name) {
 						g.Pods = append(g.Pods, name)

@@ -38,7 +38,6 @@ func TestSliceEnforcement(t *testing.T) {
 	shim, sock := startShim(ctx, t, n, node, "--plugin-option=simgpu.preset=t4x4", "--plugin-option=simgpu.enforcer-root="+filepath.Join(n.Dir, "enforcer"),
 		"--kubeconfig="+nodeID.Kubeconfig, "--interval=1s")
 	k := startKubelet(ctx, t, n, node, sock, 0)
-	startScheduler(ctx, t)
 	addNodes(ctx, t, "enf-none", "t4x4", 1) // publishes no enforcer
 	strict, lax := namespace(ctx, t, "enf-strict"), namespace(ctx, t, "enf-lax")
 	label := func(ns, policy string) []byte {
@@ -47,6 +46,8 @@ func TestSliceEnforcement(t *testing.T) {
 	if _, err := cluster.Client.CoreV1().Namespaces().Patch(ctx, strict, ktypes.MergePatchType, label(strict, "Required"), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Started after the label: its first list of namespaces has it.
+	startScheduler(ctx, t)
 	// A tenant with edit in its namespace cannot relax its policy.
 	if _, err := tenant(t, strict).CoreV1().Namespaces().Patch(ctx, strict, ktypes.MergePatchType, label(strict, "BestEffort"), metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the tenant relabeled its namespace: %v, want Forbidden", err)
@@ -63,8 +64,7 @@ func TestSliceEnforcement(t *testing.T) {
 	}
 
 	// Required, pinned to the node without an enforcer: never placed
-	// there. Seen first, so that the scheduler has the namespace's label
-	// before the pods below.
+	// there.
 	createPods(ctx, t, strict, slicePod("pinned", "enf-none-0", "sleep 3600"))
 	var pinned *corev1.Pod
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -122,12 +122,20 @@ func TestSliceEnforcement(t *testing.T) {
 	if e := objects.PodEnforcement(marked); strings.Contains(e.Message, "stopped") {
 		t.Errorf("BestEffort mismatch stopped the container: %q", e.Message)
 	}
-	if cs := marked.Status.ContainerStatuses; len(cs) != 1 || cs[0].State.Running == nil {
-		t.Errorf("BestEffort mismatch: container %+v, want it running", cs)
+	// The shim's record comes before kubelet reports the container, so
+	// its state is read fresh: it runs, never restarted.
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		marked, err = viewer.Client.CoreV1().Pods(lax).Get(ctx, "tamper", metav1.GetOptions{})
+		return err == nil && len(marked.Status.ContainerStatuses) == 1 && marked.Status.ContainerStatuses[0].State.Running != nil, nil
+	}); err != nil || marked.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("BestEffort mismatch: container %+v, want it running", marked.Status.ContainerStatuses)
 	}
 	for _, ns := range []string{strict, lax} {
-		list, err := tenant(t, ns).CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=tamper,reason=GPUSliceMismatch"})
-		if err != nil || len(list.Items) == 0 {
+		var list *corev1.EventList
+		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			list, err = tenant(t, ns).CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=tamper,reason=GPUSliceMismatch"})
+			return err == nil && len(list.Items) > 0, nil
+		}); err != nil {
 			t.Errorf("no GPUSliceMismatch event for %s/tamper: %v", ns, err)
 		} else if src := list.Items[0].Source; src.Component != "kubegpu-crishim" || src.Host != node {
 			t.Errorf("the mismatch event's source %+v, want kubegpu-crishim on %s", src, node)
