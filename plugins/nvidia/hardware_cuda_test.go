@@ -174,6 +174,17 @@ func checkSliceLimits(ctx context.Context, t *testing.T, pp types.PodScopedPlugi
 		return &slice{pipe: filepath.Join(dir, "pipe"), shm: filepath.Join(dir, "shm"), gpu: g.UUID}
 	}
 	q := start("pod-quarter", 25, quarterMiB)
+	// The unprivileged user first: what it gets is not masked by root's.
+	tryControl(ctx, t, q, "nobody", "--reuid=65534 --regid=65534 --clear-groups")
+	tryControl(ctx, t, q, "root", "")
+	if e, err := prover.Enforced(ctx, "pod-quarter", allocs["pod-quarter"]); err != nil || e.Mismatch(allocs["pod-quarter"]) != nil {
+		// A container's user changed the limits: put them back for the
+		// checks below (a restart of the container would).
+		t.Logf("read back after the container users' attempts: %+v, %v", e, err)
+		if _, err := exec.CommandContext(ctx, "sh", "-c", `echo "set_default_active_thread_percentage 25" | CUDA_MPS_PIPE_DIRECTORY="$0" nvidia-cuda-mps-control`, q.pipe).CombinedOutput(); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	mem := runProbe(ctx, t, q, g.UUID, "", probeJob{AllocMiB: []uint64{3072, 2048}})
 	t.Logf("in the slice: %d SMs, %d MiB free, 3072 MiB allocated %v, 2048 MiB more %v (out of memory %v)", mem.SMs, mem.FreeMiB, mem.Allocated, mem.OOM, mem.OOM)
@@ -255,6 +266,33 @@ func checkSliceLimits(ctx context.Context, t *testing.T, pp types.PodScopedPlugi
 	}
 	esc := <-done
 	t.Logf("the escaping client ran at %.2f of the whole GPU's rate", esc.GFMAPerSec/solo.GFMAPerSec)
+}
+
+// tryControl has a user of the container (root as the container's own,
+// or an unprivileged one; setprivArgs for setpriv) raise its daemon's
+// default thread percentage through the read-only pipe, and logs what the
+// daemon then reports: what a container's user can do to its limits.
+func tryControl(ctx context.Context, t *testing.T, s *slice, who, setprivArgs string) {
+	t.Helper()
+	ro := filepath.Join(t.TempDir(), "nvidia-mps")
+	if err := os.Mkdir(ro, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	control, err := exec.LookPath(DefaultMPSControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := `exec "$3"`
+	if setprivArgs != "" {
+		as = `exec setpriv ` + setprivArgs + ` "$3"`
+	}
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-c",
+		`mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" && export CUDA_MPS_PIPE_DIRECTORY="$2" && `+as, "control", s.pipe, ro, control)
+	cmd.Stdin = strings.NewReader("set_default_active_thread_percentage 100\n")
+	out, err := cmd.CombinedOutput()
+	after, qerr := mpsQuery(ctx, s.pipe, "get_default_active_thread_percentage")
+	t.Logf("the container's %s asked its daemon for 100%% through the read-only pipe: %q, %v; the daemon now reports %q, %v",
+		who, strings.TrimSpace(string(out)), err, after, qerr)
 }
 
 // podCgroup makes a cgroup v2 directory whose path names pod as kubelet's
