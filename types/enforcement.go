@@ -57,6 +57,10 @@ type Enforcement struct {
 	// enforcer (e.g. "PID 4242 on GPU GPU-..."): what the limits above do
 	// not hold.
 	Escapes []string `json:"escapes,omitempty"`
+	// EscapesUnknown says why the enforcer could not look for escapes
+	// (e.g. the driver cannot list a GPU's processes); empty when it
+	// looked, or has nothing to look for.
+	EscapesUnknown string `json:"escapesUnknown,omitempty"`
 }
 
 // String is the enforcement as a pod condition's message shows it, e.g.
@@ -75,6 +79,9 @@ func (e Enforcement) String() string {
 		} else {
 			b.WriteString(", memory unlimited")
 		}
+	}
+	if e.EscapesUnknown != "" {
+		fmt.Fprintf(&b, " (processes outside it not checked: %s)", e.EscapesUnknown)
 	}
 	return b.String()
 }

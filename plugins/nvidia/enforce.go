@@ -184,9 +184,7 @@ func (n *node) Enforced(ctx context.Context, podUID string, alloc types.Containe
 			e.MemoryMiB[i] = s.MemoryMiB
 		}
 	}
-	if e.Escapes, err = n.escapes(podUID, gpus); err != nil {
-		return types.Enforcement{}, err
-	}
+	e.Escapes, e.EscapesUnknown = n.escapes(podUID, gpus)
 	return e, nil
 }
 

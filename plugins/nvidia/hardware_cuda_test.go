@@ -111,15 +111,22 @@ func runProbe(ctx context.Context, t *testing.T, s *slice, gpu, cgroup string, j
 		join = `echo $$ > "$5/cgroup.procs"`
 	}
 	var cmd *exec.Cmd
-	if s == nil {
-		cmd = exec.CommandContext(ctx, "/bin/sh", "-c", join+` && exec "$4" -test.run='^TestCUDAProbeHelper$'`, "probe", "", "", "", self, cgroup)
+	switch {
+	case s == nil && cgroup == "":
+		cmd = exec.CommandContext(ctx, self, "-test.run=^TestCUDAProbeHelper$")
 		env = append(env, "CUDA_MPS_PIPE_DIRECTORY="+filepath.Join(t.TempDir(), "no-daemon"))
-	} else {
+	case s == nil:
+		// A pod's process: a PID namespace of its own.
+		cmd = exec.CommandContext(ctx, "unshare", "--pid", "--fork", "--mount-proc", "--", "/bin/sh", "-c",
+			join+` && exec "$4" -test.run='^TestCUDAProbeHelper$'`, "probe", "", "", "", self, cgroup)
+		env = append(env, "CUDA_MPS_PIPE_DIRECTORY="+filepath.Join(t.TempDir(), "no-daemon"))
+	default:
 		ro := filepath.Join(t.TempDir(), "nvidia-mps")
 		if err := os.Mkdir(ro, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		cmd = exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-c",
+		// As a container: mount and PID namespaces of its own.
+		cmd = exec.CommandContext(ctx, "unshare", "--mount", "--pid", "--fork", "--mount-proc", "--propagation", "slave", "--", "/bin/sh", "-c",
 			join+` && mount --bind "$1" /dev/shm && mount --bind "$2" "$3" && mount -o remount,bind,ro "$3" && exec "$4" -test.run='^TestCUDAProbeHelper$'`,
 			"probe", s.shm, s.pipe, ro, self, cgroup)
 		env = append(env, "CUDA_MPS_PIPE_DIRECTORY="+ro)
@@ -295,26 +302,36 @@ func tryControl(ctx context.Context, t *testing.T, s *slice, who, setprivArgs st
 		who, strings.TrimSpace(string(out)), err, after, qerr)
 }
 
-// podCgroup makes a cgroup v2 directory whose path names pod as kubelet's
-// do ("...pod<UID>..."), removed at the end; "" (and a log line) where no
-// writable cgroup v2 tree is mounted.
+// podCgroup makes a cgroup v2 directory named as kubelet's cgroupfs
+// driver names a pod's (kubepods/pod<UID>), removed at the end; "" (and a
+// log line) where no writable cgroup v2 tree is mounted.
 func podCgroup(t *testing.T, pod string) string {
 	t.Helper()
-	dir := filepath.Join("/sys/fs/cgroup", "kubegpu-hardware-pod"+pod)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	parent := "/sys/fs/cgroup/kubepods"
+	made := false
+	if err := os.Mkdir(parent, 0o755); err == nil {
+		made = true
+	} else if !errors.Is(err, os.ErrExist) {
 		t.Logf("no cgroup for pod %s (%v): processes outside MPS not checked", pod, err)
 		return ""
 	}
-	if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
-		t.Logf("%s is not a cgroup v2 directory (%v): processes outside MPS not checked", dir, err)
-		_ = os.Remove(dir)
+	dir := filepath.Join(parent, "pod"+pod)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		t.Logf("no cgroup for pod %s (%v): processes outside MPS not checked", pod, err)
 		return ""
 	}
 	t.Cleanup(func() {
 		// Its processes have exited by then; a cgroup with none is
 		// removed with rmdir.
 		_ = os.Remove(dir)
+		if made {
+			_ = os.Remove(parent)
+		}
 	})
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
+		t.Logf("%s is not a cgroup v2 directory (%v): processes outside MPS not checked", dir, err)
+		return ""
+	}
 	return dir
 }
 

@@ -255,9 +255,13 @@ func TestMPSEnforcedReadBack(t *testing.T) {
 	if err := e.Mismatch(alloc); err == nil || !strings.Contains(err.Error(), "processes outside mps: PID 102 on GPU GPU-A") {
 		t.Errorf("a process outside MPS: mismatch %v, want PID 102 named", err)
 	}
-	gpuA.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_UNKNOWN }
-	if _, err := n.Enforced(ctx, "pod-a", alloc); err == nil {
-		t.Error("Enforced with NVML failing to list processes reported limits")
+	// A driver that cannot list the MPS clients (every client would look
+	// like an escape) or the processes: the limits are proven, escapes
+	// said unknown.
+	gpuA.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
+	e, err = n.Enforced(ctx, "pod-a", alloc)
+	if err != nil || e.Mismatch(alloc) != nil || !strings.Contains(e.String(), "processes outside it not checked") {
+		t.Errorf("MPS clients not listed: %s, %v, mismatch %v; want the limits proven and escapes unknown", e, err, e.Mismatch(alloc))
 	}
 }
 
@@ -301,4 +305,25 @@ func FuzzParseMPSAnswers(f *testing.F) {
 			t.Errorf("parseThreads(%q) = %d", s, p)
 		}
 	})
+}
+
+func TestKubeletPod(t *testing.T) {
+	for path, want := range map[string]string{
+		"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b_2c.slice/cri-containerd-1.scope": "0a1b-2c",
+		"/kubepods.slice/kubepods-pod0a1b_2c.slice/cri-containerd-1.scope":                                    "0a1b-2c",
+		"/kubepods/besteffort/pod0a1b-2c/0123":                                                                "0a1b-2c",
+		"/kubepods/pod0a1b-2c/0123":                                                                           "0a1b-2c",
+		"/system.slice/containerd.service/kubepods/burstable/pod0a1b-2c/0123":                                 "0a1b-2c",
+		// A cgroup a container made below its own names no other pod.
+		"/kubepods/burstable/podaaaa/0123/podbbbb":                                             "aaaa",
+		"/kubepods.slice/kubepods-podaaaa.slice/cri-containerd-1.scope/kubepods-podbbbb.slice": "aaaa",
+		"/kubepods/burstable/0123/podbbbb":                                                     "",
+		"/system.slice/kubegpu-crishim.service":                                                "",
+		"/kubegpu-hardware-podpod-rest":                                                        "",
+		"/kubepods.slice/other.slice/kubepods-podbbbb.slice":                                   "",
+	} {
+		if got := kubeletPod(path); got != want {
+			t.Errorf("kubeletPod(%q) = %q, want %q", path, got, want)
+		}
+	}
 }
