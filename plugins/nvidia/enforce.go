@@ -42,6 +42,7 @@ func (m *mpsDaemons) query(ctx context.Context, pipe, cmd string) (string, error
 	q := exec.CommandContext(ctx, m.control)
 	q.Env = append(os.Environ(), "CUDA_MPS_PIPE_DIRECTORY="+pipe)
 	q.Stdin = strings.NewReader(cmd + "\n")
+	q.WaitDelay = time.Second // a child left holding its output cannot hold the read-back
 	out, err := q.CombinedOutput()
 	answer := strings.TrimSpace(string(lastBytes(out, 4096)))
 	if err != nil {

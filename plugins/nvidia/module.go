@@ -108,7 +108,13 @@ func (m *module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.
 		if mps, err = newMPSDaemons(c); err != nil {
 			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
-		mps.restore(ctx)
+		// In the background: a daemon that answers slowly must not hold
+		// up the node's CRI.
+		go func() {
+			restoreCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+			defer cancel()
+			mps.restore(restoreCtx)
+		}()
 	}
 	lib, err := m.newLibrary(c.library)
 	if err != nil {

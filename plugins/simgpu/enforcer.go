@@ -51,6 +51,9 @@ func newEnforcer(root string) (*enforcer, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("simgpu: %s: %w", OptionEnforcerRoot, err)
 	}
+	if err := os.Chmod(root, 0o700); err != nil { // containers reach only their own directories
+		return nil, fmt.Errorf("simgpu: %s: %w", OptionEnforcerRoot, err)
+	}
 	return &enforcer{root: root}, nil
 }
 
