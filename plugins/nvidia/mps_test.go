@@ -294,7 +294,8 @@ func TestParseMPSAnswers(t *testing.T) {
 // FuzzParseMPSAnswers: whatever a daemon answers, the parsers return a
 // limit in range or an error, never panic.
 func FuzzParseMPSAnswers(f *testing.F) {
-	for _, s := range []string{"", "4G", "2048M", "25.0", "100.0", "512K", "1T", "G", "-1", "NaN"} {
+	for _, s := range []string{"", "4G", "2048M", "25.0", "100.0", "512K", "1T", "G", "-1", "NaN",
+		"/kubepods/burstable/pod0a1b/0123", "/kubepods.slice/kubepods-pod0a_1b.slice/x", "kubepods/"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -303,6 +304,10 @@ func FuzzParseMPSAnswers(f *testing.F) {
 		}
 		if p, err := parseThreads(s); err == nil && (p < 0 || p > 100) {
 			t.Errorf("parseThreads(%q) = %d", s, p)
+		}
+		// A cgroup path, which a container partly names.
+		if uid := kubeletPod(s); uid != "" && !strings.Contains(s, "pod") {
+			t.Errorf("kubeletPod(%q) = %q without a pod segment", s, uid)
 		}
 	})
 }
