@@ -188,18 +188,29 @@ func TestBaselineChoices(t *testing.T) {
 	}
 }
 
+// envSkipOpenb, set to 1, skips the tests that replay the openb trace
+// where it is missing; without it they fail, so that a missing trace is
+// never mistaken for a pass.
+const envSkipOpenb = "KUBEGPU_SKIP_OPENB"
+
 func openbDir(t *testing.T) string {
+	t.Helper()
 	dir := os.Getenv("KUBEGPU_OPENB")
 	if dir == "" {
 		dir = filepath.Join("..", "..", "..", "shared", "data", "openb")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "openb_pod_list_default.csv")); err != nil {
-		t.Skipf("the openb trace is not at %s (set KUBEGPU_OPENB to its directory): %v", dir, err)
+		if os.Getenv(envSkipOpenb) == "1" {
+			t.Skipf("the openb trace is not at %s, and %s=1: skipped", dir, envSkipOpenb)
+		}
+		t.Fatalf("the openb trace is not at %s: %v; set KUBEGPU_OPENB to its directory (cluster-trace-gpu-v2023's openb), or %s=1 to skip the tests that replay it",
+			dir, err, envSkipOpenb)
 	}
 	return dir
 }
 
-// readOpenb reads the openb GPU nodes and the pod list named, or skips.
+// readOpenb reads the openb GPU nodes and the pod list named; see openbDir
+// for a missing trace.
 func readOpenb(t *testing.T, podList string) ([]NodeSpec, []PodSpec) {
 	t.Helper()
 	dir := openbDir(t)
