@@ -142,7 +142,7 @@ type rules struct {
 	Topology, Placement                  string
 	Topologies, Placements               []string
 	Known                                []string
-	Allocation, Record                   string
+	Allocation, Record, Enforced         string
 	MaxContainers                        int
 	FieldContainers, WantContainers      string
 	FieldGrace, WantGrace                string
@@ -173,7 +173,7 @@ var theRules = func() rules {
 		WantEntries: objects.WantListEntries, WantDisjoint: objects.WantDisjoint, WantKnown: objects.WantKnownAnnotation,
 		Topology: kubeinterface.AnnotationTopology, Placement: kubeinterface.AnnotationPlacement,
 		Known:      objects.KnownAnnotations(),
-		Allocation: kubeinterface.AnnotationAllocation, Record: kubeinterface.ConditionAllocated,
+		Allocation: kubeinterface.AnnotationAllocation, Record: kubeinterface.ConditionAllocated, Enforced: kubeinterface.ConditionEnforced,
 		MaxContainers:   types.MaxDeviceContainers,
 		FieldContainers: objects.FieldDeviceContainers, WantContainers: objects.WantDeviceContainers,
 		FieldGrace: objects.FieldGracePeriod, WantGrace: objects.WantGracePeriod,

@@ -230,7 +230,8 @@ spec:
 # the binding, or in PreBind before the binding) and its record in the
 # pod's status; nobody changes or removes either afterwards; no pod is
 # created with one. kubegpu-scheduler's identity may "write allocations" in
-# the kubegpu.io API group (kube-scheduler/deploy/rbac.yaml).
+# the kubegpu.io API group (kube-scheduler/deploy/rbac.yaml). Only the
+# pod's node writes the condition that records its slices' enforcement.
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
 metadata:
@@ -282,6 +283,13 @@ spec:
       object.status.?conditions.orValue([]).filter(c, c.type == {{str $r.Record}}) ==
       oldObject.status.?conditions.orValue([]).filter(c, c.type == {{str $r.Record}})
     message: "the pod condition {{$r.Record}} is kubegpu-scheduler's record of the pod's GPUs; only kubegpu-scheduler writes it"
+    reason: Forbidden
+  - expression: >-
+      request.operation != 'UPDATE' ||
+      object.status.?conditions.orValue([]).filter(c, c.type == {{str $r.Enforced}}) ==
+      oldObject.status.?conditions.orValue([]).filter(c, c.type == {{str $r.Enforced}}) ||
+      (object.spec.?nodeName.orValue('') != '' && request.userInfo.username == 'system:node:' + object.spec.nodeName)
+    message: "the pod condition {{$r.Enforced}} is what the pod's node read back of its GPU slices' limits; only that node writes it"
     reason: Forbidden
 ---
 {{template "binding" "kubegpu-allocation"}}

@@ -26,7 +26,7 @@ import (
 // Required and only marked under BestEffort; a Required slice is never
 // placed on a node without an enforcer, and FailedScheduling and explain
 // name the reason. Tenants can neither relax their namespace's policy nor
-// write the condition themselves.
+// write the condition themselves, and nobody but the pod's node can.
 func TestSliceEnforcement(t *testing.T) {
 	ctx := context.Background()
 	const node = "enforce-node"
@@ -146,6 +146,12 @@ func TestSliceEnforcement(t *testing.T) {
 	forged := []byte(`{"status":{"conditions":[{"type":"` + kubeinterface.ConditionEnforced + `","status":"True","reason":"Enforced","message":"forged"}]}}`)
 	if _, err := tenant(t, lax).CoreV1().Pods(lax).Patch(ctx, "tamper", ktypes.StrategicMergePatchType, forged, metav1.PatchOptions{}, "status"); !apierrors.IsForbidden(err) {
 		t.Errorf("the tenant wrote its pod's %s condition: %v, want Forbidden", kubeinterface.ConditionEnforced, err)
+	}
+	// Nor anyone but the pod's node, whatever their RBAC (the admission
+	// policy kubegpu-allocation): here the cluster's administrator.
+	if _, err := cluster.Client.CoreV1().Pods(lax).Patch(ctx, "tamper", ktypes.StrategicMergePatchType, forged, metav1.PatchOptions{}, "status"); !apierrors.IsForbidden(err) ||
+		!strings.Contains(err.Error(), "only that node writes it") {
+		t.Errorf("an identity other than the pod's node wrote its %s condition: %v, want Forbidden by kubegpu-allocation", kubeinterface.ConditionEnforced, err)
 	}
 
 	gpus := kubegpu(t, "gpus")
