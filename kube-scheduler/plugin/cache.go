@@ -381,6 +381,16 @@ func (c *deviceCache) deleteNode(name string) {
 	ns.memo.clear()
 	delete(c.byObject, ns.object)
 	ns.object = nil
+	c.dropIfGoneLocked(name)
+}
+
+// dropIfGoneLocked forgets the named node once nothing refers to it: its
+// Node and Lease deleted, no pod counted there. A cluster whose nodes come
+// and go so keeps no state for the gone ones. Must hold c.mu.
+func (c *deviceCache) dropIfGoneLocked(name string) {
+	if ns, ok := c.nodes[name]; ok && ns.object == nil && !ns.live.leased && len(ns.pods) == 0 {
+		delete(c.nodes, name)
+	}
 }
 
 // updatePod takes in a pod from the informer. A bound pod holds the devices
@@ -568,7 +578,14 @@ func (c *deviceCache) forget(_ klog.Logger, uid ktypes.UID) {
 	c.learnMu.Unlock()
 	c.engine.ForgetPod(string(uid))
 	c.mu.Lock()
+	node := ""
+	if ps, ok := c.pods[uid]; ok {
+		node = ps.node
+	}
 	freed := c.forgetLocked(uid)
+	if node != "" {
+		c.dropIfGoneLocked(node)
+	}
 	c.mu.Unlock()
 	c.notWaiting(uid)
 	c.pending.remove(uid)

@@ -518,3 +518,50 @@ func TestHostOnlyMemo(t *testing.T) {
 		t.Fatalf("after the inventory changed: %d, evaluated %d (8 GPUs: %d)", s, w, eight)
 	}
 }
+
+// TestCacheForgetsGoneNodes: a node's state goes once its Node and Lease
+// are deleted and no pod is counted there, whatever the order, so that a
+// cluster whose nodes come and go keeps none for the gone ones.
+func TestCacheForgetsGoneNodes(t *testing.T) {
+	c, key := testCache(t)
+	logger := klog.Background()
+	for _, name := range []string{"n1", "n2"} {
+		c.updateNode(logger, testNode(t, name, "dgx1"))
+		c.updateLease(testLease(name, testNow), false)
+	}
+	c.warmed.Store(true)
+	a := testPod("a")
+	alloc, err := c.reserve(a, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.updatePod(logger, boundWith(t, key, a, alloc))
+	known := func(name string) bool {
+		c.mu.RLock()
+		defer c.mu.RUnlock()
+		_, ok := c.nodes[name]
+		return ok
+	}
+	c.deleteNode("n1")
+	c.deleteLease(testLease("n1", testNow))
+	if !known("n1") {
+		t.Fatal("n1 was forgotten while pod a is counted there")
+	}
+	c.forget(logger, a.UID)
+	if known("n1") {
+		t.Error("n1 is kept after its Node, Lease and last pod went")
+	}
+	c.deleteLease(testLease("n2", testNow))
+	if !known("n2") {
+		t.Fatal("n2 was forgotten while its Node exists")
+	}
+	c.deleteNode("n2")
+	if known("n2") {
+		t.Error("n2 is kept after its Lease and Node went")
+	}
+	// A Lease that comes back makes the node known again.
+	c.updateLease(testLease("n2", testNow), false)
+	if !known("n2") {
+		t.Error("a new Lease of n2 is not taken in")
+	}
+}

@@ -162,6 +162,7 @@ func (c *deviceCache) deleteLease(lease *coordinationv1.Lease) {
 		ns.live.leased = false
 		ns.live.renew.Store(nil)
 		ns.live.hasObserved.Store(false)
+		c.dropIfGoneLocked(lease.Name)
 	}
 	c.mu.Unlock()
 }
