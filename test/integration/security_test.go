@@ -615,6 +615,14 @@ func TestAttackForceDelete(t *testing.T) {
 	// A finished pod holds nothing: its tenant may delete it at once.
 	createPods(ctx, t, ns, gpuPod("done", 1, 0, 0, nil))
 	boundPod(ctx, t, ns, "done")
+	// The node authorizer learns of the binding from its own watch: the
+	// node may read the pod a moment after it is bound.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := node.Client.CoreV1().Pods(ns).Get(ctx, "done", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("the node cannot read the pod bound to it: %v", err)
+	}
 	// The scheduler writes its record into the status meanwhile: retry.
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		done, err := node.Client.CoreV1().Pods(ns).Get(ctx, "done", metav1.GetOptions{})
