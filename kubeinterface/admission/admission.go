@@ -64,13 +64,14 @@ func newData(schedulerName string) data {
 	return data{Group: Group, WriteAllocations: WriteAllocations, SetNodeName: SetNodeName, SchedulerName: schedulerName}
 }
 
-func render(text string, data any) ([]byte, error) {
-	t, err := template.New("policy").Funcs(funcs).Parse(text)
+// render executes the template of templateFiles named name.
+func render(name string, data any) ([]byte, error) {
+	t, err := template.New("").Funcs(funcs).ParseFS(templateFiles, "templates/*.tmpl")
 	if err != nil {
-		return nil, fmt.Errorf("parse policy template: %w", err)
+		return nil, fmt.Errorf("parse policy templates: %w", err)
 	}
 	var b bytes.Buffer
-	if err := t.Execute(&b, data); err != nil {
+	if err := t.ExecuteTemplate(&b, name, data); err != nil {
 		return nil, fmt.Errorf("render policy: %w", err)
 	}
 	return b.Bytes(), nil
