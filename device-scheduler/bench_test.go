@@ -54,7 +54,7 @@ func BenchmarkEvaluate(b *testing.B) {
 				}
 				e := newEngine(b, engPolicy)
 				if engPolicy == PolicyKubegpu {
-					e.workload.Store(benchWorkload(b))
+					e.useWorkload(benchWorkload(b))
 				}
 				n := simNode(b, e, "dgx1")
 				place(b, e, n, "busy1", request(b, e, whole(1)))

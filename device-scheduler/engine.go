@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"weak"
 
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -99,7 +100,10 @@ type Engine struct {
 	defaultTopology types.TopologyPolicy
 	tieBreakSeed    uint64
 	workload        atomic.Pointer[Workload]
-	learner         *workloadLearner
+	// workloads counts the workloads the engine has used: it numbers them
+	// (Workload.ID).
+	workloads atomic.Uint64
+	learner   *workloadLearner
 }
 
 // New checks cfg and builds an Engine.
@@ -139,16 +143,26 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("unknown default topology policy %q", cfg.DefaultTopology)
 	}
 	if cfg.Workload != nil {
-		e.workload.Store(cfg.Workload)
+		e.useWorkload(cfg.Workload)
 	} else {
 		l, err := newWorkloadLearner(cfg.Learn)
 		if err != nil {
 			return nil, err
 		}
 		e.learner = l
-		e.workload.Store(l.snapshot())
+		e.useWorkload(l.snapshot())
 	}
 	return e, nil
+}
+
+// useWorkload makes the kubegpu policy work for w's mix. The engine keeps a
+// copy numbered among its own workloads, so that w stays as it was and may
+// serve other engines too.
+func (e *Engine) useWorkload(w *Workload) {
+	c := *w
+	c.id = e.workloads.Add(1)
+	c.self = weak.Make(&c)
+	e.workload.Store(&c)
 }
 
 // Placement is the result of Evaluate: the devices chosen for each container

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
 	"github.com/kubegpu/kubegpu/types"
@@ -230,5 +232,48 @@ func TestLearnerTypeLeavesAndComes(t *testing.T) {
 	e.learner.mu.Unlock()
 	if other > 1e-9 {
 		t.Errorf("other bucket holds %v with no pod in it", other)
+	}
+}
+
+// TestWorkloadIdentity: an engine numbers the mixes it uses, from 1, each
+// engine its own, and leaves a given Workload as it was; a node that has
+// seen a mix does not keep it alive once the engine has moved on.
+func TestWorkloadIdentity(t *testing.T) {
+	w, err := NewWorkload([]TaskType{{Count: 1, Exclusive: true, Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		e, err := New(Config{Plugins: simPlugins(t), Workload: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.Workload(); got.ID() != 1 || got == w || fmt.Sprint(got.Types()) != fmt.Sprint(w.Types()) {
+			t.Errorf("engine's mix %p is #%d with %v, want #1 with %v, a copy of %p", got, got.ID(), got.Types(), w.Types(), w)
+		}
+	}
+	if w.ID() != 0 {
+		t.Errorf("given Workload numbered %d, want 0: no engine numbers what it was given", w.ID())
+	}
+
+	e := newEngine(t, PolicyKubegpu)
+	n := simNode(t, e, "t4x4")
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e.ObservePod("a", request(t, e, slice(30, 0)), at)
+	first := e.Workload()
+	if first.ID() != 2 { // #1 is the empty mix of New
+		t.Fatalf("mix after the first pod is #%d, want #2", first.ID())
+	}
+	place(t, e, n, "a", request(t, e, slice(30, 0)))
+	strandedNow(e, n)
+	seen := weak.Make(first)
+	first = nil
+	e.ObservePod("b", request(t, e, whole(1)), at)
+	if id := e.Workload().ID(); id != 3 {
+		t.Fatalf("mix after the second pod is #%d, want #3", id)
+	}
+	runtime.GC()
+	if seen.Value() != nil {
+		t.Error("the node keeps the mix it saw alive after the engine moved on")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"weak"
 
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -61,7 +62,7 @@ type Node struct {
 	// fragCache is the node's fragmentation in its current state, with the
 	// host resources it tracks or those an EvaluateHost caller gave.
 	fragCache struct {
-		workload               uint64 // the workload's ID: a node keeps no old mix alive
+		workload               weak.Pointer[Workload] // held weakly: a node keeps no old mix alive
 		version                uint64
 		host                   Host
 		cpuTracked, memTracked bool

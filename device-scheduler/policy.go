@@ -150,8 +150,8 @@ func (n *Node) currentFragmentation(w *Workload, compat []uint64, s *State) floa
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	c := &n.fragCache
-	if c.workload != w.id || c.version != n.version || c.host != s.Host || c.cpuTracked != s.cpuTracked || c.memTracked != s.memTracked {
-		c.workload, c.version, c.host, c.cpuTracked, c.memTracked = w.id, n.version, s.Host, s.cpuTracked, s.memTracked
+	if c.workload != w.self || c.version != n.version || c.host != s.Host || c.cpuTracked != s.cpuTracked || c.memTracked != s.memTracked {
+		c.workload, c.version, c.host, c.cpuTracked, c.memTracked = w.self, n.version, s.Host, s.cpuTracked, s.memTracked
 		c.value = fragmentation(n, w, compat, s)
 	}
 	return c.value
