@@ -36,7 +36,7 @@ BINARIES := kubegpu kubegpu-crishim kubegpu-scheduler kubegpu-sim
 kubegpu_PKG := ./cli/cmd/kubegpu
 kubegpu-crishim_PKG := ./crishim/cmd/kubegpu-crishim
 kubegpu-scheduler_PKG := ./kube-scheduler/cmd/kubegpu-scheduler
-kubegpu-sim_PKG := ./device-scheduler/cmd/kubegpu-sim
+kubegpu-sim_PKG := ./cli/cmd/kubegpu-sim
 
 # Device modules: name -> the .so's main package.
 PLUGINS := simgpu nvidia

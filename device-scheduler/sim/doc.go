@@ -9,7 +9,9 @@
 // that fits nowhere fails, and allocation is recorded against arrived
 // demand. Its baselines (random, dotproduct, gpuclustering, gpupacking,
 // bestfit) and FGD are re-implemented from the paper and its artifact;
-// the kubegpu policy is the allocation engine itself.
+// the kubegpu policy is the allocation engine itself, run over the device
+// modules and node inventories the caller gives (Devices): the package
+// loads none. kubegpu-sim (cli/sim) gives it simulated GPUs.
 //
 // Trace parsing (ReadNodes, ReadPods) reports malformed input with the file,
 // line and column at fault.

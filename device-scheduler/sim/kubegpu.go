@@ -1,15 +1,33 @@
 package sim
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
-	"github.com/kubegpu/kubegpu/plugins/simgpu"
 	"github.com/kubegpu/kubegpu/types"
 )
+
+// Devices are what the kubegpu policies run the allocation engine with; the
+// caller gives them, as kubegpu-scheduler gives the engine the modules it
+// loaded. The baselines need none.
+type Devices struct {
+	// Plugins are the scheduler sides of the device modules that rate the
+	// nodes' devices.
+	Plugins []types.SchedulerPlugin
+	// Inventory returns the devices of a trace's node: its name, GPU model
+	// and GPU count (NodeSpec). It is called once per node and run.
+	Inventory func(node, model string, gpus int) types.Inventory
+}
+
+func (d Devices) check() error {
+	if len(d.Plugins) == 0 || d.Inventory == nil {
+		return errors.New("the allocation engine needs device modules: set Devices' Plugins and Inventory")
+	}
+	return nil
+}
 
 // engineScheduler replays pods through the allocation engine: every node is
 // an engine Node built from a simulated inventory, every pod an engine
@@ -27,15 +45,15 @@ type engineScheduler struct {
 	best     devicescheduler.Placement
 }
 
-// newEngineScheduler builds the engine with the named built-in policy. With
-// learn, the kubegpu policy learns the workload mix from the arriving pods,
-// as it does in a cluster; otherwise it gets the trace's mix, as fgd does.
-func newEngineScheduler(x *Experiment, policy string, learn bool) (Scheduler, error) {
-	sp, err := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
-	if err != nil {
+// newEngineScheduler builds the engine with the named built-in policy over
+// devs. With learn, the kubegpu policy learns the workload mix from the
+// arriving pods, as it does in a cluster; otherwise it gets the trace's mix,
+// as fgd does.
+func newEngineScheduler(x *Experiment, devs Devices, policy string, learn bool) (Scheduler, error) {
+	if err := devs.check(); err != nil {
 		return nil, err
 	}
-	cfg := devicescheduler.Config{Plugins: []types.SchedulerPlugin{sp}, Policy: policy}
+	cfg := devicescheduler.Config{Plugins: devs.Plugins, Policy: policy}
 	if policy == devicescheduler.PolicyKubegpu && !learn {
 		w, err := workloadOf(typicalTypes(x.Original))
 		if err != nil {
@@ -49,7 +67,7 @@ func newEngineScheduler(x *Experiment, policy string, learn bool) (Scheduler, er
 	}
 	s := &engineScheduler{engine: e, learn: learn, requests: map[string]*devicescheduler.Request{}}
 	for rank, spec := range x.Nodes {
-		n, err := e.NewNode(spec.Name, simgpu.Inventory(Topology(spec), spec.Name), devicescheduler.Host{CPUMilli: spec.CPUMilli, MemoryMiB: spec.MemoryMiB})
+		n, err := e.NewNode(spec.Name, devs.Inventory(spec.Name, spec.Model, spec.GPUs), devicescheduler.Host{CPUMilli: spec.CPUMilli, MemoryMiB: spec.MemoryMiB})
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", spec.Name, err)
 		}
@@ -57,15 +75,6 @@ func newEngineScheduler(x *Experiment, policy string, learn bool) (Scheduler, er
 		s.nodes = append(s.nodes, n)
 	}
 	return s, nil
-}
-
-// Topology is the simulated GPUs of a trace's node: simgpu's preset of its
-// model if there is one, else GPUs of 16 GiB on two NUMA nodes.
-func Topology(spec NodeSpec) simgpu.Topology {
-	if preset, err := simgpu.Preset(strings.ToLower(spec.Model)); err == nil {
-		return preset.WithGPUs(spec.GPUs)
-	}
-	return simgpu.Topology{Name: spec.Model, Model: spec.Model, GPUs: spec.GPUs, MemoryMiB: 16384, NUMANodes: min(2, spec.GPUs), GPUsPerPCIeSwitch: min(2, spec.GPUs)}
 }
 
 // workloadOf converts the trace's typical pods into the engine's mix.

@@ -56,7 +56,7 @@ func TestRestartedSchedulerScoresAlike(t *testing.T) {
 		t.Fatal(err)
 	}
 	newScheduler := func() *engineScheduler {
-		s, err := newEngineScheduler(x, devicescheduler.PolicyKubegpu, true)
+		s, err := newEngineScheduler(x, testDevices(t), devicescheduler.PolicyKubegpu, true)
 		if err != nil {
 			t.Fatal(err)
 		}

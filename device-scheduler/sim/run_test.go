@@ -9,7 +9,19 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/kubegpu/kubegpu/internal/tracegpus"
 )
+
+// testDevices are the simulated GPUs kubegpu-sim runs the engine over.
+func testDevices(t testing.TB) Devices {
+	t.Helper()
+	ps, err := tracegpus.Plugins()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Devices{Plugins: ps, Inventory: tracegpus.Inventory}
+}
 
 // smallTrace is a cluster of three nodes (14 GPUs) and a pod list with
 // slices, whole GPUs, a multi-GPU job and a CPU-only pod.
@@ -126,7 +138,7 @@ func TestReplayCurve(t *testing.T) {
 
 func TestPoliciesOnSmallTrace(t *testing.T) {
 	nodes, pods := smallTrace()
-	sums, err := Simulate(context.Background(), nodes, pods, Options{Policies: Policies(), Seeds: []int64{1, 2, 3}, Inflate: 1.0})
+	sums, err := Simulate(context.Background(), nodes, pods, Options{Policies: Policies(), Seeds: []int64{1, 2, 3}, Inflate: 1.0, Devices: testDevices(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +158,10 @@ func TestPoliciesOnSmallTrace(t *testing.T) {
 	if _, err := Simulate(context.Background(), nodes, pods, Options{Policies: []string{"fastest"}, Seeds: []int64{1}, Inflate: 1}); err == nil ||
 		!strings.Contains(err.Error(), `unknown policy "fastest"`) {
 		t.Errorf("unknown policy: error = %v", err)
+	}
+	if _, err := Simulate(context.Background(), nodes, pods, Options{Policies: []string{PolicyRandom, PolicyKubegpu}, Seeds: []int64{1}, Inflate: 1}); err == nil ||
+		!strings.Contains(err.Error(), "policy kubegpu: the allocation engine needs device modules") {
+		t.Errorf("kubegpu without devices: error = %v", err)
 	}
 }
 
@@ -168,7 +184,7 @@ func TestBaselineChoices(t *testing.T) {
 		{PolicyDotProduct, "busy"}, // the smallest dot product of free and asked resources
 		{PolicyGPUClustering, "busy"},
 	} {
-		s, err := policies[tt.policy](x)
+		s, err := policies[tt.policy](x, Devices{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +251,7 @@ func TestOpenbFaithful(t *testing.T) {
 	}
 	nodes, pods := readOpenb(t, "openb_pod_list_default.csv")
 	sums, err := Simulate(context.Background(), nodes, pods, Options{
-		Policies: []string{PolicyRandom, PolicyBestFit, PolicyFGD, PolicyKubegpu}, Seeds: []int64{42}, Inflate: 1.3})
+		Policies: []string{PolicyRandom, PolicyBestFit, PolicyFGD, PolicyKubegpu}, Seeds: []int64{42}, Inflate: 1.3, Devices: testDevices(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,33 +28,35 @@ const (
 )
 
 // policies maps each policy to its constructor: the FGD paper's baselines
-// and FGD as its artifact implements them, and kubegpu's engine.
-var policies = map[string]func(*Experiment) (Scheduler, error){
-	PolicyRandom:        func(x *Experiment) (Scheduler, error) { return newRandom(x), nil },
-	PolicyDotProduct:    func(x *Experiment) (Scheduler, error) { return newBaseline(x, dotProduct{}), nil },
-	PolicyGPUClustering: func(x *Experiment) (Scheduler, error) { return newBaseline(x, gpuClustering{}), nil },
-	PolicyGPUPacking:    func(x *Experiment) (Scheduler, error) { return newBaseline(x, gpuPacking{}), nil },
-	PolicyBestFit: func(x *Experiment) (Scheduler, error) {
+// and FGD as its artifact implements them, and kubegpu's engine over the
+// caller's devices.
+var policies = map[string]func(*Experiment, Devices) (Scheduler, error){
+	PolicyRandom:        func(x *Experiment, _ Devices) (Scheduler, error) { return newRandom(x), nil },
+	PolicyDotProduct:    func(x *Experiment, _ Devices) (Scheduler, error) { return newBaseline(x, dotProduct{}), nil },
+	PolicyGPUClustering: func(x *Experiment, _ Devices) (Scheduler, error) { return newBaseline(x, gpuClustering{}), nil },
+	PolicyGPUPacking:    func(x *Experiment, _ Devices) (Scheduler, error) { return newBaseline(x, gpuPacking{}), nil },
+	PolicyBestFit: func(x *Experiment, _ Devices) (Scheduler, error) {
 		b := newBaseline(x, bestFit{})
 		b.normalize = true
 		return b, nil
 	},
-	PolicyFGD: func(x *Experiment) (Scheduler, error) { return newFGD(x), nil },
-	PolicyKubegpu: func(x *Experiment) (Scheduler, error) {
-		return newEngineScheduler(x, devicescheduler.PolicyKubegpu, false)
+	PolicyFGD: func(x *Experiment, _ Devices) (Scheduler, error) { return newFGD(x), nil },
+	PolicyKubegpu: func(x *Experiment, devs Devices) (Scheduler, error) {
+		return newEngineScheduler(x, devs, devicescheduler.PolicyKubegpu, false)
 	},
-	PolicyKubegpuOnline: func(x *Experiment) (Scheduler, error) {
-		return newEngineScheduler(x, devicescheduler.PolicyKubegpu, true)
+	PolicyKubegpuOnline: func(x *Experiment, devs Devices) (Scheduler, error) {
+		return newEngineScheduler(x, devs, devicescheduler.PolicyKubegpu, true)
 	},
 }
 
 // NewScheduler returns policy's scheduler for x, for callers that replay
-// one policy themselves (Replay).
-func NewScheduler(x *Experiment, policy string) (Scheduler, error) {
+// one policy themselves (Replay). The kubegpu policies run the engine over
+// devs; the baselines ignore it.
+func NewScheduler(x *Experiment, policy string, devs Devices) (Scheduler, error) {
 	if err := CheckPolicies([]string{policy}); err != nil {
 		return nil, err
 	}
-	return policies[policy](x)
+	return policies[policy](x, devs)
 }
 
 // Policies lists the policies compared by default, in the order of the FGD
@@ -117,12 +119,22 @@ type Options struct {
 	Parallel int
 	// Progress, if set, is called with pods done and pods in all.
 	Progress func(done, total int64)
+	// Devices are the engine's device modules and the nodes' devices, for
+	// the kubegpu policies.
+	Devices Devices
 }
 
 // Simulate replays the trace under every policy and seed.
 func Simulate(ctx context.Context, nodes []NodeSpec, pods []PodSpec, opts Options) ([]Summary, error) {
 	if err := CheckPolicies(opts.Policies); err != nil {
 		return nil, err
+	}
+	for _, p := range opts.Policies {
+		if usesEngine(p) {
+			if err := opts.Devices.check(); err != nil {
+				return nil, fmt.Errorf("policy %s: %w", p, err)
+			}
+		}
 	}
 	if len(opts.Seeds) == 0 {
 		return nil, errors.New("no seeds")
@@ -159,7 +171,7 @@ func Simulate(ctx context.Context, nodes []NodeSpec, pods []PodSpec, opts Option
 			defer wg.Done()
 			for j := range jobs {
 				x := exps[j.seed]
-				s, err := policies[opts.Policies[j.policy]](x)
+				s, err := policies[opts.Policies[j.policy]](x, opts.Devices)
 				if err != nil {
 					errOnce.Do(func() { firstErr = fmt.Errorf("policy %s: %w", opts.Policies[j.policy], err) })
 					continue
@@ -212,9 +224,14 @@ feed:
 }
 
 func cost(policy string) int {
-	switch policy {
-	case PolicyKubegpu, PolicyKubegpuOnline, PolicyFGD:
+	if usesEngine(policy) || policy == PolicyFGD {
 		return 1
 	}
 	return 0
+}
+
+// usesEngine reports whether policy runs the allocation engine, which needs
+// Devices.
+func usesEngine(policy string) bool {
+	return policy == PolicyKubegpu || policy == PolicyKubegpuOnline
 }

@@ -52,8 +52,8 @@ import (
 	"github.com/kubegpu/kubegpu/device-scheduler/sim"
 	"github.com/kubegpu/kubegpu/internal/keyfiles"
 	"github.com/kubegpu/kubegpu/internal/localcluster"
+	"github.com/kubegpu/kubegpu/internal/tracegpus"
 	"github.com/kubegpu/kubegpu/kubeinterface"
-	"github.com/kubegpu/kubegpu/plugins/simgpu"
 )
 
 type options struct {
@@ -131,7 +131,11 @@ func run(ctx context.Context, o options) ([]result, error) {
 
 	// The simulator on the same experiment.
 	start := time.Now()
-	s, err := sim.NewScheduler(x, sim.PolicyKubegpuOnline)
+	plugins, err := tracegpus.Plugins()
+	if err != nil {
+		return nil, err
+	}
+	s, err := sim.NewScheduler(x, sim.PolicyKubegpuOnline, sim.Devices{Plugins: plugins, Inventory: tracegpus.Inventory})
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +282,7 @@ func publishNodes(ctx context.Context, c *localcluster.Cluster, x *sim.Experimen
 	names := make([]string, len(x.Nodes))
 	nodes := make([]localcluster.DeviceNode, len(x.Nodes))
 	for i, spec := range x.Nodes {
-		inv := simgpu.Inventory(sim.Topology(spec), spec.Name)
+		inv := tracegpus.Inventory(spec.Name, spec.Model, spec.GPUs)
 		capacity := advertiser.Capacity(inv, 100)
 		capacity[stockGPUMilli] = *resource.NewQuantity(int64(spec.GPUs)*1000, resource.DecimalSI)
 		names[i] = spec.Name

@@ -1,4 +1,5 @@
-// Package app holds kubegpu-sim's cobra commands.
+// Package app holds kubegpu-sim's cobra commands: the placement simulator
+// (device-scheduler/sim) run over simulated GPUs (internal/tracegpus).
 package app
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kubegpu/kubegpu/device-scheduler/sim"
+	"github.com/kubegpu/kubegpu/internal/tracegpus"
 	"github.com/kubegpu/kubegpu/utils/version"
 )
 
@@ -103,7 +105,12 @@ func (o *placementOptions) run(cmd *cobra.Command) error {
 	for i := range seeds {
 		seeds[i] = o.FirstSeed + int64(i)
 	}
-	opts := sim.Options{Policies: o.Policies, Seeds: seeds, Inflate: o.Inflate, Parallel: o.Parallel}
+	plugins, err := tracegpus.Plugins()
+	if err != nil {
+		return err
+	}
+	opts := sim.Options{Policies: o.Policies, Seeds: seeds, Inflate: o.Inflate, Parallel: o.Parallel,
+		Devices: sim.Devices{Plugins: plugins, Inventory: tracegpus.Inventory}}
 	bar, err := o.progressBar(cmd.ErrOrStderr())
 	if err != nil {
 		return err

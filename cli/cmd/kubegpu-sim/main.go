@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/kubegpu/kubegpu/device-scheduler/sim/app"
+	"github.com/kubegpu/kubegpu/cli/sim/app"
 )
 
 func main() {
