@@ -18,11 +18,11 @@ func TestAlertRulesMatchEmittedLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	emitted := map[string]map[string][]string{
-		"kubegpu_scheduler_pending_gpu_pods":           {"reason": pendingReasonNames[:]},
+		"kubegpu_scheduler_pending_gpu_pods":           {"reason": reasonNames()},
 		"kubegpu_scheduler_rejected_allocations_total": {"reason": rejectReasons},
 		"kubegpu_scheduler_allocations_written_total":  {"result": writeResults},
 		"kubegpu_scheduler_allocation_records_total":   {"result": recordResults},
-		"kubegpu_scheduler_nodes":                      {"inventory": inventoryStates[:]},
+		"kubegpu_scheduler_nodes":                      {"inventory": inventoryNames()},
 	}
 	checked := 0
 	for _, r := range rules {

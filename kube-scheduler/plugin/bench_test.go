@@ -14,6 +14,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
@@ -38,18 +39,18 @@ func BenchmarkCacheMemory(b *testing.B) {
 				logger := klog.Background()
 				r := wholeRequest(&testing.T{}, c, 1)
 				for j, n := range objs {
-					c.updateNode(logger, n)
-					c.updateLease(testLease(n.Name, testNow), false)
+					c.UpdateNode(logger, n)
+					c.UpdateLease(testLease(n.Name, testNow), false)
 					for k := 0; k < 4; k++ {
-						if _, err := c.reserve(testPod(fmt.Sprintf("%d-%d", j, k)), n.Name, r, noHost, noHost, nil); err != nil {
+						if _, err := c.Reserve(testPod(fmt.Sprintf("%d-%d", j, k)), n.Name, r, noHost, noHost, nil); err != nil {
 							b.Fatal(err)
 						}
 					}
 				}
 				var pl devicescheduler.Placement
-				in := c.evalInput(shapeKey{1}, wholeRequest(&testing.T{}, c, 1))
+				in := c.Input(devicecache.ShapeKey{1}, wholeRequest(&testing.T{}, c, 1))
 				for _, n := range objs {
-					_, _ = c.evaluate(n, &in, noHost, noHost, &pl)
+					_, _ = c.Evaluate(n, &in, noHost, noHost, &pl)
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)
@@ -99,8 +100,7 @@ func largestPod(b *testing.B, name string) *corev1.Pod {
 // largest pod the limits accept, whose cost is bounded by them.
 func BenchmarkPreFilter(b *testing.B) {
 	c, _ := testCache(&testing.T{})
-	c.warmed.Store(true)
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.engine, cache: c, ctx: context.Background(), namespaces: anyNamespace{}}
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: newPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	for _, tc := range []struct {
 		name string
@@ -159,18 +159,17 @@ func BenchmarkFilterNominated(b *testing.B) {
 func BenchmarkFilterScore(b *testing.B) {
 	const nodes, perCycle = 5000, 500
 	c, _ := testCache(&testing.T{})
-	c.warmed.Store(true)
 	logger := klog.Background()
 	infos := make([]*framework.NodeInfo, nodes)
 	for i := range infos {
 		n := testNode(&testing.T{}, fmt.Sprintf("kubegpu-perf-%05x", i*7919), "dgx1")
 		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("768Gi")}
-		c.updateNode(logger, n)
-		c.updateLease(testLease(n.Name, testNow), false)
+		c.UpdateNode(logger, n)
+		c.UpdateLease(testLease(n.Name, testNow), false)
 		infos[i] = framework.NewNodeInfo()
 		infos[i].SetNode(n)
 	}
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.engine, cache: c, ctx: context.Background(), namespaces: anyNamespace{}}
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: newPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	// Pods of a few shapes, so that every node's memo holds several.
 	pods := make([]*corev1.Pod, 8)
@@ -214,9 +213,9 @@ func BenchmarkGPUMetricsScrape(b *testing.B) {
 	r := wholeRequest(&testing.T{}, c, 1)
 	for i := range 5000 {
 		n := testNode(&testing.T{}, fmt.Sprintf("kubegpu-perf-%05x", i*7919), "dgx1")
-		c.updateNode(logger, n)
-		c.updateLease(testLease(n.Name, testNow), false)
-		if _, err := c.reserve(testPod(fmt.Sprint(i)), n.Name, r, noHost, noHost, nil); err != nil {
+		c.UpdateNode(logger, n)
+		c.UpdateLease(testLease(n.Name, testNow), false)
+		if _, err := c.Reserve(testPod(fmt.Sprint(i)), n.Name, r, noHost, noHost, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

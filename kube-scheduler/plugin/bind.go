@@ -37,11 +37,11 @@ func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		Target: corev1.ObjectReference{Kind: "Node", Name: nodeName},
 	}
 	if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
-		p.cache.metrics.written("error")
+		p.metrics.written("error")
 		return fwk.AsStatus(fmt.Errorf("bind pod %s/%s with its allocation: %w", pod.Namespace, pod.Name, err))
 	}
-	p.cache.metrics.written("signed")
-	p.cache.written(pod.UID, value)
+	p.metrics.written("signed")
+	p.cache.Written(pod.UID, value)
 	s.written, s.value = true, value
 	klog.FromContext(ctx).V(2).Info("Bound pod with its allocation", "pod", klog.KObj(pod), "node", nodeName, "devices", devicesOf(s.alloc))
 	return nil
@@ -109,10 +109,10 @@ func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Po
 		return
 	}
 	if s.written {
-		p.cache.recorder.add(pod.UID, ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, s.value)
+		p.recorder.Add(pod.UID, ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, s.value)
 		return
 	}
-	p.cache.metrics.written("missing")
+	p.metrics.written("missing")
 	msg := fmt.Sprintf("pod was bound to %s without its GPU allocation: another bind plugin ran before %s; list %s first under plugins.bind.enabled in the KubeSchedulerConfiguration", nodeName, Name, Name)
 	klog.FromContext(ctx).Error(nil, "Misconfigured profile: "+msg, "pod", klog.KObj(pod))
 	p.handle.EventRecorder().Eventf(pod, nil, corev1.EventTypeWarning, "GPUAllocationMissing", "Binding", msg)

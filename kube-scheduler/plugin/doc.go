@@ -9,12 +9,19 @@
 // for the scheduler's record of it in the pod's status (recorder);
 // Unreserve gives the devices back.
 //
-// The device cache is fed only by informers (node inventories and Ready
+// The device cache (package devicecache) is fed only by informers (node inventories and Ready
 // conditions, the nodes' Leases renewed by their kubelets, pods' verified
 // allocations: the scheduler's record first), so a restarted scheduler
 // rebuilds the same state from the API server, whatever tenants did to
 // their pods' annotations. GPU scheduling cycles wait until it is synced
 // and has seen the nodes' Leases renewed.
+//
+// The plugin keeps one file per extension point (prefilter.go, filter.go,
+// score.go, reserve.go, prebind.go, bind.go, preempt.go for PreFilter's
+// extensions), the wiring (plugin.go), its args (args.go, config.go), the
+// allocation recorder (record.go) and its metrics (metrics.go,
+// gpumetrics.go, gpuseries.go, pending.go). Fit, refusal and score are
+// decided in package devicecache alone.
 //
 // Logging verbosity: errors for unusable inventories and allocations that do
 // not match a node; Info for allocations changed after binding; V(2)

@@ -2,10 +2,10 @@ package plugin
 
 import (
 	"context"
-	"errors"
 	"slices"
-	"strings"
 	"sync"
+
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 
 	corev1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -28,22 +28,22 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	capacity, free := nodeHost(ni)
 	pl := placements.Get().(*devicescheduler.Placement)
 	var err error
-	if o := overlayOf(cs, node.Name); !o.empty() {
+	if o := overlayOf(cs, node.Name); !o.Empty() {
 		// Preemption's dry run, or pods nominated to the node: not counted
 		// among the reasons the pod waits (a dry run shares the state),
 		// and not scored: the framework filters such a node a second
 		// time, without them, and that call's score is Score's.
-		_, err = p.cache.evaluateWith(node, o, &s.eval, corev1helpers.PodPriority(pod), capacity, free, pl)
+		_, err = p.cache.EvaluateWith(node, o, &s.eval, corev1helpers.PodPriority(pod), capacity, free, pl)
 	} else {
 		var score int64
-		if score, err = p.cache.evaluate(node, &s.eval, capacity, free, pl); err != nil {
-			s.pending.count(filterReason(err))
+		if score, err = p.cache.Evaluate(node, &s.eval, capacity, free, pl); err != nil {
+			s.pending.count(devicecache.ReasonOf(err))
 		} else {
 			s.scores.put(node, score)
 		}
 	}
 	placements.Put(pl)
-	if err != nil && filterReason(err) == pendingHostResources && !neverFits(err) && p.fitFilters() && fitCountsHost(cs) {
+	if err != nil && devicecache.ReasonOf(err) == devicecache.ReasonHostResources && !devicecache.Classify(err).Unresolvable && p.fitFilters() && fitCountsHost(cs) {
 		// Left to NodeResourcesFit, which the shipped profiles run
 		// after this plugin: its reason names the resource, and its
 		// queueing hints wake the pod when a pod without GPUs frees CPU
@@ -56,15 +56,6 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		return nil
 	}
 	return p.filterStatus(pod, s, err)
-}
-
-// neverFits reports whether err refuses the node whatever pods leave it.
-func neverFits(err error) bool {
-	r, ok := err.(*refusal) //nolint:errorlint // see filterStatus
-	if !ok {
-		r = classify(err)
-	}
-	return r.code == fwk.UnschedulableAndUnresolvable
 }
 
 // fitPreFilterKey is where NodeResourcesFit's PreFilter leaves its state.
@@ -106,75 +97,28 @@ func (p *Plugin) fitFilters() bool {
 	return p.fitFilter
 }
 
-// refusal is an engine refusal classified once, when the device cache's
-// memo takes it in: a node refuses every pod of a shape alike until it
-// changes, and once a cluster fills, each cycle's Filter passes over
-// hundreds of such nodes. It wraps the engine's error.
-type refusal struct {
-	error
-	// reason is the pending reason (filterReason); code and msg Filter's
-	// status; waits whether freed devices could let the pod fit.
-	reason int
-	code   fwk.Code
-	msg    string
-	waits  bool
-}
-
-func (r *refusal) Unwrap() error { return r.error }
-
-// neverFitsSuffix ends the message of a node that could not hold the pod
-// even with all its GPUs free: the pod will not fit there by waiting.
-const neverFitsSuffix = ", even with every GPU of the node free"
-
-// classify classifies an engine refusal for Filter's status.
-func classify(err error) *refusal {
-	r := &refusal{error: err, reason: filterReason(err), code: fwk.Unschedulable}
-	var nf *devicescheduler.NotFitError
-	switch {
-	case errors.As(err, &nf) && errors.Is(err, errNeverFits):
-		// Evicting pods would not help: preemption skips the node. Said
-		// so, or "not enough free GPUs" reads as a wait.
-		r.code, r.msg = fwk.UnschedulableAndUnresolvable, "GPUs: "+nf.Reason+neverFitsSuffix
-	case errors.As(err, &nf):
-		// The constant reason, so that the scheduler's FailedScheduling
-		// message counts nodes by reason; `kubegpu explain` gives
-		// details (formatted only then). Freed devices may let the pod
-		// fit.
-		r.msg, r.waits = "GPUs: "+nf.Reason, true
-	default:
-		r.msg = "GPUs: " + err.Error()
-	}
-	return r
-}
-
 // filterStatus is Filter's status for a node that refused the pod with err.
+// The pods refused for a node not live, or for want of devices, are woken
+// when the cache sees the node live again or devices freed.
 func (p *Plugin) filterStatus(pod *corev1.Pod, s *cycleState, err error) *fwk.Status {
-	r, ok := err.(*refusal) //nolint:errorlint // the memo returns refusals unwrapped; errors.As per refused node is the cost avoided
-	if !ok {
-		switch {
-		case errors.Is(err, errNoInventory), errors.Is(err, errKeyRefused):
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+err.Error())
-		case errors.Is(err, errStale):
-			p.cache.waitForHeartbeat(pod)
-			return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+reason(err))
-		}
-		r = classify(err) // preemption's dry run and nominated pods
+	r := devicecache.Classify(err)
+	switch {
+	case r.Reason == devicecache.ReasonNodeNotLive:
+		p.cache.WaitForHeartbeat(pod)
+	case r.Waits && s.waitsForDevices.CompareAndSwap(false, true):
+		p.cache.WaitForDevices(pod)
 	}
-	if r.waits && s.waitsForDevices.CompareAndSwap(false, true) {
-		p.cache.waitForDevices(pod)
+	return fwk.NewStatus(statusCode(r), r.Message)
+}
+
+// statusCode is the framework's code for a refusal.
+func statusCode(r *devicecache.Refusal) fwk.Code {
+	if r.Unresolvable {
+		return fwk.UnschedulableAndUnresolvable
 	}
-	return fwk.NewStatus(r.code, r.msg)
+	return fwk.Unschedulable
 }
 
 // placements are reusable Evaluate buffers: a Placement is a few KiB, too
 // much to allocate and clear for every node of every cycle.
 var placements = sync.Pool{New: func() any { return new(devicescheduler.Placement) }}
-
-// reason strips the sentinel from a node-not-live error.
-func reason(err error) string {
-	msg := err.Error()
-	if rest, ok := strings.CutPrefix(msg, errStale.Error()+": "); ok {
-		return rest
-	}
-	return msg
-}

@@ -8,12 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
-	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 )
 
 // gpuCollector reports, at each scrape (from a computation at most
@@ -37,7 +36,8 @@ type gpuCollector struct {
 // collectorTarget is the cache a collector reports and how: perModel is
 // gpuMetrics: PerModel, no per-GPU series but the unhealthy GPUs'.
 type collectorTarget struct {
-	cache    *deviceCache
+	cache    *devicecache.Cache
+	pending  *pendingPods
 	perModel bool
 	// maxAge is gpuScrapeMaxAge when the scheduler started.
 	maxAge time.Duration
@@ -147,7 +147,7 @@ type gpuScrape struct {
 	values                          []gpuValues
 	unhealthy                       []gauge
 	gpus, allocated, idle, stranded map[string]float64
-	states                          [numInventoryStates]int
+	states                          [devicecache.NumInventoryStates]int
 	notLive                         int
 	// unallocated counts the bound GPU pods without allocation; only if
 	// listed (the pod lister answered).
@@ -170,7 +170,7 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	if t == nil {
 		return
 	}
-	now := t.cache.now()
+	now := t.cache.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if l := g.last; l == nil || l.target != t || now.Sub(l.at) >= t.maxAge || now.Before(l.at) {
@@ -185,23 +185,16 @@ func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
 func (g *gpuCollector) compute(t *collectorTarget, now time.Time) *gpuScrape {
 	c := t.cache
 	out := &gpuScrape{target: t, at: now}
-	c.mu.RLock()
-	nodes := make([]nodeCopy, 0, len(c.nodes))
-	for name, ns := range c.nodes {
-		if st := inventoryState(ns); st != stateUnbuilt {
-			out.states[st]++
+	views := c.Nodes(now, !t.perModel)
+	nodes := make([]nodeCopy, 0, len(views))
+	for _, v := range views {
+		if v.Inventory != devicecache.StateUnbuilt {
+			out.states[v.Inventory]++
 		}
-		if ns.devices == nil {
-			continue
+		if v.Devices != nil {
+			nodes = append(nodes, nodeCopy{name: v.Name, node: v.Devices, state: v.State, pods: v.Pods, live: v.Live})
 		}
-		nc := nodeCopy{name: name, node: ns.devices, state: ns.devices.State(), live: c.liveAt(ns, now) == nil}
-		if !t.perModel {
-			pods := ns.devices.DevicePods()
-			nc.pods = &pods
-		}
-		nodes = append(nodes, nc)
 	}
-	c.mu.RUnlock()
 
 	g.scrape++
 	// The nodes' label pairs first, so that the GPUs' places in the
@@ -250,15 +243,15 @@ func (g *gpuCollector) compute(t *collectorTarget, now time.Time) *gpuScrape {
 			}
 		}
 		if model != "" && nc.live {
-			out.stranded[model] += c.engine.Stranded(n, st)
+			out.stranded[model] += c.Engine().Stranded(n, st)
 		}
 	}
 	out.unhealthy = g.series.unhealthy()
 	// One pass over the informer's pods, as for the pending pods: no
 	// state kept between computations.
-	if pods, err := c.listPods(); err == nil {
-		c.prunePending(pods)
-		out.unallocated, out.listed = c.unallocatedGPUPods(pods), true
+	if pods, err := c.ListPods(); err == nil {
+		t.pending.prune(pods)
+		out.unallocated, out.listed = c.UnallocatedGPUPods(pods), true
 	}
 	return out
 }
@@ -288,53 +281,15 @@ func (g *gpuCollector) send(ch chan<- metrics.Metric, t *collectorTarget, s *gpu
 		ch <- metrics.NewLazyConstMetric(descStranded, metrics.GaugeValue, s.stranded[m], m)
 	}
 	for st, n := range s.states {
-		ch <- metrics.NewLazyConstMetric(descNodes, metrics.GaugeValue, float64(n), inventoryStates[st])
+		ch <- metrics.NewLazyConstMetric(descNodes, metrics.GaugeValue, float64(n), devicecache.InventoryState(st).String())
 	}
 	ch <- metrics.NewLazyConstMetric(descNotLive, metrics.GaugeValue, float64(s.notLive))
 	if s.listed {
 		ch <- metrics.NewLazyConstMetric(descUnallocated, metrics.GaugeValue, float64(s.unallocated))
 	}
-	for r, n := range t.cache.pending.byReason() {
-		ch <- metrics.NewLazyConstMetric(descPending, metrics.GaugeValue, float64(n), pendingReasonNames[r])
+	for r, n := range t.pending.byReason() {
+		ch <- metrics.NewLazyConstMetric(descPending, metrics.GaugeValue, float64(n), devicecache.Reason(r).String())
 	}
-}
-
-// unallocatedGPUPods counts the pods that are bound, have not finished
-// and ask for GPUs, but hold no allocation the cache counts (or assumes):
-// their containers run without GPUs. It takes the cache's read lock once.
-func (c *deviceCache) unallocatedGPUPods(pods []*corev1.Pod) int {
-	n := 0
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	for _, p := range pods {
-		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		if _, ok := c.pods[p.UID]; ok || !objects.WantsDevices(p) {
-			continue
-		}
-		n++
-	}
-	return n
-}
-
-// prunePending drops the pending pods the informer (pods) no longer holds
-// unbound: a pod deleted between the scheduling queue's pop and PreFilter
-// would otherwise be counted for ever.
-func (c *deviceCache) prunePending(pods []*corev1.Pod) {
-	unbound := make(map[ktypes.UID]bool, len(pods))
-	for _, p := range pods {
-		if p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
-			unbound[p.UID] = true
-		}
-	}
-	c.pending.mu.Lock()
-	for uid := range c.pending.pods {
-		if !unbound[uid] {
-			delete(c.pending.pods, uid)
-		}
-	}
-	c.pending.mu.Unlock()
 }
 
 func sortedKeys(m map[string]float64) []string {
@@ -363,12 +318,12 @@ var registerCollectorOnce sync.Once
 // ctx, the scheduler's, ends: a scheduler that stopped is neither reported
 // nor kept alive by the collector. perGPU says whether the per-GPU series
 // are sent (gpuMetrics: PerGPU).
-func registerGPUMetrics(ctx context.Context, c *deviceCache, perGPU bool) {
+func registerGPUMetrics(ctx context.Context, c *devicecache.Cache, pending *pendingPods, perGPU bool) {
 	registerCollectorOnce.Do(func() {
 		legacyregistry.CustomMustRegister(theCollector)
 		legacyregistry.MustRegister(allocationToRunning)
 	})
-	t := &collectorTarget{cache: c, perModel: !perGPU, maxAge: gpuScrapeMaxAge}
+	t := &collectorTarget{cache: c, pending: pending, perModel: !perGPU, maxAge: gpuScrapeMaxAge}
 	theCollector.target.Store(t)
 	context.AfterFunc(ctx, func() {
 		if theCollector.target.CompareAndSwap(t, nil) {
@@ -382,21 +337,14 @@ func registerGPUMetrics(ctx context.Context, c *deviceCache, perGPU bool) {
 
 // observeRunning records a bound GPU pod's allocation-to-running time
 // once, when the cache first sees it running.
-func (c *deviceCache) observeRunning(pod *corev1.Pod) {
-	if pod.Status.Phase != corev1.PodRunning {
-		return
-	}
-	c.mu.RLock()
-	ps, ok := c.pods[pod.UID]
-	first := ok && ps.running.CompareAndSwap(false, true)
-	c.mu.RUnlock()
-	if !first {
+func observeRunning(c *devicecache.Cache, pod *corev1.Pod) {
+	if !c.SeenRunning(pod) {
 		return
 	}
 	for _, cond := range pod.Status.Conditions {
 		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionTrue {
-			if at := cond.LastTransitionTime.Time; !at.Before(c.started) {
-				allocationToRunning.Observe(max(0, c.now().Sub(at)).Seconds())
+			if at := cond.LastTransitionTime.Time; !at.Before(c.Started()) {
+				allocationToRunning.Observe(max(0, c.Now().Sub(at)).Seconds())
 			}
 			return
 		}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
 	"github.com/kubegpu/kubegpu/types"
@@ -28,42 +29,50 @@ import (
 // TestGPUMetrics: per GPU what pods hold, idle GPUs by model, and pending
 // GPU pods by the reason most nodes gave.
 func TestGPUMetrics(t *testing.T) {
-	c, key := testCache(t)
-	registerGPUMetrics(t.Context(), c, true)
+	// The cache started before the pods' bindings.
+	clock := testNow.Add(-1e10)
+	c, key := testCache(t, func(cfg *devicecache.Config) {
+		cfg.Now = func() time.Time {
+			now := clock
+			clock = testNow
+			return now
+		}
+	})
+	registerGPUMetrics(t.Context(), c, pendingOf(c), true)
 	logger := klog.Background()
-	c.updateNode(logger, testNode(t, "n1", "t4x4"))
-	c.updateLease(testLease("n1", testNow), false)
+	c.UpdateNode(logger, testNode(t, "n1", "t4x4"))
+	c.UpdateLease(testLease("n1", testNow), false)
 	// A node that is not Ready: its GPUs are not counted among the
 	// cluster's (it gets no pods).
 	dead := testNode(t, "dead", "t4x4")
 	dead.Status.Conditions[0].Status = corev1.ConditionFalse
-	c.updateNode(logger, dead)
-	c.updateLease(testLease("dead", testNow), false)
+	c.UpdateNode(logger, dead)
+	c.UpdateLease(testLease("dead", testNow), false)
 	r := wholeRequest(t, c, 1)
 	a := testPod("a")
-	alloc, err := c.reserve(a, "n1", r, noHost, noHost, nil)
+	alloc, err := c.Reserve(a, "n1", r, noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bound := boundWith(t, key, a, alloc)
-	c.updatePod(logger, bound)
+	c.UpdatePod(logger, bound)
 	held := alloc.Containers[0].Devices[0].ID
 
 	// Two pods waiting: one refused by most nodes for free GPUs, one
 	// with an invalid request.
-	p := c.pending.start("uid-w")
-	p.count(filterReason(&devicescheduler.NotFitError{Reason: devicescheduler.ReasonNotEnoughFree}))
-	p.count(filterReason(&devicescheduler.NotFitError{Reason: devicescheduler.ReasonNotEnoughFree}))
-	p.count(filterReason(errors.Join(errStale)))
-	c.pending.refuse("uid-bad", pendingInvalidRequest)
-	c.pending.start("uid-x")
-	c.pending.remove("uid-x")
+	p := pendingOf(c).start("uid-w")
+	p.count(devicecache.ReasonOf(&devicescheduler.NotFitError{Reason: devicescheduler.ReasonNotEnoughFree}))
+	p.count(devicecache.ReasonOf(&devicescheduler.NotFitError{Reason: devicescheduler.ReasonNotEnoughFree}))
+	p.count(devicecache.ReasonOf(errors.Join(devicecache.ErrStale)))
+	pendingOf(c).refuse("uid-bad", devicecache.ReasonInvalidRequest)
+	pendingOf(c).start("uid-x")
+	pendingOf(c).remove("uid-x")
 	// Deleted between the queue's pop and PreFilter: its delete event came
 	// first. The scrape drops it, since the informer no longer holds it.
-	c.pending.start("uid-gone")
-	c.listPods = func() ([]*corev1.Pod, error) {
+	pendingOf(c).start("uid-gone")
+	setListPods(c, func() ([]*corev1.Pod, error) {
 		return []*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: "uid-w"}}, {ObjectMeta: metav1.ObjectMeta{UID: "uid-bad"}}, bound}, nil
-	}
+	})
 
 	g := &gpuCollector{}
 	g.report(c, false)
@@ -84,9 +93,10 @@ kubegpu_scheduler_nodes_not_live 1
 # HELP kubegpu_scheduler_pending_gpu_pods [ALPHA] ` + pendingHelp + `
 # TYPE kubegpu_scheduler_pending_gpu_pods gauge
 `)
-	for r, name := range pendingReasonNames {
+	for r := range devicecache.NumReasons {
+		name := r.String()
 		n := "0"
-		if r == pendingNotEnoughFree || r == pendingInvalidRequest {
+		if r == devicecache.ReasonNotEnoughFree || r == devicecache.ReasonInvalidRequest {
 			n = "1"
 		}
 		want.WriteString(`kubegpu_scheduler_pending_gpu_pods{reason="` + name + `"} ` + n + "\n")
@@ -135,8 +145,8 @@ kubegpu_scheduler_nodes_not_live 1
 	if err := objects.SetNodeInventory(sick, inv); err != nil {
 		t.Fatal(err)
 	}
-	c.updateNode(logger, sick)
-	c.updateLease(testLease("sick", testNow), false)
+	c.UpdateNode(logger, sick)
+	c.UpdateLease(testLease("sick", testNow), false)
 	g3 := &gpuCollector{}
 	g3.report(c, true)
 	reg3 := metrics.NewKubeRegistry()
@@ -162,10 +172,11 @@ kubegpu_scheduler_nodes_not_live 1
 	// Seen running after its binding: observed once.
 	bound.Status.Phase = corev1.PodRunning
 	bound.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(testNow.Add(-3e9))}}
-	c.started = testNow.Add(-1e10)
 	before, _ := testutil.GetHistogramMetricCount(allocationToRunning.ObserverMetric)
-	c.updatePod(logger, bound)
-	c.updatePod(logger, bound)
+	for range 2 { // as the pod informer's handler does
+		c.UpdatePod(logger, bound)
+		observeRunning(c, bound)
+	}
 	if after, _ := testutil.GetHistogramMetricCount(allocationToRunning.ObserverMetric); after != before+1 {
 		t.Errorf("allocation-to-running observed %d times, want once", after-before)
 	}
@@ -214,15 +225,15 @@ func TestSharedKeyFile(t *testing.T) {
 func TestGPUPodsWithoutAllocation(t *testing.T) {
 	c, key := testCache(t)
 	logger := klog.Background()
-	c.updateNode(logger, testNode(t, "n1", "t4x4"))
-	c.updateLease(testLease("n1", testNow), false)
+	c.UpdateNode(logger, testNode(t, "n1", "t4x4"))
+	c.UpdateLease(testLease("n1", testNow), false)
 	counted := gpuPod("counted", 1, 0, testNow)
-	alloc, err := c.reserve(counted, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
+	alloc, err := c.Reserve(counted, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	counted = boundWith(t, key, counted, alloc)
-	c.updatePod(logger, counted)
+	c.UpdatePod(logger, counted)
 	bindBy := func(p *corev1.Pod, node string) *corev1.Pod {
 		p.Spec.NodeName = node
 		return p
@@ -237,9 +248,9 @@ func TestGPUPodsWithoutAllocation(t *testing.T) {
 	pending := gpuPod("pending", 1, 0, testNow)
 	pods := []*corev1.Pod{counted, stock, slice, forged, done, cpu, pending}
 	for _, p := range pods {
-		c.updatePod(logger, p)
+		c.UpdatePod(logger, p)
 	}
-	c.listPods = func() ([]*corev1.Pod, error) { return pods, nil }
+	setListPods(c, func() ([]*corev1.Pod, error) { return pods, nil })
 	g := &gpuCollector{}
 	g.report(c, false)
 	want := `
@@ -272,8 +283,8 @@ func TestModelLabelsBounded(t *testing.T) {
 		if err := objects.SetNodeInventory(n, inv); err != nil {
 			t.Fatal(err)
 		}
-		c.updateNode(logger, n)
-		c.updateLease(testLease("n1", testNow), false)
+		c.UpdateNode(logger, n)
+		c.UpdateLease(testLease("n1", testNow), false)
 		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)
@@ -298,8 +309,8 @@ func TestModelLabelsBounded(t *testing.T) {
 func TestDeletedNodeSeriesGone(t *testing.T) {
 	c, _ := testCache(t)
 	logger := klog.Background()
-	c.updateNode(logger, testNode(t, "n1", "t4x4"))
-	c.updateNode(logger, testNode(t, "gone", "t4x4"))
+	c.UpdateNode(logger, testNode(t, "n1", "t4x4"))
+	c.UpdateNode(logger, testNode(t, "gone", "t4x4"))
 	reg := collectorRegistry(c)
 	seriesOf := func() map[string]int {
 		t.Helper()
@@ -322,7 +333,7 @@ func TestDeletedNodeSeriesGone(t *testing.T) {
 	if got := seriesOf(); got["gone"] == 0 || got["gone"] != got["n1"] {
 		t.Fatalf("series by node before the deletion: %v", got)
 	}
-	c.deleteNode("gone")
+	c.DeleteNode("gone")
 	if got := seriesOf(); got["gone"] != 0 || got["n1"] == 0 {
 		t.Errorf("series by node after the deletion: %v, want none of gone", got)
 	}
@@ -338,16 +349,16 @@ func TestGPUMetricsFollowTheScheduler(t *testing.T) {
 	ctx1, stop1 := context.WithCancel(context.Background())
 	ctx2, stop2 := context.WithCancel(context.Background())
 	defer stop2()
-	registerGPUMetrics(ctx1, first, true)
-	registerGPUMetrics(ctx2, second, true)
+	registerGPUMetrics(ctx1, first, pendingOf(first), true)
+	registerGPUMetrics(ctx2, second, pendingOf(second), true)
 	stop1()
 	time.Sleep(50 * time.Millisecond)
 	if got := theCollector.reporting(); got != second {
 		t.Fatal("an earlier scheduler's end took the running one's cache out of the metrics")
 	}
 	// A scrape of the running one: its per-GPU label pairs are kept.
-	second.updateNode(klog.Background(), testNode(t, "n1", "t4x4"))
-	second.updateLease(testLease("n1", testNow), false)
+	second.UpdateNode(klog.Background(), testNode(t, "n1", "t4x4"))
+	second.UpdateLease(testLease("n1", testNow), false)
 	ch := make(chan metrics.Metric, 100)
 	go func() {
 		theCollector.CollectWithStability(ch)
@@ -389,7 +400,7 @@ func TestGPUSeriesAcrossScrapes(t *testing.T) {
 		name := names[rng.IntN(len(names))]
 		switch op := rng.IntN(4); {
 		case op == 0 && live[name]:
-			c.deleteNode(name)
+			c.DeleteNode(name)
 			delete(live, name)
 		case op == 1 && live[name]:
 			// A GPU turns unhealthy: a new inventory.
@@ -400,35 +411,33 @@ func TestGPUSeriesAcrossScrapes(t *testing.T) {
 			if err := objects.SetNodeInventory(n, inv); err != nil {
 				t.Fatal(err)
 			}
-			c.updateNode(logger, n)
+			c.UpdateNode(logger, n)
 		case live[name]:
 			pods++
-			_, _ = c.reserve(testPod(fmt.Sprint("p", pods)), name, r, noHost, noHost, nil)
+			_, _ = c.Reserve(testPod(fmt.Sprint("p", pods)), name, r, noHost, noHost, nil)
 		default:
-			c.updateNode(logger, testNode(t, name, "t4x4"))
-			c.updateLease(testLease(name, testNow), false)
+			c.UpdateNode(logger, testNode(t, name, "t4x4"))
+			c.UpdateLease(testLease(name, testNow), false)
 			live[name] = true
 		}
 		// What the cache holds, per node and device.
 		want := map[string]float64{}
-		c.mu.RLock()
-		for name, ns := range c.nodes {
-			if ns.devices == nil {
+		for _, v := range c.Nodes(testNow, false) {
+			if v.Devices == nil {
 				continue
 			}
-			st, inv := ns.devices.State(), ns.devices.Inventory()
+			st, inv := v.State, v.Devices.Inventory()
 			for d := range inv.Devices {
-				if ns.devices.Allocatable()&(1<<d) == 0 {
+				if v.Devices.Allocatable()&(1<<d) == 0 {
 					continue
 				}
-				v := float64(1000-st.MilliFree[d]) / 10
+				cores := float64(1000-st.MilliFree[d]) / 10
 				if st.Exclusive&(1<<d) != 0 {
-					v = 100
+					cores = 100
 				}
-				want[name+"/"+inv.Devices[d].ID] = v
+				want[v.Name+"/"+inv.Devices[d].ID] = cores
 			}
 		}
-		c.mu.RUnlock()
 		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
@@ -471,12 +480,11 @@ func TestGPUScrapeReused(t *testing.T) {
 }
 
 func testGPUScrapeReused(t *testing.T, perModel bool) {
-	c, key := testCache(t)
 	now := testNow
-	c.now = func() time.Time { return now }
+	c, key := testCache(t, func(cfg *devicecache.Config) { cfg.Now = func() time.Time { return now } })
 	logger := klog.Background()
-	c.updateNode(logger, testNode(t, "n1", "t4x4"))
-	c.updateLease(testLease("n1", testNow), false)
+	c.UpdateNode(logger, testNode(t, "n1", "t4x4"))
+	c.UpdateLease(testLease("n1", testNow), false)
 	g := &gpuCollector{}
 	g.report(c, perModel)
 	g.target.Load().maxAge = 5 * time.Second
@@ -492,9 +500,10 @@ kubegpu_scheduler_idle_gpus{model="Tesla T4"} %d
 # HELP kubegpu_scheduler_pending_gpu_pods [ALPHA] %s
 # TYPE kubegpu_scheduler_pending_gpu_pods gauge
 `, idle, pendingHelp)
-		for r, name := range pendingReasonNames {
+		for r := range devicecache.NumReasons {
+			name := r.String()
 			n := 0
-			if r == pendingInvalidRequest {
+			if r == devicecache.ReasonInvalidRequest {
 				n = pending
 			}
 			fmt.Fprintf(&want, "kubegpu_scheduler_pending_gpu_pods{reason=%q} %d\n", name, n)
@@ -524,40 +533,40 @@ kubegpu_scheduler_idle_gpus{model="Tesla T4"} %d
 		}
 	}
 	w, v := testPod("w"), testPod("v")
-	c.listPods = func() ([]*corev1.Pod, error) { return []*corev1.Pod{w, v}, nil }
-	c.pending.refuse(w.UID, pendingInvalidRequest)
+	setListPods(c, func() ([]*corev1.Pod, error) { return []*corev1.Pod{w, v}, nil })
+	pendingOf(c).refuse(w.UID, devicecache.ReasonInvalidRequest)
 	compare(4, 1)
 	a := testPod("a")
-	alloc, err := c.reserve(a, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
+	alloc, err := c.Reserve(a, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.updatePod(logger, boundWith(t, key, a, alloc))
-	c.pending.refuse(v.UID, pendingInvalidRequest)
+	c.UpdatePod(logger, boundWith(t, key, a, alloc))
+	pendingOf(c).refuse(v.UID, devicecache.ReasonInvalidRequest)
 	now = now.Add(4 * time.Second)
 	compare(4, 2) // the devices' values as computed 4 s ago
 	now = now.Add(time.Second)
 	compare(3, 2)
 	b := testPod("b")
-	if alloc, err = c.reserve(b, "n1", wholeRequest(t, c, 1), noHost, noHost, nil); err != nil {
+	if alloc, err = c.Reserve(b, "n1", wholeRequest(t, c, 1), noHost, noHost, nil); err != nil {
 		t.Fatal(err)
 	}
-	c.updatePod(logger, boundWith(t, key, b, alloc))
+	c.UpdatePod(logger, boundWith(t, key, b, alloc))
 	now = now.Add(-time.Second)
 	compare(2, 2)
 }
 
 // report makes the collector report c (nil: nothing).
-func (g *gpuCollector) report(c *deviceCache, perModel bool) {
+func (g *gpuCollector) report(c *devicecache.Cache, perModel bool) {
 	if c == nil {
 		g.target.Store(nil)
 		return
 	}
-	g.target.Store(&collectorTarget{cache: c, perModel: perModel})
+	g.target.Store(&collectorTarget{cache: c, pending: pendingOf(c), perModel: perModel})
 }
 
 // reporting is the cache the collector reports, or nil.
-func (g *gpuCollector) reporting() *deviceCache {
+func (g *gpuCollector) reporting() *devicecache.Cache {
 	if t := g.target.Load(); t != nil {
 		return t.cache
 	}
@@ -566,7 +575,7 @@ func (g *gpuCollector) reporting() *deviceCache {
 
 // collectorRegistry is a registry of its own with a collector reporting c
 // per GPU.
-func collectorRegistry(c *deviceCache) metrics.KubeRegistry {
+func collectorRegistry(c *devicecache.Cache) metrics.KubeRegistry {
 	g := &gpuCollector{}
 	g.report(c, false)
 	reg := metrics.NewKubeRegistry()

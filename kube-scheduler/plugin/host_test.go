@@ -13,6 +13,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -57,24 +58,24 @@ func TestHostResources(t *testing.T) {
 // and a pod whose CPU does not fit beside the node's pods is refused.
 func TestCacheEvaluatesWithHost(t *testing.T) {
 	c, _ := testCache(t)
-	c.updateNode(klog.Background(), testNode(t, "n1", "t4x4"))
-	c.updateLease(testLease("n1", testNow), false)
-	r, err := c.engine.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{{Name: "main", Count: 1}}}, devicescheduler.Host{CPUMilli: 4000, MemoryMiB: 1024})
+	c.UpdateNode(klog.Background(), testNode(t, "n1", "t4x4"))
+	c.UpdateLease(testLease("n1", testNow), false)
+	r, err := c.Engine().NewRequest(types.PodRequest{Containers: []types.ContainerRequest{{Name: "main", Count: 1}}}, devicescheduler.Host{CPUMilli: 4000, MemoryMiB: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := c.evalInput(shapeKey{5}, r)
+	in := c.Input(devicecache.ShapeKey{5}, r)
 	capacity := devicescheduler.Host{CPUMilli: 32000, MemoryMiB: 64 << 10}
 	var p devicescheduler.Placement
-	if _, err := c.evaluate(named("n1"), &in, capacity, capacity, &p); err != nil {
+	if _, err := c.Evaluate(named("n1"), &in, capacity, capacity, &p); err != nil {
 		t.Fatalf("on an idle node: %v", err)
 	}
 	busy := devicescheduler.Host{CPUMilli: 3000, MemoryMiB: 64 << 10}
 	var nf *devicescheduler.NotFitError
-	if _, err := c.evaluate(named("n1"), &in, capacity, busy, &p); !errors.As(err, &nf) || nf.Reason != devicescheduler.ReasonHostResources {
+	if _, err := c.Evaluate(named("n1"), &in, capacity, busy, &p); !errors.As(err, &nf) || nf.Reason != devicescheduler.ReasonHostResources {
 		t.Fatalf("with 3 CPUs free: %v, want %s (a stale memo?)", err, devicescheduler.ReasonHostResources)
 	}
-	if _, err := c.evaluate(named("n1"), &in, capacity, capacity, &p); err != nil {
+	if _, err := c.Evaluate(named("n1"), &in, capacity, capacity, &p); err != nil {
 		t.Fatalf("idle again: %v", err)
 	}
 }
@@ -95,25 +96,26 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 	var infos []fwk.NodeInfo
 	for _, name := range []string{"idle", "busy"} {
 		n := testNode(t, name, "t4x4")
-		c.updateNode(logger, n)
-		c.updateLease(testLease(name, testNow), false)
+		c.UpdateNode(logger, n)
+		c.UpdateLease(testLease(name, testNow), false)
 		infos = append(infos, nodeInfo(n))
 	}
-	if _, err := c.reserve(testPod("gpus"), "busy", wholeRequest(t, c, 3), noHost, noHost, nil); err != nil {
+	if _, err := c.Reserve(testPod("gpus"), "busy", wholeRequest(t, c, 3), noHost, noHost, nil); err != nil {
 		t.Fatal(err)
 	}
 	infos = append(infos, nodeInfo(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu-only"}}))
 	// A node whose devices are published but unusable is no node without
 	// devices: it ranks last.
 	broken := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "broken", Annotations: map[string]string{kubeinterface.AnnotationInventory: "{"}}}
-	c.updateNode(logger, broken)
+	c.UpdateNode(logger, broken)
 	infos = append(infos, nodeInfo(broken))
 
 	pod := testPod("web")
 	pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: resources("2", "4Gi")}}
 	for _, mode := range []string{PodsWithoutDevicesScore, PodsWithoutDevicesIgnore} {
 		t.Run(mode, func(t *testing.T) {
-			p := &Plugin{args: &Args{PodsWithoutDevices: mode, Enforcement: types.EnforcementBestEffort}, engine: c.engine, cache: c, namespaces: anyNamespace{}}
+			p := &Plugin{args: &Args{PodsWithoutDevices: mode, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: newPendingPods(), namespaces: anyNamespace{}}
+			p.ready.Store(true)
 			cs := framework.NewCycleState()
 			if _, st := p.PreFilter(context.Background(), cs, pod, nil); !st.IsSkip() {
 				t.Fatalf("PreFilter = %v, want Skip (no Filter for pods without devices)", st)
@@ -144,38 +146,15 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 			if st := p.Reserve(context.Background(), cs, pod, "cpu-only"); !st.IsSuccess() {
 				t.Errorf("Reserve = %v", st)
 			}
-			if ts := c.engine.Workload().Types(); len(ts) != 0 {
+			if ts := c.Engine().Workload().Types(); len(ts) != 0 {
 				t.Errorf("learned %+v from a pod on a node without devices", ts)
 			}
 			if st := p.Reserve(context.Background(), cs, pod, "busy"); !st.IsSuccess() {
 				t.Errorf("Reserve = %v", st)
 			}
-			if ts := c.engine.Workload().Types(); len(ts) != 1 || ts[0].Count != 0 || ts[0].Host.CPUMilli != 2000 {
+			if ts := c.Engine().Workload().Types(); len(ts) != 1 || ts[0].Count != 0 || ts[0].Host.CPUMilli != 2000 {
 				t.Errorf("learned mix %+v, want the pod's CPU-only type", ts)
 			}
 		})
-	}
-}
-
-// TestShapeTableStartsOver: a full shape table starts over, and a shape
-// number reused in the new epoch never returns an old shape's result.
-func TestShapeTableStartsOver(t *testing.T) {
-	c, _ := testCache(t)
-	c.updateNode(klog.Background(), testNode(t, "n1", "t4x4"))
-	c.updateLease(testLease("n1", testNow), false)
-	var p devicescheduler.Placement
-	tooBig := c.evalInput(shapeKey{8}, wholeRequest(t, c, 8))
-	if _, err := c.evaluate(named("n1"), &tooBig, noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
-		t.Fatalf("8 GPUs on a T4x4: %v, want ErrDoesNotFit", err)
-	}
-	for i := len(c.shapes); i < maxShapeIDs; i++ {
-		c.evalInput(shapeKey{100, uint64(i)}, nil)
-	}
-	one := c.evalInput(shapeKey{1}, wholeRequest(t, c, 1))
-	if one.shape != tooBig.shape || one.epoch == tooBig.epoch {
-		t.Fatalf("after the table filled: shape %d epoch %d, want number %d again in a new epoch", one.shape, one.epoch, tooBig.shape)
-	}
-	if _, err := c.evaluate(named("n1"), &one, noHost, noHost, &p); err != nil {
-		t.Errorf("1 GPU on an idle T4x4: %v (an old epoch's result?)", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
@@ -60,10 +61,9 @@ func newCacheMetrics() *cacheMetrics {
 // Label values of the plugin's metrics: every series exists from the
 // start, at 0, so that increase() and alerts see the first event.
 var (
-	inventoryStates = [numInventoryStates]string{"ok", "missing", "invalid", "none"}
-	rejectReasons   = []string{"bad_signature", "mismatch", "invalid", "conflict", "changed_after_binding"}
-	writeResults    = []string{"signed", "error", "missing"}
-	recordResults   = []string{"written", "gone", "retry", "error"}
+	rejectReasons = []string{"bad_signature", "mismatch", "invalid", "conflict", "changed_after_binding"}
+	writeResults  = []string{"signed", "error", "missing"}
+	recordResults = []string{"written", "gone", "retry", "error"}
 )
 
 // register registers the metrics with register (a registry's Register)
@@ -85,34 +85,8 @@ func (m *cacheMetrics) register(register func(metrics.Registerable) error) {
 	}
 }
 
-// Inventory states of kubegpu_scheduler_nodes (counted at scrape time, see
-// gpuCollector), indexes of inventoryStates; stateUnbuilt is a node of
-// which only a Lease was seen, not counted.
-const (
-	stateOK = iota
-	stateMissing
-	stateInvalid
-	stateNone
-	numInventoryStates
-	stateUnbuilt = -1
-)
-
-// inventoryState is ns's state for kubegpu_scheduler_nodes.
-func inventoryState(ns *nodeState) int {
-	switch {
-	case !ns.built:
-		return stateUnbuilt // only a Lease seen: no Node (yet)
-	case ns.devices != nil:
-		return stateOK
-	case errors.Is(ns.err, errNoInventory) && ns.gpus:
-		return stateMissing
-	case errors.Is(ns.err, errNoInventory):
-		return stateNone
-	}
-	return stateInvalid
-}
-
-func (m *cacheMetrics) rejected(err error) {
+// Rejected counts an allocation the device cache did not count.
+func (m *cacheMetrics) Rejected(err error) {
 	if m == nil {
 		return
 	}
@@ -124,7 +98,7 @@ func (m *cacheMetrics) rejected(err error) {
 		reason = "mismatch"
 	case errors.Is(err, devicescheduler.ErrConflict):
 		reason = "conflict"
-	case errors.Is(err, errChanged):
+	case errors.Is(err, devicecache.ErrChanged):
 		reason = "changed_after_binding"
 	}
 	m.rejects.WithLabelValues(reason).Inc()

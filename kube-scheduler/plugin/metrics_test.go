@@ -25,13 +25,13 @@ func TestNodesByInventory(t *testing.T) {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Capacity: capacity}}
 	}
 	cpu := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}
-	c.updateNode(logger, withCapacity("control-plane", cpu))
-	c.updateNode(logger, withCapacity("cpu-only", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), kubeinterface.ResourceGPU: resource.MustParse("0")}))
-	c.updateNode(logger, withCapacity("gpu-no-shim", corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("4")}))
-	c.updateNode(logger, testNode(t, "gpu", "t4x4"))
+	c.UpdateNode(logger, withCapacity("control-plane", cpu))
+	c.UpdateNode(logger, withCapacity("cpu-only", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), kubeinterface.ResourceGPU: resource.MustParse("0")}))
+	c.UpdateNode(logger, withCapacity("gpu-no-shim", corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("4")}))
+	c.UpdateNode(logger, testNode(t, "gpu", "t4x4"))
 	// A node whose advertiser stopped: kubegpu.io/gpus still in its
 	// capacity, its inventory gone.
-	c.updateNode(logger, withCapacity("gpu-stale", corev1.ResourceList{kubeinterface.ResourceGPUs: resource.MustParse("8")}))
+	c.UpdateNode(logger, withCapacity("gpu-stale", corev1.ResourceList{kubeinterface.ResourceGPUs: resource.MustParse("8")}))
 	want := func(ok, missing, invalid, none int) string {
 		var b strings.Builder
 		b.WriteString("# HELP kubegpu_scheduler_nodes [ALPHA] Nodes known to the device cache, by the state of their device inventory: ok, invalid, missing (the node's capacity has GPUs but it publishes no inventory), none (no GPUs and no inventory: CPU-only and control-plane nodes).\n")
@@ -49,8 +49,8 @@ func TestNodesByInventory(t *testing.T) {
 	}
 	// The CPU-only node gets a GPU (its capacity changes, not its
 	// annotations): now it misses an inventory.
-	c.updateNode(logger, withCapacity("cpu-only", corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("1")}))
-	c.deleteNode("gpu-stale")
+	c.UpdateNode(logger, withCapacity("cpu-only", corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("1")}))
+	c.DeleteNode("gpu-stale")
 	g = &gpuCollector{}
 	g.report(c, false)
 	if err := testutil.CustomCollectAndCompare(g, strings.NewReader(want(1, 2, 0, 1)), "kubegpu_scheduler_nodes"); err != nil {

@@ -24,6 +24,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
@@ -42,9 +43,15 @@ type Plugin struct {
 	args   *Args
 	engine *devicescheduler.Engine
 	key    *kubeinterface.Key
-	cache  *deviceCache
-	synced func() bool
-	ready  atomic.Bool
+	cache  *devicecache.Cache
+	// recorder writes the scheduler's records of allocations; metrics
+	// and pending are the plugin's metrics and the GPU pods it has tried
+	// and not placed.
+	recorder *recorder
+	metrics  *cacheMetrics
+	pending  *pendingPods
+	synced   func() bool
+	ready    atomic.Bool
 	// namespaces give each pod's namespace its enforcement policy label.
 	namespaces corelisters.NamespaceLister
 	// fitOnce and fitFilter: whether the profile runs NodeResourcesFit's
@@ -90,18 +97,22 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	logger.Info("kubegpu plugin ready", "profile", h.ProfileName(), "pluginDir", args.PluginDir,
 		"modules", shared.modules, "nodePolicy", args.NodePolicy, "signingKey", shared.key.Algorithm()+":"+shared.key.ID())
 	return &Plugin{ctx: ctx, handle: h, args: args, engine: shared.engine, key: shared.key, cache: shared.cache, synced: shared.synced,
+		recorder: shared.recorder, metrics: shared.metrics, pending: shared.pending,
 		namespaces: h.SharedInformerFactory().Core().V1().Namespaces().Lister()}, nil
 }
 
 // shared is what the profiles of one process share: loading a .so twice is
 // impossible, and two caches would hand out the same device twice.
 type shared struct {
-	args    *Args
-	modules []string
-	engine  *devicescheduler.Engine
-	key     *kubeinterface.Key
-	cache   *deviceCache
-	synced  func() bool
+	args     *Args
+	modules  []string
+	engine   *devicescheduler.Engine
+	key      *kubeinterface.Key
+	cache    *devicecache.Cache
+	recorder *recorder
+	metrics  *cacheMetrics
+	pending  *pendingPods
+	synced   func() bool
 }
 
 var (
@@ -155,8 +166,6 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	m := registerMetrics()
-	c := newDeviceCache(engine, keys, args.HeartbeatStaleness.Duration, m)
-	c.signingKey = kubeinterface.NewKeySet(key).IDs()[0]
 	// Background records have a client of their own, so that they never
 	// take from the scheduler's QPS.
 	recordConfig := rest.CopyConfig(h.KubeConfig())
@@ -165,21 +174,26 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: client for allocation records: %w", Name, err)
 	}
-	c.recorder = newRecorder(recordClient, client, m)
-	c.recorder.startUrgent(ctx)
-	c.activate = func(pods map[string]*corev1.Pod) { h.Activate(logger, pods) }
+	rec := newRecorder(recordClient, client, m)
+	rec.startUrgent(ctx)
+	podLister := factory.Core().V1().Pods().Lister()
+	c := devicecache.New(devicecache.Config{
+		Engine: engine, Keys: keys, SigningKey: kubeinterface.NewKeySet(key).IDs()[0], Staleness: args.HeartbeatStaleness.Duration,
+		Recorder: rec, Metrics: m,
+		Activate: func(pods map[string]*corev1.Pod) { h.Activate(logger, pods) },
+		ListPods: func() ([]*corev1.Pod, error) { return podLister.List(labels.Everything()) },
+	})
+	pending := newPendingPods()
 	// The nodes' Leases come from an informer of their own, limited to
 	// kube-node-lease: the scheduler's role may read Leases there and not
 	// cluster-wide (see kube-scheduler/deploy/rbac.yaml).
 	leases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(kubeinterface.LeaseNamespace))
-	podLister := factory.Core().V1().Pods().Lister()
-	c.listPods = func() ([]*corev1.Pod, error) { return podLister.List(labels.Everything()) }
-	synced, err := addHandlers(logger, c, factory, leases)
+	synced, err := addHandlers(logger, c, pending, factory, leases)
 	if err != nil {
 		return nil, err
 	}
 	leases.Start(ctx.Done())
-	go c.warmUp(ctx, synced)
+	go c.WarmUp(ctx, synced)
 	go func() {
 		// A cache that never syncs stalls every GPU pod: say why, loudly.
 		timer := time.NewTimer(time.Minute)
@@ -193,8 +207,8 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 		}
 	}()
 	// Reported once whole: a scrape reads c.listPods.
-	registerGPUMetrics(ctx, c, args.GPUMetrics == GPUMetricsPerGPU)
-	return &shared{args: args, modules: names, engine: engine, key: key, cache: c, synced: synced}, nil
+	registerGPUMetrics(ctx, c, pending, args.GPUMetrics == GPUMetricsPerGPU)
+	return &shared{args: args, modules: names, engine: engine, key: key, cache: c, recorder: rec, metrics: m, pending: pending, synced: synced}, nil
 }
 
 // loadSchedulerPlugins loads every device module in the plugin directory
@@ -238,7 +252,14 @@ func loadSchedulerPlugins(ctx context.Context, args *Args) ([]types.SchedulerPlu
 // the plugin's own informer of the nodes' Leases in kube-node-lease. It
 // returns a function that reports whether every handler has seen its
 // informer's initial list.
-func addHandlers(logger klog.Logger, c *deviceCache, factory, leases informers.SharedInformerFactory) (func() bool, error) {
+func addHandlers(logger klog.Logger, c *devicecache.Cache, pending *pendingPods, factory, leases informers.SharedInformerFactory) (func() bool, error) {
+	updatePod := func(p *corev1.Pod) {
+		c.UpdatePod(logger, p)
+		if p.Spec.NodeName != "" {
+			pending.remove(p.UID)
+			observeRunning(c, p)
+		}
+	}
 	var regs []toolscache.ResourceEventHandlerRegistration
 	add := func(inf toolscache.SharedIndexInformer, h toolscache.ResourceEventHandler) error {
 		reg, err := inf.AddEventHandler(h)
@@ -250,21 +271,26 @@ func addHandlers(logger klog.Logger, c *deviceCache, factory, leases informers.S
 	}
 	err := errors.Join(
 		add(factory.Core().V1().Nodes().Informer(), toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { withObject(obj, func(n *corev1.Node) { c.updateNode(logger, n) }) },
-			UpdateFunc: func(_, obj any) { withObject(obj, func(n *corev1.Node) { c.updateNode(logger, n) }) },
-			DeleteFunc: func(obj any) { withObject(obj, func(n *corev1.Node) { c.deleteNode(n.Name) }) },
+			AddFunc:    func(obj any) { withObject(obj, func(n *corev1.Node) { c.UpdateNode(logger, n) }) },
+			UpdateFunc: func(_, obj any) { withObject(obj, func(n *corev1.Node) { c.UpdateNode(logger, n) }) },
+			DeleteFunc: func(obj any) { withObject(obj, func(n *corev1.Node) { c.DeleteNode(n.Name) }) },
 		}),
 		add(factory.Core().V1().Pods().Informer(), toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { withObject(obj, func(p *corev1.Pod) { c.updatePod(logger, p) }) },
-			UpdateFunc: func(_, obj any) { withObject(obj, func(p *corev1.Pod) { c.updatePod(logger, p) }) },
-			DeleteFunc: func(obj any) { withObject(obj, func(p *corev1.Pod) { c.forget(logger, p.UID) }) },
+			AddFunc:    func(obj any) { withObject(obj, updatePod) },
+			UpdateFunc: func(_, obj any) { withObject(obj, updatePod) },
+			DeleteFunc: func(obj any) {
+				withObject(obj, func(p *corev1.Pod) {
+					c.Forget(logger, p.UID)
+					pending.remove(p.UID)
+				})
+			},
 		}),
 		add(leases.Coordination().V1().Leases().Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
 			AddFunc: func(obj any, initial bool) {
-				withObject(obj, func(l *coordinationv1.Lease) { c.updateLease(l, initial) })
+				withObject(obj, func(l *coordinationv1.Lease) { c.UpdateLease(l, initial) })
 			},
-			UpdateFunc: func(_, obj any) { withObject(obj, func(l *coordinationv1.Lease) { c.updateLease(l, false) }) },
-			DeleteFunc: func(obj any) { withObject(obj, c.deleteLease) },
+			UpdateFunc: func(_, obj any) { withObject(obj, func(l *coordinationv1.Lease) { c.UpdateLease(l, false) }) },
+			DeleteFunc: func(obj any) { withObject(obj, c.DeleteLease) },
 		}),
 	)
 	if err != nil {
@@ -294,7 +320,7 @@ func withObject[T any](obj any, f func(T)) {
 // waitForSync blocks the first scheduling cycles of GPU pods until the
 // cache has seen every node, pod and Lease, so that a restarted scheduler
 // never hands out devices that running pods hold. It reports whether the
-// cache is also warm (see deviceCache.warmUp): until then GPU pods wait,
+// cache is also warm (see devicecache.Cache.WarmUp): until then GPU pods wait,
 // rather than be refused (with a preemption dry run each) for nodes the
 // scheduler merely has not yet seen alive.
 func (p *Plugin) waitForSync(ctx context.Context) (bool, error) {
@@ -304,7 +330,7 @@ func (p *Plugin) waitForSync(ctx context.Context) (bool, error) {
 	if !toolscache.WaitForCacheSync(ctx.Done(), p.synced) {
 		return false, fmt.Errorf("device cache not synced: %w", context.Cause(ctx))
 	}
-	if !p.cache.warmed.Load() {
+	if !p.cache.Warmed() {
 		return false, nil
 	}
 	p.ready.Store(true)

@@ -67,20 +67,19 @@ func fullDGX(t testing.TB, n int) (*Plugin, *corev1.Node, []*corev1.Pod) {
 	c, key := testCache(tt)
 	logger := klog.Background()
 	node := testNode(tt, "n1", "dgx1")
-	c.updateNode(logger, node)
-	c.updateLease(testLease("n1", testNow), false)
-	c.warmed.Store(true)
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.engine, cache: c, ctx: context.Background(), namespaces: anyNamespace{}}
+	c.UpdateNode(logger, node)
+	c.UpdateLease(testLease("n1", testNow), false)
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: newPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	var pods []*corev1.Pod
 	for i := range n {
 		pod := gpuPod(fmt.Sprint("low-", i), 1, 0, testNow)
-		alloc, err := c.reserve(pod, "n1", wholeRequest(tt, c, 1), noHost, noHost, nil)
+		alloc, err := c.Reserve(pod, "n1", wholeRequest(tt, c, 1), noHost, noHost, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		bound := boundWith(tt, key, pod, alloc)
-		c.updatePod(logger, bound)
+		c.UpdatePod(logger, bound)
 		pods = append(pods, bound)
 	}
 	return p, node, pods

@@ -14,6 +14,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -24,7 +25,7 @@ import (
 // with a message that says what to fix.
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	// Only the leader schedules: it alone writes the allocation records.
-	p.cache.recorder.start(p.ctx)
+	p.recorder.start(p.ctx)
 	if !objects.WantsDevices(pod) {
 		if p.args.PodsWithoutDevices == PodsWithoutDevicesScore {
 			p.writeHostOnly(cs, pod)
@@ -33,12 +34,12 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	}
 	req, err := objects.PodRequest(pod)
 	if err != nil {
-		p.cache.pending.refuse(pod.UID, pendingInvalidRequest)
+		p.pending.refuse(pod.UID, devicecache.ReasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
 	r, err := p.engine.NewRequest(req, podHost(pod))
 	if err != nil {
-		p.cache.pending.refuse(pod.UID, pendingInvalidRequest)
+		p.pending.refuse(pod.UID, devicecache.ReasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
 	policy, status := p.enforcement(pod)
@@ -46,7 +47,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		return nil, status
 	}
 	if err := r.SetEnforcement(policy); err != nil {
-		p.cache.pending.refuse(pod.UID, pendingInvalidRequest)
+		p.pending.refuse(pod.UID, devicecache.ReasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
 	// Any scheduling group, named by whatever field: fails closed.
@@ -55,7 +56,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		if g.PodGroupName != nil {
 			group = *g.PodGroupName
 		}
-		p.cache.pending.refuse(pod.UID, pendingGroupsOff)
+		p.pending.refuse(pod.UID, devicecache.ReasonGroupsOff)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"GPUs: the pod belongs to pod group %q, and this scheduler does not place pod groups (%s), so its group could run partly: "+
 				"remove spec.schedulingGroup, or run kubegpu-scheduler with --feature-gates=GenericWorkload=true,GangScheduling=true "+
@@ -66,16 +67,16 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		return nil, fwk.AsStatus(err)
 	}
 	if !warm {
-		// Remembered first, checked again after: warmUp may have woken
+		// Remembered first, checked again after: WarmUp may have woken
 		// the waiting pods in between.
-		p.cache.waitForHeartbeat(pod)
-		if !p.cache.warmed.Load() {
-			p.cache.pending.refuse(pod.UID, pendingWarmingUp)
-			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+errWarmingUp.Error())
+		p.cache.WaitForHeartbeat(pod)
+		if !p.cache.Warmed() {
+			p.pending.refuse(pod.UID, devicecache.ReasonWarmingUp)
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+devicecache.ErrWarmingUp.Error())
 		}
-		p.cache.notWaiting(pod.UID)
+		p.cache.NotWaiting(pod.UID)
 	}
-	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.evalInput(requestShape(req, r.Host, r.Enforcement), r), pending: p.cache.pending.start(pod.UID)})
+	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.Input(devicecache.RequestShape(req, r.Host, r.Enforcement), r), pending: p.pending.start(pod.UID)})
 	return nil, nil
 }
 
@@ -90,7 +91,7 @@ func (p *Plugin) enforcement(pod *corev1.Pod) (types.EnforcementPolicy, *fwk.Sta
 	}
 	policy, err := objects.EnforcementPolicy(ns, p.args.Enforcement)
 	if err != nil {
-		p.cache.pending.refuse(pod.UID, pendingInvalidRequest)
+		p.pending.refuse(pod.UID, devicecache.ReasonInvalidRequest)
 		return "", fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+err.Error())
 	}
 	return policy, nil
@@ -148,10 +149,7 @@ func (p *Plugin) writeHostOnly(cs fwk.CycleState, pod *corev1.Pod) {
 	if err != nil {
 		return // an empty request is always valid
 	}
-	// Not numbered as a shape: CPU and memory requests come in many more
-	// shapes than device requests, and would crowd theirs out of the memo
-	// (see evaluateHostOnly).
-	cs.Write(hostOnlyKey, &hostOnlyState{eval: evalInput{request: r, workload: p.engine.Workload(), now: p.cache.now(), host: host}})
+	cs.Write(hostOnlyKey, &hostOnlyState{eval: p.cache.HostOnlyInput(r, host)})
 }
 
 // podHost is the pod's CPU and memory request as the scheduler counts it.

@@ -109,17 +109,17 @@ func newRecorder(background, urgent kubernetes.Interface, m *cacheMetrics) *reco
 	}
 }
 
-// add asks the leader for pod uid's record of value; a later add replaces
+// Add asks the leader for pod uid's record of value; a later add replaces
 // it.
-func (r *recorder) add(uid ktypes.UID, pod ktypes.NamespacedName, value string) {
+func (r *recorder) Add(uid ktypes.UID, pod ktypes.NamespacedName, value string) {
 	if r != nil {
 		r.put(r.queue, uid, pod, value)
 	}
 }
 
-// addUrgent writes pod uid's record of value at once: its annotation no
+// AddUrgent writes pod uid's record of value at once: its annotation no
 // longer says what the pod holds.
-func (r *recorder) addUrgent(uid ktypes.UID, pod ktypes.NamespacedName, value string) {
+func (r *recorder) AddUrgent(uid ktypes.UID, pod ktypes.NamespacedName, value string) {
 	if r != nil {
 		r.put(r.urgentQueue, uid, pod, value)
 	}
@@ -164,8 +164,8 @@ func (r *recorder) waitIdle(ctx context.Context, rec pendingRecord) bool {
 	}
 }
 
-// forget drops a pod's pending record (the pod is gone, or recorded).
-func (r *recorder) forget(uid ktypes.UID) {
+// Forget drops a pod's pending record (the pod is gone, or recorded).
+func (r *recorder) Forget(uid ktypes.UID) {
 	if r == nil {
 		return
 	}

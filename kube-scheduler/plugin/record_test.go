@@ -3,8 +3,6 @@ package plugin
 import (
 	"context"
 	"encoding/json"
-	"reflect"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,140 +17,10 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
-
-// recorded returns pod with the scheduler's record of its annotation's
-// allocation in its status.
-func recorded(pod *corev1.Pod) *corev1.Pod {
-	p := pod.DeepCopy()
-	p.Status.Conditions = append(p.Status.Conditions, objects.RecordCondition(p.Annotations[kubeinterface.AnnotationAllocation], metav1.NewTime(testNow)))
-	return p
-}
-
-// TestCacheCountsByRecord: a restarted scheduler counts a pod's devices by
-// the record in its status, whatever its tenant did to the annotation; a
-// pod without a record is counted by its annotation and recorded.
-func TestCacheCountsByRecord(t *testing.T) {
-	c, key := testCache(t)
-	logger := klog.Background()
-	c.updateNode(logger, testNode(t, "n1", "dgx1"))
-	c.updateLease(testLease("n1", testNow), false)
-	holder := testPod("holder")
-	alloc, err := c.reserve(holder, "n1", wholeRequest(t, c, 4), noHost, noHost, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bound := recorded(boundWith(t, key, holder, alloc))
-	c.updatePod(logger, bound)
-	want := c.snapshot()
-
-	stripped := bound.DeepCopy()
-	delete(stripped.Annotations, kubeinterface.AnnotationAllocation)
-	junk := bound.DeepCopy()
-	junk.Annotations[kubeinterface.AnnotationAllocation] = "{junk"
-	for name, pod := range map[string]*corev1.Pod{"annotation removed": stripped, "annotation junk": junk} {
-		// The running scheduler keeps what it counted.
-		c.updatePod(logger, pod)
-		if got := c.snapshot(); !reflect.DeepEqual(got, want) {
-			t.Fatalf("%s, same scheduler: %+v, want %+v", name, got, want)
-		}
-		// A restarted one counts the record.
-		fresh, _ := testCache(t)
-		fresh.updateNode(logger, testNode(t, "n1", "dgx1"))
-		fresh.updateLease(testLease("n1", testNow), false)
-		fresh.updatePod(logger, pod)
-		if got := fresh.snapshot(); !reflect.DeepEqual(got, want) {
-			t.Fatalf("%s, restarted: %+v, want %+v", name, got, want)
-		}
-		next, err := fresh.reserve(testPod("next"), "n1", wholeRequest(t, fresh, 4), noHost, noHost, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range next.Containers[0].Devices {
-			for _, h := range alloc.Containers[0].Devices {
-				if d.ID == h.ID {
-					t.Fatalf("%s: the next pod got %s, which %s holds", name, d.ID, holder.Name)
-				}
-			}
-		}
-	}
-
-	// A record that does not verify (a node rewrote its pod's status)
-	// counts nothing, whatever the annotation says.
-	forgedKey, _ := kubeinterface.NewHMACKey([]byte(strings.Repeat("f", 32)))
-	forged := recorded(boundWith(t, forgedKey, holder, alloc))
-	forged.Annotations = bound.Annotations
-	fresh, _ := testCache(t)
-	fresh.updateNode(logger, testNode(t, "n1", "dgx1"))
-	fresh.updatePod(logger, forged)
-	if s := fresh.snapshot()["n1"]; len(s.Pods) != 0 {
-		t.Fatalf("a forged record was counted: %+v", s)
-	}
-
-	// Without a record (bound by a scheduler that died before writing
-	// it): counted by the annotation, and recorded.
-	client := fake.NewClientset(bound)
-	fresh, _ = testCache(t)
-	fresh.recorder = newRecorder(client, client, nil)
-	fresh.updateNode(logger, testNode(t, "n1", "dgx1"))
-	fresh.updateLease(testLease("n1", testNow), false)
-	fresh.updatePod(logger, boundWith(t, key, holder, alloc))
-	if got := fresh.snapshot(); !reflect.DeepEqual(got, want) {
-		t.Fatalf("no record: %+v, want %+v", got, want)
-	}
-	if fresh.recorder.queue.Len() != 1 {
-		t.Fatalf("%d records queued, want 1", fresh.recorder.queue.Len())
-	}
-}
-
-// TestCacheRecordsAtOnceWhenTheAnnotationChanges: a pod counted but not
-// yet recorded whose annotation is removed is recorded at once (urgent
-// queue, every replica) from what the scheduler counted; a record written
-// with that value is taken without verifying it again.
-func TestCacheRecordsAtOnceWhenTheAnnotationChanges(t *testing.T) {
-	c, key := testCache(t)
-	logger := klog.Background()
-	client := fake.NewClientset()
-	c.recorder = newRecorder(client, client, nil)
-	c.updateNode(logger, testNode(t, "n1", "dgx1"))
-	c.updateLease(testLease("n1", testNow), false)
-	holder := testPod("holder")
-	alloc, err := c.reserve(holder, "n1", wholeRequest(t, c, 2), noHost, noHost, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bound := boundWith(t, key, holder, alloc)
-	value := bound.Annotations[kubeinterface.AnnotationAllocation]
-	c.written(holder.UID, value)
-	c.updatePod(logger, bound)
-	want := c.snapshot()
-	if c.recorder.urgentQueue.Len() != 0 {
-		t.Fatal("an urgent record for an untouched pod")
-	}
-	stripped := bound.DeepCopy()
-	delete(stripped.Annotations, kubeinterface.AnnotationAllocation)
-	c.updatePod(logger, stripped)
-	if c.recorder.urgentQueue.Len() != 1 {
-		t.Fatalf("%d urgent records after the annotation was removed, want 1", c.recorder.urgentQueue.Len())
-	}
-	if got := c.recorder.pending[holder.UID].value; got != value {
-		t.Errorf("urgent record of %q, want the value counted", got)
-	}
-	// The record arrives (written by this or another replica): taken as
-	// it is, the pod still holds its devices, nothing left pending.
-	withRecord := recorded(bound)
-	delete(withRecord.Annotations, kubeinterface.AnnotationAllocation)
-	c.keys = nil // a verification now would panic
-	c.updatePod(logger, withRecord)
-	if got := c.snapshot(); !reflect.DeepEqual(got, want) {
-		t.Fatalf("after the record arrived: %+v, want %+v", got, want)
-	}
-	if len(c.recorder.pendingLen()) != 0 {
-		t.Errorf("records still pending: %v", c.recorder.pendingLen())
-	}
-}
 
 // TestRecorderPatchesStatus: the record is a strategic-merge patch of the
 // pod's status subresource carrying the pod's UID, and only a leading
@@ -167,7 +35,7 @@ func TestRecorderPatchesStatus(t *testing.T) {
 	})
 	r := newRecorder(client, client, nil)
 	r.now = func() time.Time { return testNow }
-	r.add("uid-p", ktypesName("ns", "p"), "VALUE")
+	r.Add("uid-p", ktypesName("ns", "p"), "VALUE")
 	time.Sleep(50 * time.Millisecond)
 	if len(patches) != 0 {
 		t.Fatalf("a recorder that was not started wrote %d records", len(patches))
@@ -238,9 +106,9 @@ func TestRecorderWaitsWhileScheduling(t *testing.T) {
 			r.startUrgent(ctx)
 			r.cycle()
 			if tc.urgent {
-				r.addUrgent("uid-p", ktypesName("ns", "p"), "VALUE")
+				r.AddUrgent("uid-p", ktypesName("ns", "p"), "VALUE")
 			} else {
-				r.add("uid-p", ktypesName("ns", "p"), "VALUE")
+				r.Add("uid-p", ktypesName("ns", "p"), "VALUE")
 			}
 			// Busy, on a clock that stands still: several polls.
 			deadline := time.Now().Add(5 * recordPoll)
@@ -274,32 +142,33 @@ func ktypesName(ns, name string) ktypes.NamespacedName {
 // or unreserved) or rebuilt an inventory, and not before; the queueing
 // hints never touch the cache (the queue calls them holding its lock).
 func TestDevicesFreedWakeWaiters(t *testing.T) {
-	c, key := testCache(t)
-	logger := klog.Background()
 	woken := make(chan []string, 10)
-	c.activate = func(pods map[string]*corev1.Pod) {
-		var names []string
-		for n := range pods {
-			names = append(names, n)
+	c, key := testCache(t, func(cfg *devicecache.Config) {
+		cfg.Activate = func(pods map[string]*corev1.Pod) {
+			var names []string
+			for n := range pods {
+				names = append(names, n)
+			}
+			woken <- names
 		}
-		woken <- names
-	}
-	c.updateNode(logger, testNode(t, "n1", "t4x4"))
-	c.updateLease(testLease("n1", testNow), false)
+	})
+	logger := klog.Background()
+	c.UpdateNode(logger, testNode(t, "n1", "t4x4"))
+	c.UpdateLease(testLease("n1", testNow), false)
 	holder := testPod("holder")
-	alloc, err := c.reserve(holder, "n1", wholeRequest(t, c, 4), noHost, noHost, nil)
+	alloc, err := c.Reserve(holder, "n1", wholeRequest(t, c, 4), noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bound := boundWith(t, key, holder, alloc)
 	bound.Spec.Containers = []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
 		Limits: corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("4")}}}}
-	c.updatePod(logger, bound)
-	c.waitForDevices(testPod("waits"))
+	c.UpdatePod(logger, bound)
+	c.WaitForDevices(testPod("waits"))
 	if hint, err := heldDevices(logger, nil, bound, nil); err != nil || hint != fwk.Queue {
 		t.Fatalf("hint = %v, %v", hint, err)
 	}
-	if s := c.snapshot()["n1"]; len(s.Pods) != 1 {
+	if s := c.Snapshot()["n1"]; len(s.Pods) != 1 {
 		t.Fatalf("the hint changed the cache: %+v", s)
 	}
 	select {
@@ -307,7 +176,7 @@ func TestDevicesFreedWakeWaiters(t *testing.T) {
 		t.Fatalf("woke %v before any device was freed", names)
 	case <-time.After(50 * time.Millisecond):
 	}
-	c.forget(logger, holder.UID)
+	c.Forget(logger, holder.UID)
 	select {
 	case names := <-woken:
 		if len(names) != 1 || names[0] != "ns/waits" {
@@ -318,19 +187,19 @@ func TestDevicesFreedWakeWaiters(t *testing.T) {
 	}
 	// An inventory rebuilt wakes them too; a pod placed meanwhile no longer
 	// waits.
-	c.waitForDevices(testPod("again"))
-	c.waitForDevices(testPod("placed"))
-	c.notWaiting("uid-placed")
+	c.WaitForDevices(testPod("again"))
+	c.WaitForDevices(testPod("placed"))
+	c.NotWaiting("uid-placed")
 	sick := testNode(t, "n1", "t4x4")
 	sick.Annotations["x"] = "y" // not the inventory: no rebuild
-	c.updateNode(logger, sick)
+	c.UpdateNode(logger, sick)
 	select {
 	case names := <-woken:
 		t.Fatalf("woke %v for a node update that left the inventory alone", names)
 	case <-time.After(50 * time.Millisecond):
 	}
-	c.deleteNode("n1")
-	c.updateNode(logger, testNode(t, "n1", "t4x4"))
+	c.DeleteNode("n1")
+	c.UpdateNode(logger, testNode(t, "n1", "t4x4"))
 	select {
 	case names := <-woken:
 		if len(names) != 1 || names[0] != "ns/again" {

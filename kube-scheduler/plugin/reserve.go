@@ -10,6 +10,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
@@ -19,19 +20,19 @@ import (
 func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	// Placing pods: the background records wait (see recorder). Cycles
 	// that place nothing (pods that fit nowhere, retried) do not count.
-	p.cache.recorder.cycle()
+	p.recorder.cycle()
 	s := getState(cs)
 	if s == nil {
-		if h := getHostOnly(cs); h != nil && p.cache.hasDevices(nodeName) {
+		if h := getHostOnly(cs); h != nil && p.cache.HasDevices(nodeName) {
 			// Pods without devices on device nodes are part of the mix:
 			// they take the CPU and memory that idle devices need.
-			p.engine.ObservePod(string(pod.UID), h.eval.request, pod.CreationTimestamp.Time)
+			p.engine.ObservePod(string(pod.UID), h.eval.Request(), pod.CreationTimestamp.Time)
 		}
 		return nil
 	}
 	s.scores.release() // Score is done
 	capacity, free := p.reserveHost(ctx, nodeName)
-	alloc, err := p.cache.reserve(pod, nodeName, s.request, capacity, free, p.nominated(pod, nodeName))
+	alloc, err := p.cache.Reserve(pod, nodeName, s.request, capacity, free, p.nominated(pod, nodeName))
 	if err != nil {
 		var nf *devicescheduler.NotFitError
 		if errors.As(err, &nf) {
@@ -40,7 +41,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		return fwk.AsStatus(err)
 	}
 	p.engine.ObservePod(string(pod.UID), s.request, pod.CreationTimestamp.Time)
-	p.cache.pending.remove(pod.UID)
+	p.pending.remove(pod.UID)
 	s.alloc = alloc
 	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
 		logger.Info("Reserved devices", "pod", klog.KObj(pod), "node", nodeName, "devices", devicesOf(alloc))
@@ -52,20 +53,20 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 // victims to go) that come before pod, as the scheduler ranks them: of
 // at least pod's priority. Their devices are held for them: pod's are
 // chosen from what they leave.
-func (p *Plugin) nominated(pod *corev1.Pod, node string) []addedPod {
+func (p *Plugin) nominated(pod *corev1.Pod, node string) []devicecache.Added {
 	if p.handle == nil {
 		return nil
 	}
-	var out []addedPod
+	var out []devicecache.Added
 	prio := corev1helpers.PodPriority(pod)
 	for _, pi := range p.handle.NominatedPodsForNode(node) {
 		np := pi.GetPod()
-		if np.UID == pod.UID || corev1helpers.PodPriority(np) < prio || !objects.WantsDevices(np) || p.cache.holdsOn(np.UID, node) {
+		if np.UID == pod.UID || corev1helpers.PodPriority(np) < prio || !objects.WantsDevices(np) || p.cache.HoldsOn(np.UID, node) {
 			continue
 		}
 		// Its devices only: its CPU and memory are the framework's to count.
 		if r, ok := p.deviceRequest(np, devicescheduler.Host{}); ok {
-			out = append(out, addedPod{uid: np.UID, request: r})
+			out = append(out, devicecache.Added{UID: np.UID, Request: r})
 		}
 	}
 	return out
@@ -79,7 +80,7 @@ func (p *Plugin) reserveHost(ctx context.Context, nodeName string) (capacity, fr
 	}
 	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Node not in the scheduling snapshot; choosing devices without its CPU and memory", "node", nodeName)
+		klog.FromContext(ctx).Error(err, "Node not in the scheduling Snapshot; choosing devices without its CPU and memory", "node", nodeName)
 		return capacity, free
 	}
 	return nodeHost(ni)
@@ -91,6 +92,6 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	if getState(cs) == nil {
 		return
 	}
-	p.cache.unreserve(pod.UID)
+	p.cache.Unreserve(pod.UID)
 	klog.FromContext(ctx).V(4).Info("Unreserved devices", "pod", klog.KObj(pod), "node", nodeName)
 }

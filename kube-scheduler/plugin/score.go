@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
+
 	corev1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -41,7 +43,7 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni f
 	capacity, free := nodeHost(ni)
 	pl := placements.Get().(*devicescheduler.Placement)
 	defer placements.Put(pl)
-	score, err := p.cache.evaluate(ni.Node(), &s.eval, capacity, free, pl)
+	score, err := p.cache.Evaluate(ni.Node(), &s.eval, capacity, free, pl)
 	if err != nil {
 		// The node changed since Filter and the pod no longer fits:
 		// rank it last; Reserve will check again.
@@ -59,9 +61,9 @@ func (p *Plugin) scoreHostOnly(h *hostOnlyState, ni fwk.NodeInfo) int64 {
 	capacity, free := nodeHost(ni)
 	pl := placements.Get().(*devicescheduler.Placement)
 	defer placements.Put(pl)
-	score, err := p.cache.evaluateHostOnly(ni.Node(), &h.eval, capacity, free, pl)
+	score, err := p.cache.EvaluateHostOnly(ni.Node(), &h.eval, capacity, free, pl)
 	switch {
-	case errors.Is(err, errNoInventory):
+	case errors.Is(err, devicecache.ErrNoInventory):
 		return noDevices
 	case err != nil:
 		// Devices published but unusable, or the pod's CPU or memory

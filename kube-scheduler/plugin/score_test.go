@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -26,18 +26,17 @@ import (
 // not score, and evaluates again once Reserve has released the scores.
 func TestScoreTakesFilterScore(t *testing.T) {
 	c, _ := testCache(t)
-	c.warmed.Store(true)
 	logger := klog.Background()
 	infos := map[string]*framework.NodeInfo{}
 	for _, name := range []string{"n1", "n2"} {
 		n := testNode(t, name, "dgx1")
 		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("768Gi")}
-		c.updateNode(logger, n)
-		c.updateLease(testLease(name, testNow), false)
+		c.UpdateNode(logger, n)
+		c.UpdateLease(testLease(name, testNow), false)
 		infos[name] = framework.NewNodeInfo()
 		infos[name].SetNode(n)
 	}
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.engine, cache: c, ctx: context.Background(), namespaces: anyNamespace{}}
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: newPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	ctx, pod, cs := context.Background(), gpuPod("p", 1, 0, testNow), framework.NewCycleState()
 	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
@@ -45,7 +44,7 @@ func TestScoreTakesFilterScore(t *testing.T) {
 	}
 	var pl devicescheduler.Placement
 	capacity, free := nodeHost(infos["n1"])
-	want, err := c.evaluate(infos["n1"].Node(), &getState(cs).eval, capacity, free, &pl)
+	want, err := c.Evaluate(infos["n1"].Node(), &getState(cs).eval, capacity, free, &pl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,14 +52,14 @@ func TestScoreTakesFilterScore(t *testing.T) {
 		t.Fatal(st)
 	}
 	// n1 fills up after Filter.
-	if _, err := c.reserve(testPod("filler"), "n1", wholeRequest(t, c, 8), noHost, noHost, nil); err != nil {
+	if _, err := c.Reserve(testPod("filler"), "n1", wholeRequest(t, c, 8), noHost, noHost, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, st := p.Score(ctx, cs, pod, infos["n1"]); !st.IsSuccess() || got != want {
 		t.Errorf("Score(n1) = %d, %v; want Filter's %d", got, st, want)
 	}
 	capacity, free = nodeHost(infos["n2"])
-	want2, err := c.evaluate(infos["n2"].Node(), &getState(cs).eval, capacity, free, &pl)
+	want2, err := c.Evaluate(infos["n2"].Node(), &getState(cs).eval, capacity, free, &pl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,9 +73,9 @@ func TestScoreTakesFilterScore(t *testing.T) {
 	// The full node's refusal comes classified, from the memo too.
 	capacity, free = nodeHost(infos["n1"])
 	for range 2 {
-		if _, err := c.evaluate(infos["n1"].Node(), &getState(cs).eval, capacity, free, &pl); err == nil {
+		if _, err := c.Evaluate(infos["n1"].Node(), &getState(cs).eval, capacity, free, &pl); err == nil {
 			t.Fatal("a full node fits a GPU pod")
-		} else if r := (*refusal)(nil); !errors.As(err, &r) {
+		} else if r := (*devicecache.Refusal)(nil); !errors.As(err, &r) {
 			t.Errorf("refusal of a full node %T (%v), want it classified", err, err)
 		}
 	}
@@ -131,48 +130,6 @@ func TestNormalizeHostOnly(t *testing.T) {
 	}
 }
 
-// TestRefusalClassified: an engine refusal, classified when the memo took
-// it in or when Filter meets it unclassified (preemption's dry run), gives
-// Filter the status, pending reason and wait for freed devices it stands
-// for.
-func TestRefusalClassified(t *testing.T) {
-	c, _ := testCache(t)
-	p := &Plugin{cache: c}
-	notFree := &devicescheduler.NotFitError{Reason: devicescheduler.ReasonNotEnoughFree}
-	for _, tc := range []struct {
-		name   string
-		err    error
-		code   fwk.Code
-		msg    string
-		reason int
-		waits  bool
-	}{
-		{"not enough free", notFree, fwk.Unschedulable, "GPUs: " + devicescheduler.ReasonNotEnoughFree, pendingNotEnoughFree, true},
-		{"never fits", errors.Join(errNeverFits, &devicescheduler.NotFitError{Reason: devicescheduler.ReasonUnhealthy}),
-			fwk.UnschedulableAndUnresolvable, "GPUs: " + devicescheduler.ReasonUnhealthy + neverFitsSuffix, pendingUnhealthy, false},
-		{"topology", &devicescheduler.NotFitError{Reason: devicescheduler.ReasonTopology}, fwk.Unschedulable, "GPUs: " + devicescheduler.ReasonTopology, pendingTopology, true},
-		{"not an engine's", errors.New("something else"), fwk.Unschedulable, "GPUs: something else", pendingOther, false},
-		{"wrapped not-fit", fmt.Errorf("wrapped: %w", notFree), fwk.Unschedulable, "GPUs: " + devicescheduler.ReasonNotEnoughFree, pendingNotEnoughFree, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := classify(tc.err)
-			if !errors.Is(r, tc.err) || r.Error() != tc.err.Error() {
-				t.Errorf("classified %v wraps %v, says %q", tc.err, r.Unwrap(), r.Error())
-			}
-			for _, err := range []error{r, tc.err} {
-				s := &cycleState{}
-				st := p.filterStatus(gpuPod("p", 1, 0, testNow), s, err)
-				if st.Code() != tc.code || st.Message() != tc.msg || s.waitsForDevices.Load() != tc.waits {
-					t.Errorf("%T: status %v %q, waits %v; want %v %q, %v", err, st.Code(), st.Message(), s.waitsForDevices.Load(), tc.code, tc.msg, tc.waits)
-				}
-				if got := filterReason(err); got != tc.reason {
-					t.Errorf("%T: pending reason %s, want %s", err, pendingReasonNames[got], pendingReasonNames[tc.reason])
-				}
-			}
-		})
-	}
-}
-
 // TestFilterLeavesHostResources: when NodeResourcesFit filters the cycle
 // (its PreFilter ran), a node short of CPU for the pod passes KubeGPU's
 // Filter, also with a pod nominated to it, for NodeResourcesFit to refuse
@@ -182,12 +139,11 @@ func TestRefusalClassified(t *testing.T) {
 // profile, KubeGPU refuses it itself.
 func TestFilterLeavesHostResources(t *testing.T) {
 	c, _ := testCache(t)
-	c.warmed.Store(true)
 	logger := klog.Background()
 	n := testNode(t, "n1", "dgx1")
 	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("768Gi")}
-	c.updateNode(logger, n)
-	c.updateLease(testLease("n1", testNow), false)
+	c.UpdateNode(logger, n)
+	c.UpdateLease(testLease("n1", testNow), false)
 	busy := testPod("busy")
 	busy.Spec.NodeName = "n1"
 	busy.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}
@@ -206,7 +162,8 @@ func TestFilterLeavesHostResources(t *testing.T) {
 		{true, &config.Plugins{Filter: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}}}},
 	} {
 		fit := tc.preFilter && (tc.filters == nil || len(tc.filters.Filter.Enabled) == 2)
-		p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.engine, cache: c, ctx: context.Background(), namespaces: anyNamespace{}}
+		p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: newPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
+		p.ready.Store(true)
 		if tc.filters != nil {
 			p.handle = listedHandle{plugins: tc.filters}
 		}
@@ -225,8 +182,8 @@ func TestFilterLeavesHostResources(t *testing.T) {
 		case !fit && (st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "GPUs:")):
 			t.Errorf("Filter on a node short of CPU, without NodeResourcesFit (PreFilter %v, profile's filters %v) = %v, want refused for its CPU", tc.preFilter, tc.filters, st)
 		}
-		if got := getState(cs).pending.reason(); got != pendingHostResources {
-			t.Errorf("pending reason %s, want %s", pendingReasonNames[got], pendingReasonNames[pendingHostResources])
+		if got := getState(cs).pending.reason(); got != devicecache.ReasonHostResources {
+			t.Errorf("pending reason %s, want %s", got, devicecache.ReasonHostResources)
 		}
 		if !fit {
 			continue
@@ -245,7 +202,7 @@ func TestFilterLeavesHostResources(t *testing.T) {
 			t.Errorf("Filter with a pod nominated to a node short of CPU = %v, want success", st)
 		}
 		capacity, free := nodeHost(ni)
-		if _, err := c.reserve(pod, "n1", getState(cs).request, capacity, free, nil); err == nil {
+		if _, err := c.Reserve(pod, "n1", getState(cs).request, capacity, free, nil); err == nil {
 			t.Error("Reserve took a node short of CPU")
 		}
 		// A node short of CPU whose GPUs could never hold the pod stays

@@ -9,6 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -21,7 +22,7 @@ const stateKey fwk.StateKey = Name
 type cycleState struct {
 	request *devicescheduler.Request
 	// eval is what every Filter and Score call of the cycle evaluates.
-	eval evalInput
+	eval devicecache.Input
 	// waitsForDevices is set once a node refused the pod for want of
 	// devices, and the cache remembers the pod to wake it.
 	waitsForDevices atomic.Bool
@@ -108,7 +109,7 @@ const hostOnlyKey fwk.StateKey = Name + "/host-only"
 // hostOnlyState is what Score evaluates for a pod without devices: its
 // CPU and memory.
 type hostOnlyState struct {
-	eval evalInput
+	eval devicecache.Input
 }
 
 // Clone shares the state: it is not written after PreFilter.

@@ -1,4 +1,4 @@
-package plugin
+package devicecache
 
 import (
 	"encoding/binary"
@@ -8,18 +8,18 @@ import (
 	"github.com/kubegpu/kubegpu/types"
 )
 
-// shapeKey identifies a request's shape in the Filter memo: 128 bits of
+// ShapeKey identifies a request's shape in the Filter memo: 128 bits of
 // hash, whatever the size of the request. The hash is seeded per process,
 // so that no pod can be made to collide with another's shape on purpose.
-type shapeKey [2]uint64
+type ShapeKey [2]uint64
 
 var shapeSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 
-// requestShape hashes everything the request's fit and score depend on
+// RequestShape hashes everything the request's fit and score depend on
 // (container names included: they appear in the reasons a pod does not
 // fit). Its cost is linear in the request's size, which PodRequest bounds.
-func requestShape(req types.PodRequest, host devicescheduler.Host, enforcement types.EnforcementPolicy) shapeKey {
-	var out shapeKey
+func RequestShape(req types.PodRequest, host devicescheduler.Host, enforcement types.EnforcementPolicy) ShapeKey {
+	var out ShapeKey
 	for i := range out {
 		var h maphash.Hash
 		h.SetSeed(shapeSeeds[i])

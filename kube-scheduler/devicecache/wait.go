@@ -1,4 +1,4 @@
-package plugin
+package devicecache
 
 import (
 	"sync"
@@ -63,26 +63,26 @@ func (w *waitSet) drain() map[string]*corev1.Pod {
 // wake sends the pods of w back to the scheduling queue. Callers hold no
 // lock of the cache's, and none of the queue's: it is called from the
 // cache's informer handlers, never from a queueing hint.
-func (c *deviceCache) wake(w *waitSet) {
+func (c *Cache) wake(w *waitSet) {
 	if pods := w.drain(); len(pods) > 0 {
 		c.activate(pods)
 	}
 }
 
-// waitForHeartbeat remembers a pod that a node refused for not being live
+// WaitForHeartbeat remembers a pod that a node refused for not being live
 // (or that waited while the cache warmed up).
-func (c *deviceCache) waitForHeartbeat(pod *corev1.Pod) { c.liveWaiters.add(pod) }
+func (c *Cache) WaitForHeartbeat(pod *corev1.Pod) { c.liveWaiters.add(pod) }
 
-// waitForDevices remembers a pod that nodes refused for want of free
+// WaitForDevices remembers a pod that nodes refused for want of free
 // devices.
-func (c *deviceCache) waitForDevices(pod *corev1.Pod) { c.deviceWaiters.add(pod) }
+func (c *Cache) WaitForDevices(pod *corev1.Pod) { c.deviceWaiters.add(pod) }
 
-// notWaiting forgets a pod that was placed or deleted.
-func (c *deviceCache) notWaiting(uid ktypes.UID) {
+// NotWaiting forgets a pod that was placed or deleted.
+func (c *Cache) NotWaiting(uid ktypes.UID) {
 	c.liveWaiters.remove(uid)
 	c.deviceWaiters.remove(uid)
 }
 
 // activateWaiting sends the pods refused for a node that was not live back
 // to the scheduling queue.
-func (c *deviceCache) activateWaiting() { c.wake(c.liveWaiters) }
+func (c *Cache) activateWaiting() { c.wake(c.liveWaiters) }

@@ -1,4 +1,4 @@
-package plugin
+package devicecache
 
 import (
 	"errors"
@@ -41,22 +41,20 @@ func TestNodeRefusingTheKey(t *testing.T) {
 		if err := objects.SetNodeInventory(n, inv); err != nil {
 			t.Fatal(err)
 		}
-		c.updateNode(logger, n)
-		c.updateLease(testLease(n.Name, testNow), false)
+		c.UpdateNode(logger, n)
+		c.UpdateLease(testLease(n.Name, testNow), false)
 		var p devicescheduler.Placement
-		_, err := c.evaluate(named(n.Name), ptr(c.evalInput(shapeKey{1}, r)), noHost, noHost, &p)
-		if got := errors.Is(err, errKeyRefused); got != tt.refuse {
-			t.Errorf("%s: evaluate = %v, want refused %v", tt.name, err, tt.refuse)
+		_, err := c.Evaluate(named(n.Name), ptr(c.Input(ShapeKey{1}, r)), noHost, noHost, &p)
+		if got := errors.Is(err, ErrKeyRefused); got != tt.refuse {
+			t.Errorf("%s: Evaluate = %v, want refused %v", tt.name, err, tt.refuse)
 		}
 		if tt.refuse {
-			p := &Plugin{cache: c}
-			st := p.filterStatus(testPod("x"), &cycleState{}, err)
-			if !st.IsRejected() || st.Code().String() != "UnschedulableAndUnresolvable" || !strings.Contains(st.Message(), c.signingKey) ||
-				strings.Contains(st.Message(), "0123456789abcdef") {
-				t.Errorf("%s: Filter status %v, want UnschedulableAndUnresolvable naming the scheduler's key and nothing the node wrote", tt.name, st)
+			r := Classify(err)
+			if !r.Unresolvable || !strings.Contains(r.Message, c.signingKey) || strings.Contains(r.Message, "0123456789abcdef") {
+				t.Errorf("%s: refusal %+v, want unresolvable naming the scheduler's key and nothing the node wrote", tt.name, r)
 			}
-			if filterReason(err) != pendingNoInventory {
-				t.Errorf("%s: pending reason %d", tt.name, filterReason(err))
+			if r.Reason != ReasonNoInventory {
+				t.Errorf("%s: pending reason %s", tt.name, r.Reason)
 			}
 		}
 	}

@@ -1,7 +1,6 @@
-package plugin
+package devicecache
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,40 +11,37 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache/cachetest"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
 	"github.com/kubegpu/kubegpu/types"
 )
 
-var testNow = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+// The objects the tests feed the cache (see package cachetest).
+var (
+	testNow   = cachetest.Now
+	named     = cachetest.Named
+	testNode  = cachetest.Node
+	testLease = cachetest.Lease
+	testPod   = cachetest.Pod
+	boundWith = cachetest.BoundWith
+	gpuPod    = cachetest.GPUPod
+	noHost    devicescheduler.Host
+)
 
-func testCache(t *testing.T) (*deviceCache, *kubeinterface.Key) {
+func testCache(t *testing.T) (*Cache, *kubeinterface.Key) {
 	t.Helper()
-	sp, err := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := devicescheduler.New(devicescheduler.Config{Plugins: []types.SchedulerPlugin{sp}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := kubeinterface.NewHMACKey([]byte(strings.Repeat("k", 32)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newDeviceCache(e, kubeinterface.NewKeySet(key), 40*time.Second, nil)
-	c.now = func() time.Time { return testNow }
+	key := cachetest.Key(t)
+	c := New(Config{Engine: cachetest.Engine(t), Keys: kubeinterface.NewKeySet(key), Staleness: 40 * time.Second,
+		Now: func() time.Time { return testNow }})
 	// Whatever the test did, no node's memo may be left behind its
 	// devices (see devicesChanged).
 	t.Cleanup(func() {
-		for name, s := range c.snapshot() {
+		for name, s := range c.Snapshot() {
 			if strings.HasPrefix(s.Usable, "memo out of date") {
 				t.Errorf("node %s: %s", name, s.Usable)
 			}
@@ -54,71 +50,19 @@ func testCache(t *testing.T) (*deviceCache, *kubeinterface.Key) {
 	return c, key
 }
 
-// named is a Node object of that name, which the cache finds by name.
-func named(name string) *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
-
-func testNode(t *testing.T, name, preset string) *corev1.Node {
-	t.Helper()
-	topo, err := simgpu.Preset(preset)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
-	if err := objects.SetNodeInventory(n, simgpu.Inventory(topo, name)); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func testLease(node string, renewed time.Time) *coordinationv1.Lease {
-	rt := metav1.NewMicroTime(renewed)
-	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: kubeinterface.LeaseNamespace, Name: node},
-		Spec:       coordinationv1.LeaseSpec{RenewTime: &rt},
-	}
-}
-
-func wholeRequest(t *testing.T, c *deviceCache, count int) *devicescheduler.Request {
-	t.Helper()
-	r, err := c.engine.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{{Name: "main", Count: count}}}, devicescheduler.Host{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-func testPod(name string) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: ktypes.UID("uid-" + name)}}
-}
-
-// boundWith returns pod bound to its allocation's node with the signed
-// allocation annotation.
-func boundWith(t *testing.T, key *kubeinterface.Key, pod *corev1.Pod, alloc types.PodAllocation) *corev1.Pod {
-	t.Helper()
-	signed, err := key.Sign(kubeinterface.Allocation{Pod: kubeinterface.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, PodAllocation: alloc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	value, err := kubeinterface.EncodeAllocation(signed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pod.DeepCopy()
-	p.Spec.NodeName = alloc.Node
-	p.Annotations = map[string]string{kubeinterface.AnnotationAllocation: value}
-	return p
+func wholeRequest(t *testing.T, c *Cache, count int) *devicescheduler.Request {
+	return cachetest.WholeRequest(t, c.engine, count)
 }
 
 func TestCacheReserveBindRelease(t *testing.T) {
 	c, key := testCache(t)
 	logger := klog.Background()
-	c.updateNode(logger, testNode(t, "n1", "dgx1"))
+	c.UpdateNode(logger, testNode(t, "n1", "dgx1"))
 	r := wholeRequest(t, c, 4)
 
 	var p devicescheduler.Placement
-	if _, err := c.evaluate(named("n1"), ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, errNoLease) {
-		t.Fatalf("evaluate without a Lease: %v", err)
+	if _, err := c.Evaluate(named("n1"), ptr(c.Input(ShapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, errNoLease) {
+		t.Fatalf("Evaluate without a Lease: %v", err)
 	}
 	var activated []string
 	c.activate = func(pods map[string]*corev1.Pod) {
@@ -126,55 +70,55 @@ func TestCacheReserveBindRelease(t *testing.T) {
 			activated = append(activated, name)
 		}
 	}
-	c.waitForHeartbeat(testPod("waiting"))
-	c.updateLease(testLease("n1", testNow.Add(-time.Second)), false)
-	c.updateLease(testLease("n1", testNow), false) // live to live: nothing to do
+	c.WaitForHeartbeat(testPod("waiting"))
+	c.UpdateLease(testLease("n1", testNow.Add(-time.Second)), false)
+	c.UpdateLease(testLease("n1", testNow), false) // live to live: nothing to do
 	if !reflect.DeepEqual(activated, []string{"ns/waiting"}) {
 		t.Fatalf("activated %v when the node became live, want [ns/waiting]", activated)
 	}
-	if _, err := c.evaluate(named("missing"), ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, errNoInventory) {
-		t.Fatalf("evaluate on an unknown node: %v", err)
+	if _, err := c.Evaluate(named("missing"), ptr(c.Input(ShapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, ErrNoInventory) {
+		t.Fatalf("Evaluate on an unknown node: %v", err)
 	}
 
 	// Filter results are remembered until the node changes.
-	first, err := c.evaluate(named("n1"), ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p)
+	first, err := c.Evaluate(named("n1"), ptr(c.Input(ShapeKey{4}, r)), noHost, noHost, &p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := c.evaluate(named("n1"), ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); err != nil || again != first {
-		t.Fatalf("second evaluate = %d, %v; want %d", again, err, first)
+	if again, err := c.Evaluate(named("n1"), ptr(c.Input(ShapeKey{4}, r)), noHost, noHost, &p); err != nil || again != first {
+		t.Fatalf("second Evaluate = %d, %v; want %d", again, err, first)
 	}
 
 	a, b := testPod("a"), testPod("b")
-	allocA, err := c.reserve(a, "n1", r, noHost, noHost, nil)
+	allocA, err := c.Reserve(a, "n1", r, noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.reserve(b, "n1", r, noHost, noHost, nil); err != nil {
+	if _, err := c.Reserve(b, "n1", r, noHost, noHost, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.reserve(testPod("c"), "n1", r, noHost, noHost, nil); err == nil {
+	if _, err := c.Reserve(testPod("c"), "n1", r, noHost, noHost, nil); err == nil {
 		t.Fatal("a third 4-GPU pod was reserved on an 8-GPU node")
 	}
-	if _, err := c.evaluate(named("n1"), ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
-		t.Fatalf("evaluate on the full node = %v, want ErrDoesNotFit (a stale memo?)", err)
+	if _, err := c.Evaluate(named("n1"), ptr(c.Input(ShapeKey{4}, r)), noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
+		t.Fatalf("Evaluate on the full node = %v, want ErrDoesNotFit (a stale memo?)", err)
 	}
-	c.unreserve(b.UID)
+	c.Unreserve(b.UID)
 	// b's devices are free again: the memo must not keep "full".
-	if _, err := c.evaluate(named("n1"), ptr(c.evalInput(shapeKey{4}, r)), noHost, noHost, &p); err != nil {
-		t.Fatalf("evaluate once b was unreserved = %v, want a fit (a stale memo?)", err)
+	if _, err := c.Evaluate(named("n1"), ptr(c.Input(ShapeKey{4}, r)), noHost, noHost, &p); err != nil {
+		t.Fatalf("Evaluate once b was unreserved = %v, want a fit (a stale memo?)", err)
 	}
-	// a is seen bound: confirmed, and unreserve no longer forgets it.
-	c.updatePod(logger, boundWith(t, key, a, allocA))
-	c.unreserve(a.UID)
-	if got := c.snapshot()["n1"].Pods; !reflect.DeepEqual(got, []string{"uid-a"}) {
+	// a is seen bound: confirmed, and Unreserve no longer forgets it.
+	c.UpdatePod(logger, boundWith(t, key, a, allocA))
+	c.Unreserve(a.UID)
+	if got := c.Snapshot()["n1"].Pods; !reflect.DeepEqual(got, []string{"uid-a"}) {
 		t.Fatalf("pods on n1 = %v, want [uid-a]", got)
 	}
 	// a finishes: its devices return.
 	done := boundWith(t, key, a, allocA)
 	done.Status.Phase = corev1.PodSucceeded
-	c.updatePod(logger, done)
-	if s := c.snapshot()["n1"]; len(s.Pods) != 0 || s.State.Used != 0 {
+	c.UpdatePod(logger, done)
+	if s := c.Snapshot()["n1"]; len(s.Pods) != 0 || s.State.Used != 0 {
 		t.Fatalf("after a finished: %+v", s)
 	}
 }
@@ -182,26 +126,26 @@ func TestCacheReserveBindRelease(t *testing.T) {
 func TestCacheIgnoresForgedAndMismatched(t *testing.T) {
 	c, key := testCache(t)
 	logger := klog.Background()
-	c.updateNode(logger, testNode(t, "n1", "dgx1"))
-	c.updateLease(testLease("n1", testNow), false)
-	alloc, err := c.reserve(testPod("x"), "n1", wholeRequest(t, c, 8), noHost, noHost, nil)
+	c.UpdateNode(logger, testNode(t, "n1", "dgx1"))
+	c.UpdateLease(testLease("n1", testNow), false)
+	alloc, err := c.Reserve(testPod("x"), "n1", wholeRequest(t, c, 8), noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.unreserve("uid-x")
+	c.Unreserve("uid-x")
 
 	other, _ := kubeinterface.NewHMACKey([]byte(strings.Repeat("o", 32)))
 	forged := boundWith(t, other, testPod("forged"), alloc)
-	c.updatePod(logger, forged)
+	c.UpdatePod(logger, forged)
 	// Signed for pod x, copied onto pod y.
 	copied := boundWith(t, key, testPod("x"), alloc)
 	copied.Name, copied.UID = "y", "uid-y"
-	c.updatePod(logger, copied)
+	c.UpdatePod(logger, copied)
 	// Signed for node n1, but the pod is bound to n2.
 	moved := boundWith(t, key, testPod("z"), alloc)
 	moved.Spec.NodeName = "n2"
-	c.updatePod(logger, moved)
-	if s := c.snapshot()["n1"]; len(s.Pods) != 0 || s.State.Used != 0 {
+	c.UpdatePod(logger, moved)
+	if s := c.Snapshot()["n1"]; len(s.Pods) != 0 || s.State.Used != 0 {
 		t.Fatalf("forged or mismatched allocations were counted: %+v", s)
 	}
 }
@@ -213,8 +157,8 @@ func TestCacheRebuildsTheSameState(t *testing.T) {
 	logger := klog.Background()
 	var objects []any
 	for _, n := range []*corev1.Node{testNode(t, "n1", "dgx1"), testNode(t, "n2", "t4x4")} {
-		ref.updateNode(logger, n)
-		ref.updateLease(testLease(n.Name, testNow), false)
+		ref.UpdateNode(logger, n)
+		ref.UpdateLease(testLease(n.Name, testNow), false)
 		objects = append(objects, n, testLease(n.Name, testNow))
 	}
 	slice, err := ref.engine.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{{Name: "main", Count: 1, ComputePercent: 30}}}, devicescheduler.Host{})
@@ -224,15 +168,15 @@ func TestCacheRebuildsTheSameState(t *testing.T) {
 	for i, r := range []*devicescheduler.Request{wholeRequest(t, ref, 2), slice, slice, wholeRequest(t, ref, 1), wholeRequest(t, ref, 4)} {
 		pod := testPod(string(rune('a' + i)))
 		node := []string{"n1", "n2"}[i%2]
-		alloc, err := ref.reserve(pod, node, r, noHost, noHost, nil)
+		alloc, err := ref.Reserve(pod, node, r, noHost, noHost, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		bound := boundWith(t, key, pod, alloc)
-		ref.updatePod(logger, bound)
+		ref.UpdatePod(logger, bound)
 		objects = append(objects, bound)
 	}
-	want := ref.snapshot()
+	want := ref.Snapshot()
 	for seed := uint64(0); seed < 20; seed++ {
 		c, _ := testCache(t)
 		rng := rand.New(rand.NewPCG(seed, 1))
@@ -240,14 +184,14 @@ func TestCacheRebuildsTheSameState(t *testing.T) {
 		for _, o := range objects {
 			switch o := o.(type) {
 			case *corev1.Node:
-				c.updateNode(logger, o)
+				c.UpdateNode(logger, o)
 			case *coordinationv1.Lease:
-				c.updateLease(o, false)
+				c.UpdateLease(o, false)
 			case *corev1.Pod:
-				c.updatePod(logger, o)
+				c.UpdatePod(logger, o)
 			}
 		}
-		if got := c.snapshot(); !reflect.DeepEqual(got, want) {
+		if got := c.Snapshot(); !reflect.DeepEqual(got, want) {
 			t.Fatalf("order %d: state %+v, want %+v", seed, got, want)
 		}
 	}
@@ -261,12 +205,12 @@ func TestCacheNodeChanges(t *testing.T) {
 	c, key := testCache(t)
 	logger := klog.Background()
 	healthy := testNode(t, "n1", "t4x4")
-	c.updateNode(logger, healthy)
-	c.updateLease(testLease("n1", testNow), false)
+	c.UpdateNode(logger, healthy)
+	c.UpdateLease(testLease("n1", testNow), false)
 	var p devicescheduler.Placement
 	r := wholeRequest(t, c, 4)
-	in := c.evalInput(shapeKey{4}, r)
-	if _, err := c.evaluate(named("n1"), &in, noHost, noHost, &p); err != nil {
+	in := c.Input(ShapeKey{4}, r)
+	if _, err := c.Evaluate(named("n1"), &in, noHost, noHost, &p); err != nil {
 		t.Fatal(err)
 	}
 	// One GPU turns unhealthy: the idle node's version is 0 again, but the
@@ -280,9 +224,9 @@ func TestCacheNodeChanges(t *testing.T) {
 	if err := objects.SetNodeInventory(sick, inv); err != nil {
 		t.Fatal(err)
 	}
-	c.updateNode(logger, sick)
+	c.UpdateNode(logger, sick)
 	for _, n := range []*corev1.Node{sick, healthy, named("n1")} {
-		if _, err := c.evaluate(n, &in, noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
+		if _, err := c.Evaluate(n, &in, noHost, noHost, &p); !errors.Is(err, devicescheduler.ErrDoesNotFit) {
 			t.Fatalf("after a GPU turned unhealthy: %v, want ErrDoesNotFit (a stale memo, or the old object's state?)", err)
 		}
 	}
@@ -290,46 +234,31 @@ func TestCacheNodeChanges(t *testing.T) {
 		t.Errorf("the cache holds %d Node objects for one node", len(c.byObject))
 	}
 
-	c.updateNode(logger, testNode(t, "n2", "t4x4"))
-	c.updateLease(testLease("n2", testNow), false)
-	alloc, err := c.reserve(testPod("a"), "n2", wholeRequest(t, c, 2), noHost, noHost, nil)
+	c.UpdateNode(logger, testNode(t, "n2", "t4x4"))
+	c.UpdateLease(testLease("n2", testNow), false)
+	alloc, err := c.Reserve(testPod("a"), "n2", wholeRequest(t, c, 2), noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.updatePod(logger, boundWith(t, key, testPod("a"), alloc))
-	c.deleteNode("n2")
+	c.UpdatePod(logger, boundWith(t, key, testPod("a"), alloc))
+	c.DeleteNode("n2")
 	if len(c.byObject) != 1 {
 		t.Errorf("after n2's deletion the cache holds %d Node objects, want n1's", len(c.byObject))
 	}
-	c.updateNode(logger, testNode(t, "n2", "t4x4"))
-	if got := c.snapshot()["n2"].Pods; !reflect.DeepEqual(got, []string{"uid-a"}) {
+	c.UpdateNode(logger, testNode(t, "n2", "t4x4"))
+	if got := c.Snapshot()["n2"].Pods; !reflect.DeepEqual(got, []string{"uid-a"}) {
 		t.Fatalf("pods on the re-added node = %v, want [uid-a]", got)
 	}
 	// Removing the annotation of the running pod does not free its GPUs.
 	stripped := boundWith(t, key, testPod("a"), alloc)
 	stripped.Annotations = nil
-	c.updatePod(logger, stripped)
-	if got := c.snapshot()["n2"].Pods; !reflect.DeepEqual(got, []string{"uid-a"}) {
+	c.UpdatePod(logger, stripped)
+	if got := c.Snapshot()["n2"].Pods; !reflect.DeepEqual(got, []string{"uid-a"}) {
 		t.Fatalf("pods after the annotation was removed = %v, want [uid-a]", got)
 	}
 }
 
 // noHost leaves the node's host resources untracked.
-var noHost devicescheduler.Host
-
-// gpuPod is a pod whose container "main" asks for count GPUs, or slices of
-// cores percent when cores > 0.
-func gpuPod(name string, count, cores int64, created time.Time) *corev1.Pod {
-	p := testPod(name)
-	p.CreationTimestamp = metav1.NewTime(created)
-	limits := corev1.ResourceList{kubeinterface.ResourceGPU: *resource.NewQuantity(count, resource.DecimalSI)}
-	if cores > 0 {
-		limits[kubeinterface.ResourceGPUCores] = *resource.NewQuantity(cores, resource.DecimalSI)
-	}
-	p.Spec.Containers = []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{Limits: limits}}}
-	return p
-}
-
 // TestCacheLearnsTheSameMix: a scheduler that starts (or takes over) and
 // learns the mix from the pods running holds the mix of one that learned
 // it pod by pod as it scheduled them, pods since gone included; and a
@@ -339,8 +268,8 @@ func TestCacheLearnsTheSameMix(t *testing.T) {
 	logger := klog.Background()
 	ref.learnState = learned
 	n1 := testNode(t, "n1", "dgx1")
-	ref.updateNode(logger, n1)
-	ref.updateLease(testLease("n1", testNow), false)
+	ref.UpdateNode(logger, n1)
+	ref.UpdateLease(testLease("n1", testNow), false)
 	var running []*corev1.Pod
 	for i := range 60 {
 		pod := gpuPod(fmt.Sprint("p", i), int64(1+i%2), int64(10*(i%3)), testNow.Add(time.Duration(i)*time.Hour))
@@ -354,16 +283,16 @@ func TestCacheLearnsTheSameMix(t *testing.T) {
 		}
 		// As Reserve does.
 		ref.engine.ObservePod(string(pod.UID), r, pod.CreationTimestamp.Time)
-		alloc, err := ref.reserve(pod, "n1", r, noHost, noHost, nil)
+		alloc, err := ref.Reserve(pod, "n1", r, noHost, noHost, nil)
 		if err != nil {
 			// The node is full: the pod is unreserved.
 			ref.engine.ForgetPod(string(pod.UID))
 			continue
 		}
 		bound := boundWith(t, key, pod, alloc)
-		ref.updatePod(logger, bound)
+		ref.UpdatePod(logger, bound)
 		if i%4 == 0 {
-			ref.forget(logger, pod.UID) // deleted
+			ref.Forget(logger, pod.UID) // deleted
 			continue
 		}
 		running = append(running, bound)
@@ -375,18 +304,18 @@ func TestCacheLearnsTheSameMix(t *testing.T) {
 	forged := gpuPod("forged", 8, 0, testNow)
 	forged.Spec.NodeName = "n1"
 	c, _ := testCache(t)
-	c.updateNode(logger, n1)
+	c.UpdateNode(logger, n1)
 	// The informers' initial lists, then the mix from the pods listed.
 	for _, p := range append(running, forged) {
-		c.updatePod(logger, p)
+		c.UpdatePod(logger, p)
 	}
 	c.listPods = func() ([]*corev1.Pod, error) { return append(running, forged), nil }
-	c.learnPods(logger)
+	c.LearnPods(logger)
 	if got, want := fmt.Sprint(c.engine.Workload().Types()), fmt.Sprint(ref.engine.Workload().Types()); got != want {
 		t.Errorf("mix learned at start =\n%s\nwant the mix learned pod by pod\n%s", got, want)
 	}
 	for _, p := range running {
-		c.forget(logger, p.UID)
+		c.Forget(logger, p.UID)
 	}
 	if n := c.engine.LearnedPods(); n != 0 || len(c.engine.Workload().Types()) != 0 {
 		t.Errorf("after every pod went the mix holds %d pods and %d types, want none", n, len(c.engine.Workload().Types()))
@@ -398,21 +327,21 @@ func TestCacheLearnsTheSameMix(t *testing.T) {
 func TestCacheForgetsPodsGoneWhileLearning(t *testing.T) {
 	c, key := testCache(t)
 	logger := klog.Background()
-	c.updateNode(logger, testNode(t, "n1", "dgx1"))
-	c.updateLease(testLease("n1", testNow), false)
+	c.UpdateNode(logger, testNode(t, "n1", "dgx1"))
+	c.UpdateLease(testLease("n1", testNow), false)
 	pod := gpuPod("p", 1, 0, testNow)
 	r := wholeRequest(t, c, 1)
-	alloc, err := c.reserve(pod, "n1", r, noHost, noHost, nil)
+	alloc, err := c.Reserve(pod, "n1", r, noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bound := boundWith(t, key, pod, alloc)
-	c.updatePod(logger, bound)
+	c.UpdatePod(logger, bound)
 	c.listPods = func() ([]*corev1.Pod, error) {
-		c.forget(logger, bound.UID) // the informer's delete, meanwhile
+		c.Forget(logger, bound.UID) // the informer's delete, meanwhile
 		return []*corev1.Pod{bound}, nil
 	}
-	c.learnPods(logger)
+	c.LearnPods(logger)
 	if c.engine.HasPod(string(bound.UID)) || c.engine.LearnedPods() != 0 {
 		t.Errorf("the mix holds %d pods after the only one went while it was learned", c.engine.LearnedPods())
 	}
@@ -425,8 +354,8 @@ func TestCacheForgetsPodsGoneWhileLearning(t *testing.T) {
 func TestHostOnlyMemo(t *testing.T) {
 	c, _ := testCache(t)
 	logger := klog.Background()
-	c.updateNode(logger, testNode(t, "n1", "dgx1"))
-	c.updateLease(testLease("n1", testNow), false)
+	c.UpdateNode(logger, testNode(t, "n1", "dgx1"))
+	c.UpdateLease(testLease("n1", testNow), false)
 	// A mix of GPU pods that need CPU beside their GPUs: how much CPU a
 	// pod without devices takes changes its score.
 	gpuPod, err := c.engine.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{{Name: "main", Count: 1}}}, devicescheduler.Host{CPUMilli: 8000, MemoryMiB: 64 << 10})
@@ -436,25 +365,25 @@ func TestHostOnlyMemo(t *testing.T) {
 	for range 10 {
 		c.engine.Observe(gpuPod)
 	}
-	input := func(cpu int64) *evalInput {
+	input := func(cpu int64) *Input {
 		host := devicescheduler.Host{CPUMilli: cpu, MemoryMiB: 1024}
 		r, err := c.engine.NewRequest(types.PodRequest{}, host)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &evalInput{request: r, workload: c.engine.Workload(), now: testNow, host: host}
+		return &Input{request: r, workload: c.engine.Workload(), now: testNow, host: host}
 	}
 	capacity := devicescheduler.Host{CPUMilli: 64000, MemoryMiB: 512 << 10}
 	var p devicescheduler.Placement
-	score := func(in *evalInput, free devicescheduler.Host) int64 {
+	score := func(in *Input, free devicescheduler.Host) int64 {
 		t.Helper()
-		s, err := c.evaluateHostOnly(named("n1"), in, capacity, free, &p)
+		s, err := c.EvaluateHostOnly(named("n1"), in, capacity, free, &p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	want := func(in *evalInput, free devicescheduler.Host) int64 {
+	want := func(in *Input, free devicescheduler.Host) int64 {
 		t.Helper()
 		c.mu.Lock()
 		c.nodes["n1"].memo.clear()
@@ -480,7 +409,7 @@ func TestHostOnlyMemo(t *testing.T) {
 	// So does its capacity.
 	bigger := devicescheduler.Host{CPUMilli: 128000, MemoryMiB: 1 << 20}
 	score(mid, capacity)
-	if s, err := c.evaluateHostOnly(named("n1"), mid, bigger, bigger, &p); err != nil || s == want(mid, capacity) {
+	if s, err := c.EvaluateHostOnly(named("n1"), mid, bigger, bigger, &p); err != nil || s == want(mid, capacity) {
 		t.Fatalf("on a node with more CPU: %d, %v; the same as with less (%d)", s, err, want(mid, capacity))
 	}
 	// The workload mix changes: evaluated again.
@@ -500,7 +429,7 @@ func TestHostOnlyMemo(t *testing.T) {
 	large = input(60000)
 	// The node's devices change: evaluated again.
 	before := score(large, capacity)
-	if _, err := c.reserve(testPod("a"), "n1", wholeRequest(t, c, 8), noHost, noHost, nil); err != nil {
+	if _, err := c.Reserve(testPod("a"), "n1", wholeRequest(t, c, 8), noHost, noHost, nil); err != nil {
 		t.Fatal(err)
 	}
 	if after := score(large, capacity); after != want(large, capacity) || after == before {
@@ -509,11 +438,11 @@ func TestHostOnlyMemo(t *testing.T) {
 
 	// Rebuilt from a new inventory: the memo starts afresh, though the new
 	// devices start at the version the memo's results are for.
-	c.unreserve("uid-a")
-	c.deleteNode("n1")
-	c.updateNode(logger, testNode(t, "n1", "dgx1"))
+	c.Unreserve("uid-a")
+	c.DeleteNode("n1")
+	c.UpdateNode(logger, testNode(t, "n1", "dgx1"))
 	eight := score(large, capacity)
-	c.updateNode(logger, testNode(t, "n1", "t4x4"))
+	c.UpdateNode(logger, testNode(t, "n1", "t4x4"))
 	if s, w := score(large, capacity), want(large, capacity); s != w || s == eight {
 		t.Fatalf("after the inventory changed: %d, evaluated %d (8 GPUs: %d)", s, w, eight)
 	}
@@ -526,41 +455,41 @@ func TestCacheForgetsGoneNodes(t *testing.T) {
 	c, key := testCache(t)
 	logger := klog.Background()
 	for _, name := range []string{"n1", "n2"} {
-		c.updateNode(logger, testNode(t, name, "dgx1"))
-		c.updateLease(testLease(name, testNow), false)
+		c.UpdateNode(logger, testNode(t, name, "dgx1"))
+		c.UpdateLease(testLease(name, testNow), false)
 	}
 	c.warmed.Store(true)
 	a := testPod("a")
-	alloc, err := c.reserve(a, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
+	alloc, err := c.Reserve(a, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.updatePod(logger, boundWith(t, key, a, alloc))
+	c.UpdatePod(logger, boundWith(t, key, a, alloc))
 	known := func(name string) bool {
 		c.mu.RLock()
 		defer c.mu.RUnlock()
 		_, ok := c.nodes[name]
 		return ok
 	}
-	c.deleteNode("n1")
-	c.deleteLease(testLease("n1", testNow))
+	c.DeleteNode("n1")
+	c.DeleteLease(testLease("n1", testNow))
 	if !known("n1") {
 		t.Fatal("n1 was forgotten while pod a is counted there")
 	}
-	c.forget(logger, a.UID)
+	c.Forget(logger, a.UID)
 	if known("n1") {
 		t.Error("n1 is kept after its Node, Lease and last pod went")
 	}
-	c.deleteLease(testLease("n2", testNow))
+	c.DeleteLease(testLease("n2", testNow))
 	if !known("n2") {
 		t.Fatal("n2 was forgotten while its Node exists")
 	}
-	c.deleteNode("n2")
+	c.DeleteNode("n2")
 	if known("n2") {
 		t.Error("n2 is kept after its Lease and Node went")
 	}
 	// A Lease that comes back makes the node known again.
-	c.updateLease(testLease("n2", testNow), false)
+	c.UpdateLease(testLease("n2", testNow), false)
 	if !known("n2") {
 		t.Error("a new Lease of n2 is not taken in")
 	}

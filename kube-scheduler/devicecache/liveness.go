@@ -1,4 +1,4 @@
-package plugin
+package devicecache
 
 import (
 	"context"
@@ -9,12 +9,10 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/kubegpu/kubegpu/kube-scheduler/mix"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 )
 
@@ -34,12 +32,12 @@ import (
 // counts the node live.
 
 var (
-	// errStale is wrapped by every reason a node is not live; they end
+	// ErrStale is wrapped by every reason a node is not live; they end
 	// when the node's kubelet is back, and the pods refused for them are
 	// activated then.
-	errStale      = errors.New("node is not live")
-	errNoLease    = fmt.Errorf("%w: node has no Lease in %s (is its kubelet running?)", errStale, kubeinterface.LeaseNamespace)
-	errUnobserved = fmt.Errorf("%w: waiting to see the node's Lease renewed since the scheduler started", errStale)
+	ErrStale      = errors.New("node is not live")
+	errNoLease    = fmt.Errorf("%w: node has no Lease in %s (is its kubelet running?)", ErrStale, kubeinterface.LeaseNamespace)
+	errUnobserved = fmt.Errorf("%w: waiting to see the node's Lease renewed since the scheduler started", ErrStale)
 )
 
 // liveness is what the scheduler has seen of a node's kubelet.
@@ -56,7 +54,7 @@ type liveness struct {
 	// hasObserved is false until renew was seen to change since the
 	// scheduler started; observed is when it last was, on the scheduler's
 	// clock (its monotonic reading, so that steps of the wall clock do not
-	// count), as the time since the cache started (see deviceCache.since).
+	// count), as the time since the cache started (see Cache.since).
 	// A number rather than a *time.Time: Filter reads it for every node,
 	// and a pointer to follow per node was the largest cost of Filter at
 	// 5,000 nodes.
@@ -66,8 +64,8 @@ type liveness struct {
 	notReady    string
 }
 
-// errWarmingUp is why GPU pods wait while the cache warms up.
-var errWarmingUp = errors.New("waiting to see the nodes' Leases renewed since the scheduler started")
+// ErrWarmingUp is why GPU pods wait while the cache warms up.
+var ErrWarmingUp = errors.New("waiting to see the nodes' Leases renewed since the scheduler started")
 
 // warm reports whether the scheduler has seen renewed, since it started,
 // the Lease of every node it may place GPU pods on, or has waited long
@@ -76,7 +74,7 @@ var errWarmingUp = errors.New("waiting to see the nodes' Leases renewed since th
 // Ready, and nodes whose last renewal is older than heartbeatStaleness by
 // the scheduler's clock (dead, or with a clock far behind: either way they
 // count live only once seen renewing), are not waited for.
-func (c *deviceCache) warm() bool {
+func (c *Cache) warm() bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	now := c.now()
@@ -91,13 +89,13 @@ func (c *deviceCache) warm() bool {
 	return true
 }
 
-// warmUp marks the cache warm once it has synced and warm says so, and
+// WarmUp marks the cache warm once it has synced and warm says so, and
 // sends the GPU pods that waited meanwhile back to the scheduling queue.
-func (c *deviceCache) warmUp(ctx context.Context, synced func() bool) {
+func (c *Cache) WarmUp(ctx context.Context, synced func() bool) {
 	if !toolscache.WaitForCacheSync(ctx.Done(), synced) {
 		return
 	}
-	c.learnPods(klog.FromContext(ctx))
+	c.LearnPods(klog.FromContext(ctx))
 	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 		return c.warm(), nil
 	}); err != nil {
@@ -107,10 +105,10 @@ func (c *deviceCache) warmUp(ctx context.Context, synced func() bool) {
 	c.activateWaiting()
 }
 
-// updateLease takes in a Lease of kube-node-lease: the Lease of the node of
+// UpdateLease takes in a Lease of kube-node-lease: the Lease of the node of
 // the same name. initial is true for the informer's initial list, whose
 // renewTimes say nothing about when they were written.
-func (c *deviceCache) updateLease(lease *coordinationv1.Lease, initial bool) {
+func (c *Cache) UpdateLease(lease *coordinationv1.Lease, initial bool) {
 	if lease.Namespace != kubeinterface.LeaseNamespace {
 		return
 	}
@@ -152,8 +150,8 @@ func (c *deviceCache) updateLease(lease *coordinationv1.Lease, initial bool) {
 	}
 }
 
-// deleteLease forgets a node's Lease.
-func (c *deviceCache) deleteLease(lease *coordinationv1.Lease) {
+// DeleteLease forgets a node's Lease.
+func (c *Cache) DeleteLease(lease *coordinationv1.Lease) {
 	if lease.Namespace != kubeinterface.LeaseNamespace {
 		return
 	}
@@ -183,9 +181,9 @@ func setReady(ns *nodeState, node *corev1.Node) bool {
 }
 
 // usable says why a node gets no new GPU pods, or nil; must hold c.mu.
-func (c *deviceCache) usable(ns *nodeState) error { return c.usableAt(ns, c.now()) }
+func (c *Cache) usable(ns *nodeState) error { return c.usableAt(ns, c.now()) }
 
-func (c *deviceCache) usableAt(ns *nodeState, now time.Time) error {
+func (c *Cache) usableAt(ns *nodeState, now time.Time) error {
 	if ns.devices == nil {
 		return ns.err
 	}
@@ -196,10 +194,10 @@ func (c *deviceCache) usableAt(ns *nodeState, now time.Time) error {
 }
 
 // liveAt says why the node is not live at now, or nil; must hold c.mu.
-func (c *deviceCache) liveAt(ns *nodeState, now time.Time) error {
+func (c *Cache) liveAt(ns *nodeState, now time.Time) error {
 	switch {
 	case !ns.live.ready:
-		return fmt.Errorf("%w: %s", errStale, ns.live.notReady)
+		return fmt.Errorf("%w: %s", ErrStale, ns.live.notReady)
 	case !ns.live.leased:
 		return errNoLease
 	}
@@ -207,50 +205,13 @@ func (c *deviceCache) liveAt(ns *nodeState, now time.Time) error {
 		return errUnobserved
 	}
 	if age := c.since(now) - time.Duration(ns.live.observed.Load()); age > c.staleness {
-		return fmt.Errorf("%w: node's Lease was last seen renewed %s ago (limit %s)", errStale, age.Round(time.Second), c.staleness)
+		return fmt.Errorf("%w: node's Lease was last seen renewed %s ago (limit %s)", ErrStale, age.Round(time.Second), c.staleness)
 	}
 	return nil
 }
 
-// learnState is how far the cache is with learning the workload mix.
-type learnState int
-
-const (
-	// notLearning: the informers have not synced; pods are not learned.
-	notLearning learnState = iota
-	// learning: learnPods is learning the pods listed; pods seen bound are
-	// learned, and pods forgotten are remembered in gone.
-	learning
-	// learned: every bound pod seen is learned, and forgotten when it goes.
-	learned
-)
-
-// learnPods rebuilds the learned workload mix from the pods the cluster
-// holds, as `kubegpu explain` does, so that a restarted scheduler, or a
-// standby (which learns as the leader does), scores as one that had run
-// all along; then has every pod seen from now on learned as it comes.
-func (c *deviceCache) learnPods(logger klog.Logger) {
-	c.learnMu.Lock()
-	c.learnState, c.gone = learning, map[ktypes.UID]struct{}{}
-	c.learnMu.Unlock()
-	pods, err := c.listPods()
-	if err != nil {
-		logger.Error(err, "Listing pods to learn the workload mix from; it is learned from the pods scheduled from now on")
-	}
-	mix.Learn(c.engine, pods, c.hasDevices, func(p *corev1.Pod) bool { return c.holds(p.UID) })
-	c.learnMu.Lock()
-	gone := c.gone
-	c.learnState, c.gone = learned, nil
-	c.learnMu.Unlock()
-	// Pods that went while they were learned from the list.
-	for uid := range gone {
-		c.engine.ForgetPod(string(uid))
-	}
-	logger.Info("Learned the workload mix from the pods running", "pods", c.engine.LearnedPods(), "types", len(c.engine.Workload().Types()))
-}
-
 // takeRenewal records the Lease's renewTime and, if observe and it
-// changed, at (see deviceCache.since) as when it was seen to change.
+// changed, at (see Cache.since) as when it was seen to change.
 func (l *liveness) takeRenewal(renew time.Time, at time.Duration, observe bool) {
 	if prev := l.renew.Swap(&renew); observe && (prev == nil || !prev.Equal(renew)) {
 		l.observed.Store(int64(at))
@@ -261,7 +222,7 @@ func (l *liveness) takeRenewal(renew time.Time, at time.Duration, observe bool) 
 // since is t on the cache's clock: the time since the cache started, by
 // the monotonic clock when t has its reading (every time c.now gives but
 // tests' fixed ones).
-func (c *deviceCache) since(t time.Time) time.Duration { return t.Sub(c.started) }
+func (c *Cache) since(t time.Time) time.Duration { return t.Sub(c.started) }
 
 // timeOf is *t, the zero time for nil.
 func timeOf(t *time.Time) time.Time {

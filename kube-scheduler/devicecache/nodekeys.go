@@ -1,4 +1,4 @@
-package plugin
+package devicecache
 
 import (
 	"errors"
@@ -7,10 +7,10 @@ import (
 	"github.com/kubegpu/kubegpu/types"
 )
 
-// errKeyRefused is why a node whose shim does not accept the scheduler's
+// ErrKeyRefused is why a node whose shim does not accept the scheduler's
 // signing key gets no GPU pods: their containers would be refused their
 // allocations there, pod after pod.
-var errKeyRefused = errors.New("node's kubegpu-crishim does not accept this scheduler's signing key")
+var ErrKeyRefused = errors.New("node's kubegpu-crishim does not accept this scheduler's signing key")
 
 // keyRefusal says why node inventory inv refuses allocations signed with
 // the key of ID signing ("ALGORITHM:KEYID"), or returns nil. The message
@@ -20,5 +20,5 @@ func keyRefusal(inv types.Inventory, signing string) error {
 	if signing == "" || inv.AcceptsKey(signing) {
 		return nil
 	}
-	return fmt.Errorf("%w (%s): give the node the scheduler's public key (kubegpu-crishim --allocation-key)", errKeyRefused, signing)
+	return fmt.Errorf("%w (%s): give the node the scheduler's public key (kubegpu-crishim --allocation-key)", ErrKeyRefused, signing)
 }
