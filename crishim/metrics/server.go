@@ -33,11 +33,11 @@ const (
 
 // NewServer returns an HTTP server for h with the limits above.
 func NewServer(h http.Handler) *http.Server {
-	return newServer(h, MaxConnections)
+	return newServer(h, newConnCap(MaxConnections, time.Now))
 }
 
-func newServer(h http.Handler, maxConns int) *http.Server {
-	c := &connCap{max: maxConns, conns: map[net.Conn]connInfo{}, now: time.Now}
+// newServer returns an HTTP server for h whose connections c keeps.
+func newServer(h http.Handler, c *connCap) *http.Server {
 	return &http.Server{
 		Handler:           onlyGET(h),
 		ReadHeaderTimeout: ReadHeaderTimeout,
@@ -70,6 +70,10 @@ type connCap struct {
 	mu    sync.Mutex
 	conns map[net.Conn]connInfo
 	seq   uint64
+}
+
+func newConnCap(maxConns int, now func() time.Time) *connCap {
+	return &connCap{max: maxConns, conns: map[net.Conn]connInfo{}, now: now}
 }
 
 type connInfo struct {

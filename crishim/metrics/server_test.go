@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -8,7 +9,53 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	testingclock "k8s.io/utils/clock/testing"
 )
+
+// taken returns how many connections c took in since it was made, while
+// none idles between requests.
+func (c *connCap) taken() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq
+}
+
+// closeConn is a connection that only records that it was closed.
+type closeConn struct {
+	net.Conn
+	closed bool
+}
+
+func (c *closeConn) Close() error {
+	c.closed = true
+	return nil
+}
+
+// TestConnCapEvictsSlowRequests: with the cap full of connections serving
+// requests, a new connection is closed until one of those requests has
+// taken longer than ActiveEvictAfter; then the longest-serving one makes
+// room.
+func TestConnCapEvictsSlowRequests(t *testing.T) {
+	clock := testingclock.NewFakePassiveClock(time.Now())
+	c := newConnCap(2, clock.Now)
+	start := clock.Now()
+	first, second, early, late := &closeConn{}, &closeConn{}, &closeConn{}, &closeConn{}
+	for _, conn := range []*closeConn{first, second} {
+		c.track(conn, http.StateNew)
+		c.track(conn, http.StateActive)
+		clock.SetTime(clock.Now().Add(time.Millisecond))
+	}
+	clock.SetTime(start.Add(ActiveEvictAfter))
+	c.track(early, http.StateNew)
+	clock.SetTime(start.Add(ActiveEvictAfter + time.Millisecond/2))
+	c.track(late, http.StateNew)
+	if !early.closed || !first.closed || second.closed || late.closed {
+		t.Errorf("closed: new before ActiveEvictAfter %v, first request %v, second request %v, new after %v; want true, true, false, false",
+			early.closed, first.closed, second.closed, late.closed)
+	}
+}
 
 // TestServerBoundsConnections: idle connections and requests that trickle
 // in cannot keep a scrape out.
@@ -17,7 +64,8 @@ func TestServerBoundsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }), 4)
+	conns := newConnCap(4, time.Now)
+	srv := newServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }), conns)
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { srv.Close() })
 	addr := l.Addr().String()
@@ -45,7 +93,12 @@ func TestServerBoundsConnections(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		dial()
 	}
-	time.Sleep(ActiveEvictAfter + 200*time.Millisecond)
+	// The scrape comes once the server has taken them all.
+	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return conns.taken() == 24, nil
+	}); err != nil {
+		t.Fatalf("the server took %d of the 24 connections", conns.taken())
+	}
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Get("http://" + addr + "/metrics")
 	if err != nil {

@@ -58,6 +58,7 @@ type relay struct {
 	// sent on this connection; owed counts bytes the relay sent beyond
 	// what the client sent, still to be taken off WINDOW_UPDATEs.
 	window, owed int64
+	windowWaits  int // times the client pump waited for window (tests watch it)
 	// Settings the runtime announced.
 	streamWindow int64
 	maxFrame     atomic.Int32     // the largest frame the runtime accepts
@@ -485,6 +486,7 @@ func (r *relay) take(n int64, flush func() error) error {
 		}
 		r.mu.Lock()
 		for r.window < n && !r.closed {
+			r.windowWaits++
 			r.cond.Wait()
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/wait"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/kubegpu/kubegpu/crishim/metrics"
@@ -48,16 +49,49 @@ func frame(typ, flags uint8, stream uint32, p []byte) []byte {
 
 // TestRelayRefusesPathWithoutSlash: grpc-go before 1.79.3 (containerd
 // 1.7 to 2.1) also routes a :path without its leading slash; the relay
-// refuses such paths so that they cannot bypass the rewrite. (With
-// GRPC_GO_EXPERIMENTAL_DISABLE_STRICT_PATH_CHECKING=true the fake runtime
-// routes them too.)
+// refuses such paths so that they cannot bypass the rewrite. The runtime
+// (here the relay's runtime side, read frame by frame) gets the call's
+// HEADERS and a reset, never its request.
 func TestRelayRefusesPathWithoutSlash(t *testing.T) {
-	tp := startProxy(t, refuseAll)
-	err := tp.conn.Invoke(context.Background(), "runtime.v1.RuntimeService/CreateContainer", createRequest("main", 0), &runtimeapi.CreateContainerResponse{})
-	tp.fake.mu.Lock()
-	defer tp.fake.mu.Unlock()
-	if len(tp.fake.created) > 0 {
-		t.Errorf("runtime created a container the interceptor refuses (err %v)", err)
+	p, _ := New(Options{Backend: "unix:///nonexistent", CreateContainer: rewriteOnly(passThrough)})
+	client, relayClient := net.Pipe()
+	runtime, relayRuntime := net.Pipe()
+	go func() { _, _ = drain(client) }()
+	r := newRelay(p, relayClient, relayRuntime)
+	done := make(chan struct{})
+	go func() { r.run(); close(done) }()
+	defer func() {
+		client.Close()
+		runtime.Close()
+		<-done
+	}()
+	var b []byte
+	b = append(b, clientPreface...)
+	b = append(b, frame(frameSettings, 0, 0, nil)...)
+	b = append(b, frame(frameHeaders, flagEndHeaders, 1, reqHeaders(methodCreateContainer[1:]))...)
+	b = append(b, frame(frameData, flagEndStream, 1, grpcBody(createRequest("main", 10)))...)
+	// Relayed as it came, after whatever the relay relays of stream 1.
+	b = append(b, frame(framePing, 0, 0, make([]byte, 8))...)
+	go func() { _, _ = client.Write(b) }()
+
+	_ = runtime.SetReadDeadline(time.Now().Add(10 * time.Second))
+	fr := newFrameReader(runtime)
+	if _, err := fr.r.Discard(len(clientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	for ping, reset := false, false; !ping || !reset; {
+		h, _, err := fr.next()
+		if err != nil {
+			t.Fatalf("reading what the runtime gets (PING relayed %v, stream 1 reset %v): %v", ping, reset, err)
+		}
+		switch {
+		case h.typ == frameData && h.stream == 1:
+			t.Fatal("the runtime got the request of a call whose :path has no slash")
+		case h.typ == framePing:
+			ping = true
+		case h.typ == frameRSTStream && h.stream == 1:
+			reset = true
+		}
 	}
 }
 
@@ -77,15 +111,8 @@ func TestRelayRuntimeDiesWhileClientWaitsForWindow(t *testing.T) {
 	body := grpcBody(createRequest("main", 1000))
 	w(frame(frameHeaders, flagEndHeaders, 1, reqHeaders(methodCreateContainer)))
 	w(frame(frameData, flagEndStream, 1, body))
-	for { // wait for the relay to send the rewritten body
-		r.mu.Lock()
-		owed := r.owed
-		r.mu.Unlock()
-		if owed > 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	// The relay sends the rewritten body.
+	waitRelay(t, r, "send the rewritten body", func() bool { return r.owed > 0 })
 	// The client was credited len(body): its window is 65535 again.
 	w(frame(frameHeaders, flagEndHeaders, 3, reqHeaders("/runtime.v1.RuntimeService/Version")))
 	left := 65535
@@ -94,14 +121,13 @@ func TestRelayRuntimeDiesWhileClientWaitsForWindow(t *testing.T) {
 		w(frame(frameData, 0, 3, make([]byte, n)))
 		left -= n
 	}
-	time.Sleep(50 * time.Millisecond)
+	waitRelay(t, r, "wait for the runtime's window", func() bool { return r.windowWaits > 0 })
 	runtime.Close() // the runtime dies
 	select {
 	case <-done:
 	case <-time.After(3 * time.Second):
 		t.Errorf("relay still running 3 s after the runtime connection closed")
-		r.close()
-		<-done
+		r.close() // its pumps may not notice either
 	}
 }
 
@@ -115,7 +141,7 @@ func TestRelayRuntimeDiesUnderIdleClient(t *testing.T) {
 	}
 	defer c.Close()
 	_, _ = c.Write(append([]byte(clientPreface), frame(frameSettings, 0, 0, nil)...))
-	time.Sleep(100 * time.Millisecond)
+	readRuntimeSettings(t, c)
 	tp.backend.Stop()
 	buf := make([]byte, 4096)
 	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
@@ -130,16 +156,19 @@ func TestRelayRuntimeDiesUnderIdleClient(t *testing.T) {
 }
 
 // TestRelayDataAfterEndStream: DATA after END_STREAM on an intercepted
-// stream is a protocol error: the call is rewritten once and its body is
-// not touched while the worker has it (run with -race).
+// stream is a protocol error that ends the connection: the call is
+// rewritten once and its body is not touched while the worker has it (run
+// with -race).
 func TestRelayDataAfterEndStream(t *testing.T) {
 	var mu sync.Mutex
 	runs := 0
+	entered, release := make(chan struct{}, 2), make(chan struct{})
 	p, _ := New(Options{Backend: "unix:///nonexistent", CreateContainer: rewriteOnly(func(_ context.Context, b []byte) ([]byte, error) {
 		mu.Lock()
 		runs++
 		mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
+		entered <- struct{}{}
+		<-release
 		return b, nil
 	})})
 	client, relayClient := net.Pipe()
@@ -156,17 +185,27 @@ func TestRelayDataAfterEndStream(t *testing.T) {
 	b = append(b, frame(frameHeaders, flagEndHeaders, 1, reqHeaders(methodCreateContainer))...)
 	b = append(b, frame(frameData, flagEndStream, 1, body)...)
 	_, _ = client.Write(b)
-	time.Sleep(5 * time.Millisecond)
-	_, _ = client.Write(frame(frameData, flagEndStream, 1, body))
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-entered: // the worker has the body
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call was not rewritten")
+	}
+	go func() { _, _ = client.Write(frame(frameData, flagEndStream, 1, body)) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Error("relay still running 10 s after DATA after END_STREAM")
+		client.Close()
+		runtime.Close()
+		<-done
+	}
+	close(release)
+	p.Stop(10 * time.Second) // waits for the workers
 	mu.Lock()
-	if runs > 1 {
+	defer mu.Unlock()
+	if runs != 1 {
 		t.Errorf("interceptor ran %d times for one stream", runs)
 	}
-	mu.Unlock()
-	client.Close()
-	runtime.Close()
-	<-done
 }
 
 // TestRelayRefusalReasons: the relay's own refusals are counted with
@@ -240,8 +279,9 @@ func TestRelayNothingPassesARefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	go func() { _, _ = drain(c) }()
 	_, _ = c.Write(append([]byte(clientPreface), frame(frameSettings, 0, 0, nil)...))
+	readRuntimeSettings(t, c)
+	go func() { _, _ = drain(c) }()
 	body := grpcBody(createRequest("smuggled", 10))
 	hdr := reqHeaders(methodCreateContainer)
 	for s := uint32(1); s < 4000; s += 2 {
@@ -257,7 +297,8 @@ func TestRelayNothingPassesARefusal(t *testing.T) {
 			}
 		}
 	}
-	time.Sleep(500 * time.Millisecond)
+	c.Close()
+	tp.settle(t)
 	tp.fake.mu.Lock()
 	defer tp.fake.mu.Unlock()
 	if n := len(tp.fake.created); n > 0 {
@@ -292,12 +333,17 @@ func TestRelayRuntimeEndsStreamDuringSend(t *testing.T) {
 	defer conn.Close()
 	_, err = runtimeapi.NewRuntimeServiceClient(conn).CreateContainer(context.Background(), createRequest("main", 3<<20))
 	t.Logf("CreateContainer: %v", status.Code(err))
-	time.Sleep(200 * time.Millisecond)
-	start := time.Now()
-	p.Stop(3 * time.Second)
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("Stop waited %v: the rewrite worker is still blocked in send()", d.Round(time.Millisecond))
+	workers := make(chan struct{})
+	go func() {
+		p.calls.Wait() // the call's worker is the only one
+		close(workers)
+	}()
+	select {
+	case <-workers:
+	case <-time.After(10 * time.Second):
+		t.Error("the rewrite worker is still blocked in send() 10 s after the runtime ended the call")
 	}
+	p.Stop(0)
 }
 
 // TestRelayForgetsCallResetBeforeEnd: a call the client resets before
@@ -311,14 +357,44 @@ func TestRelayForgetsCallResetBeforeEnd(t *testing.T) {
 	b = append(b, frame(frameHeaders, flagEndHeaders, 1, reqHeaders(methodCreateContainer))...)
 	b = append(b, frame(frameData, 0, 1, make([]byte, 10000))...)
 	b = append(b, appendRSTStream(nil, 1, errCodeCancel)...)
+	// A call after the reset: once the relay holds it, it has taken the
+	// reset.
+	b = append(b, frame(frameHeaders, flagEndHeaders, 3, reqHeaders(methodCreateContainer))...)
 	_, _ = client.Write(b)
-	time.Sleep(100 * time.Millisecond)
-	if n := r.ncalls.Load(); n != 0 {
-		t.Errorf("%d call(s) still held after the client reset the stream", n)
+	waitRelay(t, r, "take the next call", func() bool { return r.calls[3] != nil })
+	if r.call(1) != nil || r.ncalls.Load() != 1 {
+		t.Errorf("%d call(s) held after the client reset the stream of one and started another", r.ncalls.Load())
 	}
 	client.Close()
 	runtime.Close()
 	<-done
+}
+
+// framePing is HTTP/2's PING frame, which the relay passes on untouched.
+const framePing = 0x6
+
+// waitRelay waits until cond holds, checked under r.mu.
+func waitRelay(t *testing.T, r *relay, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return cond(), nil
+	}); err != nil {
+		t.Fatalf("the relay did not %s within 10 s", what)
+	}
+}
+
+// readRuntimeSettings reads the runtime's SETTINGS, which the relay passes
+// to a client that sent the preface: the relay has its runtime connection.
+func readRuntimeSettings(t *testing.T, c net.Conn) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	h, _, err := newFrameReader(c).next()
+	if err != nil || h.typ != frameSettings {
+		t.Fatalf("first frame from the runtime: %+v, %v; want its SETTINGS", h, err)
+	}
+	_ = c.SetReadDeadline(time.Time{})
 }
 
 func grpcDial(sock string) (*grpc.ClientConn, error) {

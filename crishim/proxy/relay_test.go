@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -44,8 +46,27 @@ type testProxy struct {
 	dir     string
 	fake    *bigRuntime
 	backend *grpc.Server
+	// ended counts the backend's connections that ended.
+	ended   *connEnds
+	p       *Proxy
 	conn    *grpc.ClientConn
 	metrics *metrics.Shim
+}
+
+// connEnds counts the connections a gRPC server ended: it read each to
+// its end (or broke it off) and started every call it read on it.
+type connEnds struct{ n atomic.Uint64 }
+
+func (*connEnds) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (*connEnds) HandleRPC(context.Context, stats.RPCStats)                       {}
+func (*connEnds) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+
+func (e *connEnds) HandleConn(_ context.Context, s stats.ConnStats) {
+	if _, ok := s.(*stats.ConnEnd); ok {
+		e.n.Add(1)
+	}
 }
 
 func startProxy(t *testing.T, intercept Interceptor) *testProxy {
@@ -56,6 +77,7 @@ func startProxy(t *testing.T, intercept Interceptor) *testProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tp.p = p
 	l, err := Listen(filepath.Join(tp.dir, "crishim.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +102,8 @@ func (tp *testProxy) startBackend(t *testing.T) {
 	t.Helper()
 	// Unknown services read their request first, as containerd 1.x's
 	// CRI v1alpha2 service does, and count it as created.
-	tp.backend = grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+	tp.ended = &connEnds{}
+	tp.backend = grpc.NewServer(grpc.StatsHandler(tp.ended), grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
 		var req runtimeapi.CreateContainerRequest
 		if err := stream.RecvMsg(&req); err != nil {
 			return err
@@ -98,6 +121,43 @@ func (tp *testProxy) startBackend(t *testing.T) {
 	}
 	go func() { _ = tp.backend.Serve(bl) }()
 	t.Cleanup(tp.backend.Stop)
+}
+
+// settle closes tp.conn and returns once every connection of the proxy
+// (the caller closes its own) has ended and the runtime has ended its
+// side and finished every call it started; it stops the runtime. After
+// it, fake.created holds every request that reached the runtime.
+func (tp *testProxy) settle(t *testing.T) {
+	t.Helper()
+	tp.conn.Close()
+	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		dialled := tp.metrics.ConnectionsTotal.Value() - tp.metrics.RuntimeUnreachable.Value()
+		return tp.metrics.Connections.Value() == 0 && tp.ended.n.Load() == dialled, nil
+	}); err != nil {
+		t.Fatalf("10 s after the clients closed: %d connections open, the runtime ended %d of the %d the proxy made",
+			tp.metrics.Connections.Value(), tp.ended.n.Load(), tp.metrics.ConnectionsTotal.Value()-tp.metrics.RuntimeUnreachable.Value())
+	}
+	stopped := make(chan struct{})
+	go func() {
+		tp.backend.GracefulStop() // waits for the calls' handlers
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the runtime's calls still running 10 s after their connections ended")
+	}
+}
+
+// relays returns the proxy's relays, one per client connection.
+func (tp *testProxy) relays() []*relay {
+	tp.p.mu.Lock()
+	defer tp.p.mu.Unlock()
+	var rs []*relay
+	for r := range tp.p.relays {
+		rs = append(rs, r)
+	}
+	return rs
 }
 
 // addEnv appends one env var to the request: the rewritten request is
@@ -248,11 +308,27 @@ func TestRelayClientCancelsDuringRewrite(t *testing.T) {
 	if err := <-done; status.Code(err) != codes.Canceled {
 		t.Errorf("canceled CreateContainer: %v", err)
 	}
-	time.Sleep(50 * time.Millisecond) // let the RST_STREAM reach the relay
+	// The client's RST_STREAM reached the relay before the rewrite ends.
+	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		for _, r := range tp.relays() {
+			r.mu.Lock()
+			for _, c := range r.calls {
+				if c.canceled {
+					r.mu.Unlock()
+					return true, nil
+				}
+			}
+			r.mu.Unlock()
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal("the relay did not see the client cancel the call")
+	}
 	close(release)
 	if _, err := rt.Version(context.Background(), &runtimeapi.VersionRequest{}); err != nil {
 		t.Fatal(err)
 	}
+	tp.settle(t)
 	tp.fake.mu.Lock()
 	defer tp.fake.mu.Unlock()
 	if len(tp.fake.created) != 0 {
