@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -16,8 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/kube-scheduler/mix"
 	"github.com/kubegpu/kubegpu/kube-scheduler/plugin"
 	"github.com/kubegpu/kubegpu/kubeinterface"
@@ -183,67 +184,63 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	return printExplain(w, rows, o.topDevices)
 }
 
+// evaluate judges the pod on every node with the scheduler's own device
+// cache and decision (package devicecache), fed with what the scheduler's
+// informers would hold: the nodes, their Leases and the bound pods. The
+// Leases' renewals are taken as seen when they were written (the node's
+// clock), since explain sees each once; the scheduler judges by when it
+// saw them change.
 func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterState, r *devicescheduler.Request, self *corev1.Pod) []explainRow {
-	var rows []explainRow
 	now := time.Now()
+	clock := now
+	cfg := devicecache.Config{Engine: engine, Keys: o.key, Staleness: o.staleness, Now: func() time.Time { return clock }}
+	if o.key != nil && len(o.key.IDs()) == 1 {
+		// The key the scheduler signs with: nodes whose shims refuse it
+		// are refused as the scheduler refuses them.
+		cfg.SigningKey = o.key.IDs()[0]
+	}
+	c := devicecache.New(cfg)
+	logger := klog.Background().V(10) // the cache's complaints are the rows' reasons
+	for _, n := range s.nodes {
+		c.UpdateNode(logger, n.node)
+	}
+	for i := range s.leases {
+		l := &s.leases[i]
+		if l.Spec.RenewTime != nil {
+			clock = l.Spec.RenewTime.Time
+		}
+		c.UpdateLease(l, false)
+	}
+	clock = now
+	for _, p := range s.bound {
+		if p.UID != self.UID {
+			c.UpdatePod(logger, p)
+		}
+	}
+	in := c.InputOnce(r)
 	affinity := nodeaffinity.GetRequiredNodeAffinity(self)
+	var rows []explainRow
 	for _, n := range s.nodes {
 		row := explainRow{node: n.name}
-		var excluded string
 		if self.Spec.NodeName == "" {
-			excluded = nodeExcludes(affinity, self, n.node)
+			row.reason = nodeExcludes(affinity, self, n.node)
 		}
-		switch {
-		case excluded != "":
-			row.reason = excluded
-		case !n.hasInventory():
-			row.reason = n.why()
-		case o.key != nil && !acceptsAnyKey(n.inv, o.key.IDs()):
+		if row.reason == "" && o.key != nil && cfg.SigningKey == "" && n.hasInventory() && !acceptsAnyKey(n.inv, o.key.IDs()) {
+			// Several keys given (a rotation): which one the scheduler
+			// signs with is not known here.
 			row.reason = "the node's kubegpu-crishim accepts none of the keys given with --allocation-key: its pods' containers would be refused their GPUs"
-		case n.notReady != "":
-			row.reason = n.notReady
-		case n.renewed.IsZero():
-			row.reason = "no Lease in " + kubeinterface.LeaseNamespace + " (is its kubelet running?)"
-		case now.Sub(n.renewed) > o.staleness:
-			row.reason = fmt.Sprintf("node's Lease is stale (last renewed %s ago, by the node's clock)", now.Sub(n.renewed).Round(time.Second))
-		default:
-			node, err := engine.NewNode(n.name, n.inv, devicescheduler.Host{})
-			if err != nil {
-				row.reason = fmt.Sprintf("inventory unusable: %v", err)
-				break
-			}
-			for _, pa := range s.pods[n.name] {
-				if pa.pod.UID == self.UID {
-					continue
-				}
-				_ = node.Assume(string(pa.pod.UID), pa.alloc.PodAllocation, devicescheduler.Host{})
-			}
-			// Host resources as the scheduler counts them: allocatable less
-			// what the node's other pods ask for.
-			used := s.requested[n.name]
-			if self.Spec.NodeName == n.name {
-				used.cpuMilli -= r.Host.CPUMilli
-				used.memoryMiB -= r.Host.MemoryMiB
-			}
-			capacity := devicescheduler.Host{CPUMilli: n.allocatable.cpuMilli, MemoryMiB: n.allocatable.memoryMiB}
-			free := devicescheduler.Host{CPUMilli: max(0, capacity.CPUMilli-used.cpuMilli), MemoryMiB: max(0, capacity.MemoryMiB-used.memoryMiB)}
-			var pl devicescheduler.Placement
-			if err := engine.EvaluateHost(node, r, capacity, free, &pl); err != nil {
-				var nf *devicescheduler.NotFitError
-				if errors.As(err, &nf) {
-					row.reason = nf.Detail()
-				} else {
-					row.reason = err.Error()
-				}
-				break
-			}
-			row.fits, row.score = true, pl.Score()
-			a := pl.Allocation()
-			row.devices = allocationDevices(a)
+		}
+		if row.reason == "" {
+			row.fits, row.score, row.devices, row.reason = decide(c, &in, n.node, s.requestedBytes[n.name], self, r)
 		}
 		rows = append(rows, row)
 	}
-	// Fitting nodes first, best first; then the others by name.
+	sortRows(rows)
+	return rows
+}
+
+// sortRows puts fitting nodes first, best first; then the others by name.
+func sortRows(rows []explainRow) {
 	slices.SortStableFunc(rows, func(a, b explainRow) int {
 		switch {
 		case a.fits != b.fits:
@@ -259,7 +256,26 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 		}
 		return strings.Compare(a.node, b.node)
 	})
-	return rows
+}
+
+// decide is the scheduler's decision on node for r: fits, score and the
+// devices the pod would get, or why not. Host resources are counted as the
+// scheduler counts them: allocatable less what the node's bound pods ask
+// for (the pod itself left out where it is bound).
+func decide(c *devicecache.Cache, in *devicecache.Input, node *corev1.Node, requested [2]int64, self *corev1.Pod, r *devicescheduler.Request) (bool, int64, string, string) {
+	if self.Spec.NodeName == node.Name {
+		cpu, mem := objects.HostRequestBytes(self)
+		requested[0] -= cpu
+		requested[1] -= mem
+	}
+	a := node.Status.Allocatable
+	capacity, free := devicecache.NodeHost(a.Cpu().MilliValue(), a.Memory().Value(), requested[0], requested[1])
+	var pl devicescheduler.Placement
+	score, err := c.Evaluate(node, in, capacity, free, &pl)
+	if err != nil {
+		return false, 0, "", devicecache.Classify(err).Detail()
+	}
+	return true, score, allocationDevices(pl.Allocation()), ""
 }
 
 func printExplain(w io.Writer, rows []explainRow, top int) error {

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 	"unicode"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -29,16 +29,17 @@ type clusterState struct {
 	// they hold no devices as far as the scheduler and the node are
 	// concerned.
 	unverified []unverifiedPod
-	// requested maps a node name to the CPU and memory its bound pods ask
-	// for, all of them, as the scheduler counts them.
-	requested map[string]host
 	// withoutDevices maps a node name to its bound pods that ask for no
 	// devices.
 	withoutDevices map[string][]*corev1.Pod
+	// leases are the nodes' Leases, and bound every bound pod that has
+	// not finished, as the scheduler's informers list them; requestedBytes
+	// maps a node name to the CPU (millicores) and memory (bytes) its
+	// bound pods ask for.
+	leases         []coordinationv1.Lease
+	bound          []*corev1.Pod
+	requestedBytes map[string][2]int64
 }
-
-// host is CPU (millicores) and memory (MiB).
-type host struct{ cpuMilli, memoryMiB int64 }
 
 type nodeState struct {
 	name string
@@ -46,13 +47,6 @@ type nodeState struct {
 	// invErr is why the node has no usable inventory (kubeinterface.ErrNoInventory
 	// when it publishes none).
 	invErr error
-	// renewed is the node's Lease's last renewal as its kubelet's clock
-	// says; zero without a Lease.
-	renewed time.Time
-	// notReady says why the node is not Ready; empty when it is.
-	notReady string
-	// allocatable is the node's allocatable CPU and memory.
-	allocatable host
 	// node is the Node object, for what the scheduler's other filters
 	// read (labels, taints).
 	node *corev1.Node
@@ -85,23 +79,16 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 	if err != nil {
 		return nil, fmt.Errorf("list the nodes' Leases in %s: %w", kubeinterface.LeaseNamespace, err)
 	}
-	renewed := map[string]time.Time{}
-	for _, l := range leases.Items {
-		if l.Spec.RenewTime != nil {
-			renewed[l.Name] = l.Spec.RenewTime.Time
-		}
-	}
 	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"})
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	s := &clusterState{pods: map[string][]podAllocation{}, requested: map[string]host{}, withoutDevices: map[string][]*corev1.Pod{}}
+	s := &clusterState{pods: map[string][]podAllocation{}, withoutDevices: map[string][]*corev1.Pod{},
+		leases: leases.Items, requestedBytes: map[string][2]int64{}}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		inv, err := objects.NodeInventory(n)
-		cpu, mem := objects.NodeHost(n)
-		s.nodes = append(s.nodes, nodeState{name: n.Name, inv: inv, invErr: err, renewed: renewed[n.Name], notReady: notReady(n),
-			allocatable: host{cpu, mem}, node: n})
+		s.nodes = append(s.nodes, nodeState{name: n.Name, inv: inv, invErr: err, node: n})
 	}
 	slices.SortFunc(s.nodes, func(a, b nodeState) int { return strings.Compare(a.name, b.name) })
 	var verify func(kubeinterface.Allocation) error
@@ -110,9 +97,10 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		cpu, mem := objects.HostRequest(p)
-		r := s.requested[p.Spec.NodeName]
-		s.requested[p.Spec.NodeName] = host{r.cpuMilli + cpu, r.memoryMiB + mem}
+		s.bound = append(s.bound, p)
+		cpuMilli, memBytes := objects.HostRequestBytes(p)
+		rb := s.requestedBytes[p.Spec.NodeName]
+		s.requestedBytes[p.Spec.NodeName] = [2]int64{rb[0] + cpuMilli, rb[1] + memBytes}
 		if !objects.WantsDevices(p) {
 			s.withoutDevices[p.Spec.NodeName] = append(s.withoutDevices[p.Spec.NodeName], p)
 			continue
@@ -126,19 +114,6 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 			source: h.Source, annotationDiffers: h.AnnotationDiffers})
 	}
 	return s, nil
-}
-
-// notReady says why the node is not Ready, or "".
-func notReady(n *corev1.Node) string {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			if c.Status == corev1.ConditionTrue {
-				return ""
-			}
-			return fmt.Sprintf("node is not Ready (%s: %s)", sanitize(c.Reason), kubeinterface.Quote(c.Message))
-		}
-	}
-	return "node reports no Ready condition"
 }
 
 // hasInventory reports whether n publishes a usable inventory.

@@ -98,10 +98,12 @@ type Metrics interface {
 	Rejected(err error)
 }
 
-// Config is what a Cache is built from. Engine and Keys are required.
+// Config is what a Cache is built from. Engine is required.
 type Config struct {
 	Engine *devicescheduler.Engine
-	// Keys verify the allocations of bound pods.
+	// Keys verify the allocations of bound pods. Without, allocations are
+	// checked for their form and their pod and node only (`kubegpu
+	// explain` run without keys).
 	Keys *kubeinterface.KeySet
 	// SigningKey is the ID ("ALGORITHM:KEYID") of the key the scheduler
 	// signs with: nodes whose shims refuse it get no GPU pods. Empty: not

@@ -110,3 +110,23 @@ func (c *Cache) HostOnlyInput(r *devicescheduler.Request, host devicescheduler.H
 
 // Request is the request the input evaluates.
 func (in *Input) Request() *devicescheduler.Request { return in.request }
+
+// NodeHost is a node's host resources as Evaluate takes them: its
+// allocatable CPU (millicores) and memory (bytes), and what of them is
+// free once requested (by the pods counted there) is taken, in MiB
+// rounded down. The scheduler's Filter and `kubegpu explain` both count
+// with it.
+func NodeHost(allocCPUMilli, allocMemory, reqCPUMilli, reqMemory int64) (capacity, free devicescheduler.Host) {
+	capacity = devicescheduler.Host{CPUMilli: allocCPUMilli, MemoryMiB: allocMemory >> 20}
+	free = devicescheduler.Host{
+		CPUMilli:  max(0, allocCPUMilli-reqCPUMilli),
+		MemoryMiB: max(0, allocMemory-reqMemory) >> 20,
+	}
+	return capacity, free
+}
+
+// InputOnce prepares one evaluation of r per node, not remembered: every
+// call fills the Placement (`kubegpu explain` prints the devices).
+func (c *Cache) InputOnce(r *devicescheduler.Request) Input {
+	return Input{request: r, workload: c.engine.Workload(), now: c.now()}
+}

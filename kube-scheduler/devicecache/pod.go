@@ -150,7 +150,11 @@ func (c *Cache) updatePodDevices(logger klog.Logger, pod *corev1.Pod) {
 		c.changed(logger, pod, "recorded now from what the scheduler counted")
 		return
 	}
-	held, err := objects.HeldAllocation(pod, c.keys.Verify)
+	var verify func(kubeinterface.Allocation) error
+	if c.keys != nil {
+		verify = c.keys.Verify
+	}
+	held, err := objects.HeldAllocation(pod, verify)
 	if err == nil && held.AnnotationDiffers {
 		c.metrics.Rejected(ErrChanged)
 		logger.Info("Pod's allocation annotation differs from the scheduler's record: it was changed after binding; counting the pod's devices by the record",

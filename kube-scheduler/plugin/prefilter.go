@@ -162,10 +162,5 @@ func podHost(pod *corev1.Pod) devicescheduler.Host {
 // scheduler counts free (assumed pods included).
 func nodeHost(ni fwk.NodeInfo) (capacity, free devicescheduler.Host) {
 	a, r := ni.GetAllocatable(), ni.GetRequested()
-	capacity = devicescheduler.Host{CPUMilli: a.GetMilliCPU(), MemoryMiB: a.GetMemory() >> 20}
-	free = devicescheduler.Host{
-		CPUMilli:  max(0, a.GetMilliCPU()-r.GetMilliCPU()),
-		MemoryMiB: max(0, a.GetMemory()-r.GetMemory()) >> 20,
-	}
-	return capacity, free
+	return devicecache.NodeHost(a.GetMilliCPU(), a.GetMemory(), r.GetMilliCPU(), r.GetMemory())
 }

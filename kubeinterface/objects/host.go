@@ -16,6 +16,13 @@ func HostRequest(pod *corev1.Pod) (cpuMilli, memoryMiB int64) {
 	return reqs.Cpu().MilliValue(), reqs.Memory().Value() >> 20
 }
 
+// HostRequestBytes is the CPU (millicores) and memory (bytes) the pod
+// asks for, as the scheduler counts them on its node.
+func HostRequestBytes(pod *corev1.Pod) (cpuMilli, memory int64) {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	return reqs.Cpu().MilliValue(), reqs.Memory().Value()
+}
+
 // NodeHost is the node's allocatable CPU (millicores) and memory (MiB).
 func NodeHost(node *corev1.Node) (cpuMilli, memoryMiB int64) {
 	a := node.Status.Allocatable
