@@ -45,7 +45,8 @@ func TestExplainAgreesWithTheScheduler(t *testing.T) {
 			t.Fatal(err)
 		}
 		engine := cachetest.Engine(t)
-		sched := schedulerCache(engine, keys, nodes, objs, bound)
+		now := time.Now()
+		sched := schedulerCache(engine, keys, nodes, objs, bound, now)
 		o := &explainOptions{key: keys, staleness: 40 * time.Second}
 		for i := range podsPerCluster {
 			pod := randomGPUPod(rng, fmt.Sprintf("p%d-%d", cl, i))
@@ -58,7 +59,7 @@ func TestExplainAgreesWithTheScheduler(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rows := o.evaluate(engine, s, r, pod)
+			rows := o.evaluate(engine, s, r, pod, now)
 			want := schedulerRows(sched, nodes, bound, r)
 			if !slices.Equal(rows, want) {
 				t.Fatalf("cluster %d, pod %s (%+v):\nexplain   %+v\nscheduler %+v", cl, pod.Name, req, rows, want)
@@ -148,9 +149,8 @@ func randomGPUPod(rng *rand.Rand, name string) *corev1.Pod {
 
 // schedulerCache is the scheduler's device cache fed by its informer
 // handlers with objs, each Lease seen renewed when it was written.
-func schedulerCache(engine *devicescheduler.Engine, keys *kubeinterface.KeySet, nodes []*corev1.Node, objs []runtime.Object, bound []*corev1.Pod) *devicecache.Cache {
-	clock := time.Now()
-	now := clock
+func schedulerCache(engine *devicescheduler.Engine, keys *kubeinterface.KeySet, nodes []*corev1.Node, objs []runtime.Object, bound []*corev1.Pod, now time.Time) *devicecache.Cache {
+	clock := now
 	c := devicecache.New(devicecache.Config{Engine: engine, Keys: keys, SigningKey: keys.IDs()[0], Staleness: 40 * time.Second,
 		Now: func() time.Time { return clock }})
 	logger := klog.Background().V(10)

@@ -9,17 +9,16 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
-	"k8s.io/klog/v2"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
-	"github.com/kubegpu/kubegpu/kube-scheduler/mix"
 	"github.com/kubegpu/kubegpu/kube-scheduler/plugin"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
@@ -167,20 +166,7 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		fmt.Fprintf(w, "The scheduler's last attempt: %s\n", msg)
 	}
 	fmt.Fprintln(w)
-	// The workload mix, learned from the pods running as the scheduler
-	// learns it when it starts.
-	var running []*corev1.Pod
-	hasDevices := map[string]bool{}
-	for _, n := range s.nodes {
-		hasDevices[n.name] = n.hasInventory()
-		for _, pa := range s.pods[n.name] {
-			running = append(running, pa.pod)
-		}
-		running = append(running, s.withoutDevices[n.name]...)
-	}
-	// Every pod listed with devices holds a verified allocation.
-	mix.Learn(engine, running, func(node string) bool { return hasDevices[node] }, func(*corev1.Pod) bool { return true })
-	rows := o.evaluate(engine, s, r, pod)
+	rows := o.evaluate(engine, s, r, pod, time.Now())
 	return printExplain(w, rows, o.topDevices)
 }
 
@@ -190,24 +176,37 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 // Leases' renewals are taken as seen when they were written (the node's
 // clock), since explain sees each once; the scheduler judges by when it
 // saw them change.
-func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterState, r *devicescheduler.Request, self *corev1.Pod) []explainRow {
-	now := time.Now()
+//
+// The workload mix is learned from the bound pods as a scheduler learns it
+// when it starts (devicecache.Cache.LearnPods).
+func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterState, r *devicescheduler.Request, self *corev1.Pod, now time.Time) []explainRow {
 	clock := now
-	cfg := devicecache.Config{Engine: engine, Keys: o.key, Staleness: o.staleness, Now: func() time.Time { return clock }}
+	cfg := devicecache.Config{Engine: engine, Keys: o.key, Staleness: o.staleness, Now: func() time.Time { return clock },
+		ListPods: func() ([]*corev1.Pod, error) { return s.bound, nil }}
 	if o.key != nil && len(o.key.IDs()) == 1 {
 		// The key the scheduler signs with: nodes whose shims refuse it
 		// are refused as the scheduler refuses them.
 		cfg.SigningKey = o.key.IDs()[0]
 	}
 	c := devicecache.New(cfg)
-	logger := klog.Background().V(10) // the cache's complaints are the rows' reasons
+	logger := logr.Discard() // the cache's complaints are the rows' reasons
 	for _, n := range s.nodes {
 		c.UpdateNode(logger, n.node)
 	}
 	for i := range s.leases {
 		l := &s.leases[i]
-		if l.Spec.RenewTime != nil {
+		switch {
+		case l.Spec.RenewTime != nil:
 			clock = l.Spec.RenewTime.Time
+		case l.Spec.AcquireTime != nil:
+			clock = l.Spec.AcquireTime.Time
+		default:
+			continue // never renewed: as no Lease
+		}
+		// A year-old renewal is stale whatever the limit; older ones
+		// would overflow the cache's durations.
+		if floor := now.AddDate(-1, 0, 0); clock.Before(floor) {
+			clock = floor
 		}
 		c.UpdateLease(l, false)
 	}
@@ -217,6 +216,7 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 			c.UpdatePod(logger, p)
 		}
 	}
+	c.LearnPods(logger)
 	in := c.InputOnce(r)
 	affinity := nodeaffinity.GetRequiredNodeAffinity(self)
 	var rows []explainRow

@@ -97,7 +97,7 @@ func (c *Cache) evaluateNode(ns *nodeState, in *Input, capacity, free devicesche
 }
 
 // Refusal is why a node does not take a pod, classified once: Filter's
-// status, PostFilter's messages and `kubegpu explain` all read it. The
+// status, its preemption dry runs and `kubegpu explain` all read it. The
 // memo keeps engine refusals classified (a node refuses every pod of a
 // shape alike until it changes, and once a cluster fills, each cycle's
 // Filter passes over hundreds of such nodes). It wraps the error.

@@ -16,7 +16,8 @@
 // chooses and assumes a pod's devices in one step under the write lock.
 //
 // The package knows nothing of the scheduler framework. Files by job:
-// cache.go (the Cache and its configuration), node.go (node states),
+// cache.go (the Cache and its configuration), node.go and nodekeys.go (node
+// states, and nodes refusing the scheduler's key),
 // pod.go (pods' allocations), liveness.go (Leases and Ready), learn.go (the
 // workload mix learned at start), memo.go and shape.go (Filter results
 // remembered per node version and request shape), decide.go and reasons.go

@@ -67,7 +67,7 @@ func seenOf(pod *corev1.Pod) podSeen {
 // UpdatePod takes in a pod from the informer. A bound pod holds the devices
 // of its verified allocation: the scheduler's record in its status when it
 // has one, else its annotation (see objects.HeldAllocation). Any other pod
-// Holds none, except that a pod this scheduler assumed stays assumed until
+// holds none, except that a pod this scheduler assumed stays assumed until
 // it is seen bound or is unreserved, and a pod once counted keeps the
 // devices it was counted with, whatever later happens to its annotation
 // (which its tenant may change) or its status (which its node may change):
@@ -214,7 +214,7 @@ func (c *Cache) takeSeen(uid ktypes.UID, ps *podState, seen podSeen, source stri
 }
 
 // changed reports a counted pod whose annotation no longer says what it
-// Holds.
+// holds.
 func (c *Cache) changed(logger klog.Logger, pod *corev1.Pod, what string) {
 	c.metrics.Rejected(ErrChanged)
 	logger.Info("Pod's allocation annotation was changed or removed after binding; its devices are "+what,

@@ -80,7 +80,7 @@ func (p *Plugin) reserveHost(ctx context.Context, nodeName string) (capacity, fr
 	}
 	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Node not in the scheduling Snapshot; choosing devices without its CPU and memory", "node", nodeName)
+		klog.FromContext(ctx).Error(err, "Node not in the scheduling snapshot; choosing devices without its CPU and memory", "node", nodeName)
 		return capacity, free
 	}
 	return nodeHost(ni)
