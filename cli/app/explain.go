@@ -181,7 +181,7 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 // when it starts (devicecache.Cache.LearnPods).
 func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterState, r *devicescheduler.Request, self *corev1.Pod, now time.Time) []explainRow {
 	clock := now
-	cfg := devicecache.Config{Engine: engine, Keys: o.key, Staleness: o.staleness, Now: func() time.Time { return clock },
+	cfg := devicecache.Config{Engine: engine, Keys: o.key, FormOnly: o.key == nil, Staleness: o.staleness, Now: func() time.Time { return clock },
 		ListPods: func() ([]*corev1.Pod, error) { return s.bound, nil }}
 	if o.key != nil && len(o.key.IDs()) == 1 {
 		// The key the scheduler signs with: nodes whose shims refuse it

@@ -30,6 +30,8 @@ import (
 type Cache struct {
 	engine *devicescheduler.Engine
 	keys   *kubeinterface.KeySet
+	// formOnly: see Config.FormOnly.
+	formOnly bool
 	// signingKey is the ID ("ALGORITHM:KEYID") of the key the scheduler
 	// signs with: nodes whose shims say they refuse it get no GPU pods.
 	// Empty: not checked.
@@ -101,10 +103,12 @@ type Metrics interface {
 // Config is what a Cache is built from. Engine is required.
 type Config struct {
 	Engine *devicescheduler.Engine
-	// Keys verify the allocations of bound pods. Without, allocations are
-	// checked for their form and their pod and node only (`kubegpu
-	// explain` run without keys).
+	// Keys verify the allocations of bound pods. Without them a pod's
+	// allocation holds nothing, unless FormOnly is set.
 	Keys *kubeinterface.KeySet
+	// FormOnly, without Keys, counts allocations checked for their form
+	// and their pod and node only (`kubegpu explain` run without keys).
+	FormOnly bool
 	// SigningKey is the ID ("ALGORITHM:KEYID") of the key the scheduler
 	// signs with: nodes whose shims refuse it get no GPU pods. Empty: not
 	// checked.
@@ -128,7 +132,7 @@ type Config struct {
 // New returns an empty cache; feed it with the informers' events.
 func New(cfg Config) *Cache {
 	c := &Cache{
-		engine: cfg.Engine, keys: cfg.Keys, signingKey: cfg.SigningKey, staleness: cfg.Staleness, now: cfg.Now,
+		engine: cfg.Engine, keys: cfg.Keys, formOnly: cfg.FormOnly, signingKey: cfg.SigningKey, staleness: cfg.Staleness, now: cfg.Now,
 		metrics: cfg.Metrics, recorder: cfg.Recorder, activate: cfg.Activate, listPods: cfg.ListPods,
 		nodes: map[string]*nodeState{}, byObject: map[*corev1.Node]*nodeState{}, pods: map[ktypes.UID]*podState{},
 		liveWaiters: newWaitSet(), deviceWaiters: newWaitSet(), shapes: map[ShapeKey]uint32{},

@@ -2,6 +2,7 @@ package devicecache
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"sync/atomic"
 
@@ -150,9 +151,12 @@ func (c *Cache) updatePodDevices(logger klog.Logger, pod *corev1.Pod) {
 		c.changed(logger, pod, "recorded now from what the scheduler counted")
 		return
 	}
-	var verify func(kubeinterface.Allocation) error
-	if c.keys != nil {
+	verify := errNoKeys
+	switch {
+	case c.keys != nil:
 		verify = c.keys.Verify
+	case c.formOnly:
+		verify = nil
 	}
 	held, err := objects.HeldAllocation(pod, verify)
 	if err == nil && held.AnnotationDiffers {
@@ -304,4 +308,10 @@ func (c *Cache) SeenRunning(pod *corev1.Pod) bool {
 	first := ok && ps.running.CompareAndSwap(false, true)
 	c.mu.RUnlock()
 	return first
+}
+
+// errNoKeys verifies nothing: a cache given no keys, and not told to check
+// allocations' form only, counts no allocation.
+func errNoKeys(kubeinterface.Allocation) error {
+	return fmt.Errorf("%w: the device cache has no keys to verify allocations with", kubeinterface.ErrBadSignature)
 }
