@@ -146,25 +146,40 @@ image: build plugins ## Build OCI images of kubegpu-scheduler and the kubegpu CL
 		-entrypoint /usr/local/bin/kubegpu -add $(BIN)/kubegpu=/usr/local/bin/kubegpu >$(IMAGE_DIR)/kubegpu.ref
 	@cat $(IMAGE_DIR)/*.ref
 
+# go test runs print through hack/testreport: what go test prints (every
+# line with GOTEST_FLAGS=-v), and the tests that skipped, with their
+# reasons, kept in $(SKIPS)/TARGET.txt for make test to list at its end.
+# go test's exit status stays the verdict (pipefail).
+SKIPS := $(CURDIR)/$(OUT)/test-skips
+REPORT = testreport -trim github.com/kubegpu/kubegpu/ $(if $(filter -v,$(GOTEST_FLAGS)),-v) -skips $(SKIPS)/$@.txt
+
+$(TOOLS)/testreport: $(filter-out %_test.go,$(wildcard hack/testreport/*.go))
+	@mkdir -p $(@D)
+	$(GO) build -o $@ ./hack/testreport
+
 .PHONY: test
-test: unit integration ## Run every test: unit, fuzz seed corpora, integration
+test: unit integration ## Run every test: unit, fuzz seed corpora, integration; then list the tests that skipped
+	@skipped=$$(cat $(SKIPS)/unit.txt $(SKIPS)/integration.txt 2>/dev/null); \
+	if [ -z "$$skipped" ]; then echo "Skipped tests: none"; else echo "Skipped tests ($$(wc -l <<<"$$skipped")):"; echo "$$skipped"; fi
 
 .PHONY: unit
-unit: deps ## Run unit tests and the fuzz seed corpora
-	KUBEGPU_OPENB=$(OPENB) $(GO) test $(GOTEST_FLAGS) ./...
-	cd hack/image && GOFLAGS=-trimpath $(GO) test $(GOTEST_FLAGS) ./...
-	cd hack/dashboard && GOFLAGS=-trimpath $(GO) test $(GOTEST_FLAGS) ./...
+unit: deps $(TOOLS)/testreport ## Run unit tests and the fuzz seed corpora
+	@mkdir -p $(SKIPS) && rm -f $(SKIPS)/$@.txt
+	KUBEGPU_OPENB=$(OPENB) $(GO) test -json $(GOTEST_FLAGS) ./... | $(REPORT)
+	cd hack/image && GOFLAGS=-trimpath $(GO) test -json $(GOTEST_FLAGS) ./... | $(REPORT)
+	cd hack/dashboard && GOFLAGS=-trimpath $(GO) test -json $(GOTEST_FLAGS) ./... | $(REPORT)
 	hack/tools.sh promtool
 	cd deploy/prometheus && $(TOOLS)/promtool check rules kubegpu-alerts.yaml && $(TOOLS)/promtool test rules kubegpu-alerts_test.yaml
 
 .PHONY: integration
-integration: build plugins kube-binaries node-binaries image ## The built binaries against a real etcd + kube-apiserver, containerd and kubelet
-	hack/test-integration.sh
+integration: build plugins kube-binaries node-binaries image $(TOOLS)/testreport ## The built binaries against a real etcd + kube-apiserver, containerd and kubelet
+	@mkdir -p $(SKIPS) && rm -f $(SKIPS)/$@.txt
+	KUBEGPU_SKIPS=$(SKIPS)/$@.txt hack/test-integration.sh
 	hack/tools.sh helm
 	KUBEGPU_BIN_DIR=$(CURDIR)/$(BIN) KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(PLUGIN_DIR) KUBEGPU_NODE_BIN_DIR=$(NODE_BIN) \
 		KUBEGPU_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
-		$(GO) test $(GOTEST_FLAGS) -count=1 -timeout 20m -v ./test/integration/ ./internal/localnode/ ./test/replay/ 2>&1 | \
-		grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|panic)|_test.go|integration:' 
+		$(GO) test -json $(GOTEST_FLAGS) -count=1 -timeout 20m ./test/integration/ ./internal/localnode/ ./test/replay/ 2>&1 | \
+		$(REPORT) -v | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|panic)|_test.go|integration:' 
 
 .PHONY: test-nvidia-hardware
 test-nvidia-hardware: ## On a node with NVIDIA GPUs, as root (Go and gcc only): the nvidia module against the real driver, nvidia-smi, and MPS slices proven with CUDA clients (not part of test)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Integration checks of the built artefacts: the binaries in _output/bin load
 # the device modules in _output/plugins (built by the same make run) and
-# report what they find. Prints a "N passed, N failed" summary.
+# report what they find. Prints a "N passed, N failed" summary, and appends
+# the checks it skipped to the file $KUBEGPU_SKIPS names, if any.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=_output/bin
@@ -81,6 +82,8 @@ if [ -x $BIN/kube-apiserver ] && [ -x _output/tools/bin/containerd ] && command 
 	check "make demo" go run ./demo --bin-dir $BIN --plugin-dir $PLUGINS --node-bin-dir _output/tools/bin
 else
 	echo "--- SKIP: make demo (needs make kube-binaries node-binaries deps)"
+	# make test lists it with the tests that skipped.
+	[ -z "${KUBEGPU_SKIPS:-}" ] || echo "  hack/test-integration.sh make demo: needs make kube-binaries node-binaries deps" >>"$KUBEGPU_SKIPS"
 fi
 
 echo "integration: $passed passed, $failed failed"
