@@ -253,14 +253,7 @@ func (c *Cache) Forget(_ klog.Logger, uid ktypes.UID) {
 	c.learnMu.Unlock()
 	c.engine.ForgetPod(string(uid))
 	c.mu.Lock()
-	node := ""
-	if ps, ok := c.pods[uid]; ok {
-		node = ps.node
-	}
 	freed := c.forgetLocked(uid)
-	if node != "" {
-		c.dropIfGoneLocked(node)
-	}
 	c.mu.Unlock()
 	c.NotWaiting(uid)
 	c.recorder.Forget(uid)
@@ -269,8 +262,9 @@ func (c *Cache) Forget(_ klog.Logger, uid ktypes.UID) {
 	}
 }
 
-// forgetLocked releases a pod's devices and reports whether it held any;
-// must hold c.mu.
+// forgetLocked releases a pod's devices, and its node once nothing
+// refers to it (see dropIfGoneLocked); it reports whether the pod held any
+// devices. Must hold c.mu.
 func (c *Cache) forgetLocked(uid ktypes.UID) bool {
 	ps, ok := c.pods[uid]
 	if !ok {
@@ -286,6 +280,8 @@ func (c *Cache) forgetLocked(uid ktypes.UID) bool {
 		delete(ns.pods, uid)
 	}
 	delete(c.pods, uid)
+	// Its node may have gone meanwhile (a reason binding fails).
+	c.dropIfGoneLocked(ps.node)
 	return freed
 }
 

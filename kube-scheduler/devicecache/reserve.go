@@ -82,8 +82,6 @@ func (c *Cache) Unreserve(uid ktypes.UID) {
 	freed := false
 	if ps, ok := c.pods[uid]; ok && ps.assumed {
 		freed = c.forgetLocked(uid)
-		// Its node may have gone meanwhile (the reason binding failed).
-		c.dropIfGoneLocked(ps.node)
 	}
 	c.mu.Unlock()
 	if freed {

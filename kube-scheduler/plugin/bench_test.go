@@ -9,12 +9,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
+	"github.com/kubegpu/kubegpu/kube-scheduler/metrics"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
@@ -100,7 +100,7 @@ func largestPod(b *testing.B, name string) *corev1.Pod {
 // largest pod the limits accept, whose cost is bounded by them.
 func BenchmarkPreFilter(b *testing.B) {
 	c, _ := testCache(&testing.T{})
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: newPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	for _, tc := range []struct {
 		name string
@@ -169,7 +169,7 @@ func BenchmarkFilterScore(b *testing.B) {
 		infos[i] = framework.NewNodeInfo()
 		infos[i].SetNode(n)
 	}
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: newPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	// Pods of a few shapes, so that every node's memo holds several.
 	pods := make([]*corev1.Pod, 8)
@@ -201,36 +201,4 @@ func BenchmarkFilterScore(b *testing.B) {
 		start = (start + perCycle) % nodes
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perCycle*2), "ns/call")
-}
-
-// BenchmarkGPUMetricsScrape is a registry's Gather of the GPU metrics of
-// 5,000 DGX-1 nodes (40,000 GPUs, five series each with gpuMetrics: PerGPU,
-// none with PerModel), what a Prometheus scrape of the scheduler costs
-// beside the upstream metrics.
-func BenchmarkGPUMetricsScrape(b *testing.B) {
-	c, _ := testCache(&testing.T{})
-	logger := klog.Background()
-	r := wholeRequest(&testing.T{}, c, 1)
-	for i := range 5000 {
-		n := testNode(&testing.T{}, fmt.Sprintf("kubegpu-perf-%05x", i*7919), "dgx1")
-		c.UpdateNode(logger, n)
-		c.UpdateLease(testLease(n.Name, testNow), false)
-		if _, err := c.Reserve(testPod(fmt.Sprint(i)), n.Name, r, noHost, noHost, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for _, mode := range []string{GPUMetricsPerGPU, GPUMetricsPerModel} {
-		b.Run(mode, func(b *testing.B) {
-			g := &gpuCollector{}
-			g.report(c, mode == GPUMetricsPerModel)
-			reg := metrics.NewKubeRegistry()
-			reg.CustomMustRegister(g)
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := reg.Gather(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
 }

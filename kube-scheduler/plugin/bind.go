@@ -37,10 +37,10 @@ func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		Target: corev1.ObjectReference{Kind: "Node", Name: nodeName},
 	}
 	if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
-		p.metrics.written("error")
+		p.metrics.Written("error")
 		return fwk.AsStatus(fmt.Errorf("bind pod %s/%s with its allocation: %w", pod.Namespace, pod.Name, err))
 	}
-	p.metrics.written("signed")
+	p.metrics.Written("signed")
 	p.cache.Written(pod.UID, value)
 	s.written, s.value = true, value
 	klog.FromContext(ctx).V(2).Info("Bound pod with its allocation", "pod", klog.KObj(pod), "node", nodeName, "devices", devicesOf(s.alloc))
@@ -102,7 +102,7 @@ func (p *Plugin) signedAllocation(pod *corev1.Pod, s *cycleState) (string, error
 // under plugins.bind.enabled.
 //
 // For a pod bound with its allocation, PostBind asks for the scheduler's
-// record of it in the pod's status (see recorder).
+// record of it in the pod's status (see package record).
 func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) {
 	s := getState(cs)
 	if s == nil {
@@ -112,7 +112,7 @@ func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Po
 		p.recorder.Add(pod.UID, ktypes.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, s.value)
 		return
 	}
-	p.metrics.written("missing")
+	p.metrics.Written("missing")
 	msg := fmt.Sprintf("pod was bound to %s without its GPU allocation: another bind plugin ran before %s; list %s first under plugins.bind.enabled in the KubeSchedulerConfiguration", nodeName, Name, Name)
 	klog.FromContext(ctx).Error(nil, "Misconfigured profile: "+msg, "pod", klog.KObj(pod))
 	p.handle.EventRecorder().Eventf(pod, nil, corev1.EventTypeWarning, "GPUAllocationMissing", "Binding", msg)

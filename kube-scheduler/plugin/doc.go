@@ -6,7 +6,7 @@
 // normalised by rank; Reserve chooses the devices and assumes them in a
 // device cache shared by every profile of the process; Bind (or PreBind)
 // writes the signed allocation onto the pod as it is bound; PostBind asks
-// for the scheduler's record of it in the pod's status (recorder);
+// for the scheduler's record of it in the pod's status (package record);
 // Unreserve gives the devices back.
 //
 // The device cache (package devicecache) is fed only by informers (node inventories and Ready
@@ -19,7 +19,7 @@
 // The plugin keeps one file per extension point (prefilter.go, filter.go,
 // score.go, reserve.go, prebind.go, bind.go, preempt.go for PreFilter's
 // extensions), the wiring (plugin.go), its args (args.go, config.go), the
-// allocation recorder (record.go) and its metrics (metrics.go,
+// metrics (metrics.go,
 // gpumetrics.go, gpuseries.go, pending.go). Fit, refusal and score are
 // decided in package devicecache alone.
 //

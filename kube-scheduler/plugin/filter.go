@@ -37,7 +37,7 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	} else {
 		var score int64
 		if score, err = p.cache.Evaluate(node, &s.eval, capacity, free, pl); err != nil {
-			s.pending.count(devicecache.ReasonOf(err))
+			s.pending.Count(devicecache.ReasonOf(err))
 		} else {
 			s.scores.put(node, score)
 		}

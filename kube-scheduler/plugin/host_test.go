@@ -14,6 +14,7 @@ import (
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
+	"github.com/kubegpu/kubegpu/kube-scheduler/metrics"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -114,7 +115,7 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 	pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: resources("2", "4Gi")}}
 	for _, mode := range []string{PodsWithoutDevicesScore, PodsWithoutDevicesIgnore} {
 		t.Run(mode, func(t *testing.T) {
-			p := &Plugin{args: &Args{PodsWithoutDevices: mode, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: newPendingPods(), namespaces: anyNamespace{}}
+			p := &Plugin{args: &Args{PodsWithoutDevices: mode, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), namespaces: anyNamespace{}}
 			p.ready.Store(true)
 			cs := framework.NewCycleState()
 			if _, st := p.PreFilter(context.Background(), cs, pod, nil); !st.IsSkip() {

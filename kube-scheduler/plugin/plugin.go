@@ -25,6 +25,8 @@ import (
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
+	"github.com/kubegpu/kubegpu/kube-scheduler/metrics"
+	"github.com/kubegpu/kubegpu/kube-scheduler/record"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
@@ -47,9 +49,9 @@ type Plugin struct {
 	// recorder writes the scheduler's records of allocations; metrics
 	// and pending are the plugin's metrics and the GPU pods it has tried
 	// and not placed.
-	recorder *recorder
-	metrics  *cacheMetrics
-	pending  *pendingPods
+	recorder *record.Recorder
+	metrics  *metrics.Metrics
+	pending  *metrics.PendingPods
 	synced   func() bool
 	ready    atomic.Bool
 	// namespaces give each pod's namespace its enforcement policy label.
@@ -109,9 +111,9 @@ type shared struct {
 	engine   *devicescheduler.Engine
 	key      *kubeinterface.Key
 	cache    *devicecache.Cache
-	recorder *recorder
-	metrics  *cacheMetrics
-	pending  *pendingPods
+	recorder *record.Recorder
+	metrics  *metrics.Metrics
+	pending  *metrics.PendingPods
 	synced   func() bool
 }
 
@@ -165,7 +167,7 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	m := registerMetrics()
+	m := metrics.Register()
 	// Background records have a client of their own, so that they never
 	// take from the scheduler's QPS.
 	recordConfig := rest.CopyConfig(h.KubeConfig())
@@ -174,8 +176,8 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: client for allocation records: %w", Name, err)
 	}
-	rec := newRecorder(recordClient, client, m)
-	rec.startUrgent(ctx)
+	rec := record.New(recordClient, client, m)
+	rec.StartUrgent(ctx)
 	podLister := factory.Core().V1().Pods().Lister()
 	c := devicecache.New(devicecache.Config{
 		Engine: engine, Keys: keys, SigningKey: kubeinterface.NewKeySet(key).IDs()[0], Staleness: args.HeartbeatStaleness.Duration,
@@ -183,7 +185,7 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 		Activate: func(pods map[string]*corev1.Pod) { h.Activate(logger, pods) },
 		ListPods: func() ([]*corev1.Pod, error) { return podLister.List(labels.Everything()) },
 	})
-	pending := newPendingPods()
+	pending := metrics.NewPendingPods()
 	// The nodes' Leases come from an informer of their own, limited to
 	// kube-node-lease: the scheduler's role may read Leases there and not
 	// cluster-wide (see kube-scheduler/deploy/rbac.yaml).
@@ -207,7 +209,7 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 		}
 	}()
 	// Reported once whole: a scrape reads c.listPods.
-	registerGPUMetrics(ctx, c, pending, args.GPUMetrics == GPUMetricsPerGPU)
+	metrics.RegisterGPU(ctx, c, pending, args.GPUMetrics == GPUMetricsPerGPU)
 	return &shared{args: args, modules: names, engine: engine, key: key, cache: c, recorder: rec, metrics: m, pending: pending, synced: synced}, nil
 }
 
@@ -252,12 +254,12 @@ func loadSchedulerPlugins(ctx context.Context, args *Args) ([]types.SchedulerPlu
 // the plugin's own informer of the nodes' Leases in kube-node-lease. It
 // returns a function that reports whether every handler has seen its
 // informer's initial list.
-func addHandlers(logger klog.Logger, c *devicecache.Cache, pending *pendingPods, factory, leases informers.SharedInformerFactory) (func() bool, error) {
+func addHandlers(logger klog.Logger, c *devicecache.Cache, pending *metrics.PendingPods, factory, leases informers.SharedInformerFactory) (func() bool, error) {
 	updatePod := func(p *corev1.Pod) {
 		c.UpdatePod(logger, p)
 		if p.Spec.NodeName != "" {
-			pending.remove(p.UID)
-			observeRunning(c, p)
+			pending.Remove(p.UID)
+			metrics.ObserveRunning(c, p)
 		}
 	}
 	var regs []toolscache.ResourceEventHandlerRegistration
@@ -281,7 +283,7 @@ func addHandlers(logger klog.Logger, c *devicecache.Cache, pending *pendingPods,
 			DeleteFunc: func(obj any) {
 				withObject(obj, func(p *corev1.Pod) {
 					c.Forget(logger, p.UID)
-					pending.remove(p.UID)
+					pending.Remove(p.UID)
 				})
 			},
 		}),

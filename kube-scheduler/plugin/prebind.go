@@ -47,10 +47,10 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	}
 	_, err = p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, ktypes.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
-		p.metrics.written("error")
+		p.metrics.Written("error")
 		return fwk.AsStatus(fmt.Errorf("write allocation to pod %s/%s: %w", pod.Namespace, pod.Name, err))
 	}
-	p.metrics.written("signed")
+	p.metrics.Written("signed")
 	p.cache.Written(pod.UID, value)
 	s.written, s.value = true, value
 	klog.FromContext(ctx).V(2).Info("Wrote allocation", "pod", klog.KObj(pod), "node", nodeName, "devices", devicesOf(s.alloc))

@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/kubegpu/kubegpu/kube-scheduler/metrics"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -69,7 +70,7 @@ func fullDGX(t testing.TB, n int) (*Plugin, *corev1.Node, []*corev1.Pod) {
 	node := testNode(tt, "n1", "dgx1")
 	c.UpdateNode(logger, node)
 	c.UpdateLease(testLease("n1", testNow), false)
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: newPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	var pods []*corev1.Pod
 	for i := range n {

@@ -25,7 +25,7 @@ import (
 // with a message that says what to fix.
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	// Only the leader schedules: it alone writes the allocation records.
-	p.recorder.start(p.ctx)
+	p.recorder.Start(p.ctx)
 	if !objects.WantsDevices(pod) {
 		if p.args.PodsWithoutDevices == PodsWithoutDevicesScore {
 			p.writeHostOnly(cs, pod)
@@ -34,12 +34,12 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	}
 	req, err := objects.PodRequest(pod)
 	if err != nil {
-		p.pending.refuse(pod.UID, devicecache.ReasonInvalidRequest)
+		p.pending.Refuse(pod.UID, devicecache.ReasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
 	r, err := p.engine.NewRequest(req, podHost(pod))
 	if err != nil {
-		p.pending.refuse(pod.UID, devicecache.ReasonInvalidRequest)
+		p.pending.Refuse(pod.UID, devicecache.ReasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
 	policy, status := p.enforcement(pod)
@@ -47,7 +47,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		return nil, status
 	}
 	if err := r.SetEnforcement(policy); err != nil {
-		p.pending.refuse(pod.UID, devicecache.ReasonInvalidRequest)
+		p.pending.Refuse(pod.UID, devicecache.ReasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
 	// Any scheduling group, named by whatever field: fails closed.
@@ -56,7 +56,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		if g.PodGroupName != nil {
 			group = *g.PodGroupName
 		}
-		p.pending.refuse(pod.UID, devicecache.ReasonGroupsOff)
+		p.pending.Refuse(pod.UID, devicecache.ReasonGroupsOff)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"GPUs: the pod belongs to pod group %q, and this scheduler does not place pod groups (%s), so its group could run partly: "+
 				"remove spec.schedulingGroup, or run kubegpu-scheduler with --feature-gates=GenericWorkload=true,GangScheduling=true "+
@@ -71,12 +71,12 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		// the waiting pods in between.
 		p.cache.WaitForHeartbeat(pod)
 		if !p.cache.Warmed() {
-			p.pending.refuse(pod.UID, devicecache.ReasonWarmingUp)
+			p.pending.Refuse(pod.UID, devicecache.ReasonWarmingUp)
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+devicecache.ErrWarmingUp.Error())
 		}
 		p.cache.NotWaiting(pod.UID)
 	}
-	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.Input(devicecache.RequestShape(req, r.Host, r.Enforcement), r), pending: p.pending.start(pod.UID)})
+	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.Input(devicecache.RequestShape(req, r.Host, r.Enforcement), r), pending: p.pending.Start(pod.UID)})
 	return nil, nil
 }
 
@@ -91,7 +91,7 @@ func (p *Plugin) enforcement(pod *corev1.Pod) (types.EnforcementPolicy, *fwk.Sta
 	}
 	policy, err := objects.EnforcementPolicy(ns, p.args.Enforcement)
 	if err != nil {
-		p.pending.refuse(pod.UID, devicecache.ReasonInvalidRequest)
+		p.pending.Refuse(pod.UID, devicecache.ReasonInvalidRequest)
 		return "", fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+err.Error())
 	}
 	return policy, nil

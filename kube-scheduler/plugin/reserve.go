@@ -18,9 +18,9 @@ import (
 // them in the device cache, in one step, so that no later cycle can hand out
 // the same devices before the pod is bound or unreserved.
 func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
-	// Placing pods: the background records wait (see recorder). Cycles
+	// Placing pods: the background records wait (see package record). Cycles
 	// that place nothing (pods that fit nowhere, retried) do not count.
-	p.recorder.cycle()
+	p.recorder.Cycle()
 	s := getState(cs)
 	if s == nil {
 		if h := getHostOnly(cs); h != nil && p.cache.HasDevices(nodeName) {
@@ -41,7 +41,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		return fwk.AsStatus(err)
 	}
 	p.engine.ObservePod(string(pod.UID), s.request, pod.CreationTimestamp.Time)
-	p.pending.remove(pod.UID)
+	p.pending.Remove(pod.UID)
 	s.alloc = alloc
 	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
 		logger.Info("Reserved devices", "pod", klog.KObj(pod), "node", nodeName, "devices", devicesOf(alloc))

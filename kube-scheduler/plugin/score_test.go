@@ -17,6 +17,7 @@ import (
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
+	"github.com/kubegpu/kubegpu/kube-scheduler/metrics"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -36,7 +37,7 @@ func TestScoreTakesFilterScore(t *testing.T) {
 		infos[name] = framework.NewNodeInfo()
 		infos[name].SetNode(n)
 	}
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: newPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
+	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	ctx, pod, cs := context.Background(), gpuPod("p", 1, 0, testNow), framework.NewCycleState()
 	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
@@ -162,7 +163,7 @@ func TestFilterLeavesHostResources(t *testing.T) {
 		{true, &config.Plugins{Filter: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}}}},
 	} {
 		fit := tc.preFilter && (tc.filters == nil || len(tc.filters.Filter.Enabled) == 2)
-		p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: newPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
+		p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
 		p.ready.Store(true)
 		if tc.filters != nil {
 			p.handle = listedHandle{plugins: tc.filters}
@@ -182,7 +183,7 @@ func TestFilterLeavesHostResources(t *testing.T) {
 		case !fit && (st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "GPUs:")):
 			t.Errorf("Filter on a node short of CPU, without NodeResourcesFit (PreFilter %v, profile's filters %v) = %v, want refused for its CPU", tc.preFilter, tc.filters, st)
 		}
-		if got := getState(cs).pending.reason(); got != devicecache.ReasonHostResources {
+		if got := getState(cs).pending.Reason(); got != devicecache.ReasonHostResources {
 			t.Errorf("pending reason %s, want %s", got, devicecache.ReasonHostResources)
 		}
 		if !fit {

@@ -10,6 +10,7 @@ import (
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
+	"github.com/kubegpu/kubegpu/kube-scheduler/metrics"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -27,7 +28,7 @@ type cycleState struct {
 	// devices, and the cache remembers the pod to wake it.
 	waitsForDevices atomic.Bool
 	// pending counts the nodes' refusals by reason, for the metrics.
-	pending *pendingPod
+	pending *metrics.PendingPod
 	// scores are the scores of the nodes Filter passed, for Score.
 	scores filterScores
 

@@ -1,10 +1,10 @@
-package plugin
+package metrics
 
 import (
 	"errors"
 	"sync"
 
-	"k8s.io/component-base/metrics"
+	k8smetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
@@ -13,47 +13,47 @@ import (
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
-// cacheMetrics are the plugin's metrics, served on the scheduler's /metrics
+// Metrics are the plugin's metrics, served on the scheduler's /metrics
 // with every upstream one.
-type cacheMetrics struct {
-	rejects *metrics.CounterVec
-	writes  *metrics.CounterVec
-	records *metrics.CounterVec
+type Metrics struct {
+	rejects *k8smetrics.CounterVec
+	writes  *k8smetrics.CounterVec
+	records *k8smetrics.CounterVec
 }
 
 var (
 	metricsOnce sync.Once
-	theMetrics  *cacheMetrics
+	theMetrics  *Metrics
 )
 
-// registerMetrics registers the metrics once per process.
-func registerMetrics() *cacheMetrics {
+// Register registers the metrics once per process.
+func Register() *Metrics {
 	metricsOnce.Do(func() {
-		m := newCacheMetrics()
+		m := newMetrics()
 		m.register(legacyregistry.Register)
 		theMetrics = m
 	})
 	return theMetrics
 }
 
-// newCacheMetrics makes the metrics, not yet registered (until then they
+// newMetrics makes the metrics, not yet registered (until then they
 // record nothing).
-func newCacheMetrics() *cacheMetrics {
-	return &cacheMetrics{
-		rejects: metrics.NewCounterVec(&metrics.CounterOpts{
+func newMetrics() *Metrics {
+	return &Metrics{
+		rejects: k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 			Namespace: "kubegpu", Subsystem: "scheduler", Name: "rejected_allocations_total",
 			Help:           "Allocations on bound pods that the device cache did not count, by reason (bad_signature, mismatch, invalid, conflict, changed_after_binding: kept as first verified).",
-			StabilityLevel: metrics.ALPHA,
+			StabilityLevel: k8smetrics.ALPHA,
 		}, []string{"reason"}),
-		writes: metrics.NewCounterVec(&metrics.CounterOpts{
+		writes: k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 			Namespace: "kubegpu", Subsystem: "scheduler", Name: "allocations_written_total",
 			Help:           "Signed allocations written onto pods (with the binding, or in PreBind), by result (signed, error, missing: bound by another bind plugin first).",
-			StabilityLevel: metrics.ALPHA,
+			StabilityLevel: k8smetrics.ALPHA,
 		}, []string{"result"}),
-		records: metrics.NewCounterVec(&metrics.CounterOpts{
+		records: k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 			Namespace: "kubegpu", Subsystem: "scheduler", Name: "allocation_records_total",
 			Help:           "Writes of the scheduler's record of an allocation into the pod's status, by result (written, gone: the pod was deleted, retry, error: left to the next leader).",
-			StabilityLevel: metrics.ALPHA,
+			StabilityLevel: k8smetrics.ALPHA,
 		}, []string{"result"}),
 	}
 }
@@ -68,8 +68,8 @@ var (
 
 // register registers the metrics with register (a registry's Register)
 // and creates every series.
-func (m *cacheMetrics) register(register func(metrics.Registerable) error) {
-	for _, c := range []metrics.Registerable{m.rejects, m.writes, m.records} {
+func (m *Metrics) register(register func(k8smetrics.Registerable) error) {
+	for _, c := range []k8smetrics.Registerable{m.rejects, m.writes, m.records} {
 		if err := register(c); err != nil {
 			panic(err)
 		}
@@ -86,7 +86,7 @@ func (m *cacheMetrics) register(register func(metrics.Registerable) error) {
 }
 
 // Rejected counts an allocation the device cache did not count.
-func (m *cacheMetrics) Rejected(err error) {
+func (m *Metrics) Rejected(err error) {
 	if m == nil {
 		return
 	}
@@ -104,13 +104,13 @@ func (m *cacheMetrics) Rejected(err error) {
 	m.rejects.WithLabelValues(reason).Inc()
 }
 
-func (m *cacheMetrics) recorded(result string) {
+func (m *Metrics) Recorded(result string) {
 	if m != nil {
 		m.records.WithLabelValues(result).Inc()
 	}
 }
 
-func (m *cacheMetrics) written(result string) {
+func (m *Metrics) Written(result string) {
 	if m != nil {
 		m.writes.WithLabelValues(result).Inc()
 	}

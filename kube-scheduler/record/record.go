@@ -1,4 +1,4 @@
-package plugin
+package record
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
-// recorder writes, for each GPU pod bound with its allocation, the
+// Recorder writes, for each GPU pod bound with its allocation, the
 // scheduler's record of it: the same signed payload, in the pod's status
 // (condition kubegpu.io/Allocated). A tenant may change or remove the
 // pod's annotation; it cannot write the pod's status. After a restart or a
@@ -47,8 +47,8 @@ import (
 // pod's record was written. The admission policy kubegpu-allocation refuses
 // such changes; kubegpu-crishim refuses the containers of a pod whose
 // allocation does not verify.
-type recorder struct {
-	metrics *cacheMetrics
+type Recorder struct {
+	metrics Metrics
 	now     func() time.Time
 
 	// background writes records at most recordQPS a second; urgent
@@ -66,6 +66,8 @@ type recorder struct {
 	// (shorter in tests).
 	lastCycle     atomic.Int64
 	idle, maxWait time.Duration
+	// polls counts waitIdle's looks at the clock (tests wait for them).
+	polls atomic.Int64
 }
 
 // pendingRecord is a record to write, asked for at added.
@@ -80,7 +82,7 @@ const (
 	// the background records are written.
 	recordIdle = time.Second
 	// recordPoll is how often a waiting record looks again: it reads the
-	// recorder's clock (now), which tests move.
+	// Recorder's clock (now), which tests move.
 	recordPoll = 100 * time.Millisecond
 	// recordMaxWait is how long a background record waits at most for
 	// the scheduler to be idle: under a load that never pauses, records
@@ -95,14 +97,17 @@ const recordWorkers = 2
 // none is recorded by the next leader.
 const maxRecordRetries = 12
 
-// newRecorder writes urgent records with urgent, background ones with
+// New writes urgent records with urgent, background ones with
 // background (a client limited to recordQPS).
-func newRecorder(background, urgent kubernetes.Interface, m *cacheMetrics) *recorder {
+func New(background, urgent kubernetes.Interface, m Metrics) *Recorder {
 	newQueue := func(name string) workqueue.TypedRateLimitingInterface[ktypes.UID] {
 		return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[ktypes.UID](),
 			workqueue.TypedRateLimitingQueueConfig[ktypes.UID]{Name: name})
 	}
-	return &recorder{
+	if m == nil {
+		m = noMetrics{}
+	}
+	return &Recorder{
 		background: background, urgent: urgent, metrics: m, now: time.Now, pending: map[ktypes.UID]pendingRecord{},
 		idle: recordIdle, maxWait: recordMaxWait,
 		queue: newQueue("kubegpu_allocation_records"), urgentQueue: newQueue("kubegpu_urgent_allocation_records"),
@@ -111,7 +116,7 @@ func newRecorder(background, urgent kubernetes.Interface, m *cacheMetrics) *reco
 
 // Add asks the leader for pod uid's record of value; a later add replaces
 // it.
-func (r *recorder) Add(uid ktypes.UID, pod ktypes.NamespacedName, value string) {
+func (r *Recorder) Add(uid ktypes.UID, pod ktypes.NamespacedName, value string) {
 	if r != nil {
 		r.put(r.queue, uid, pod, value)
 	}
@@ -119,13 +124,13 @@ func (r *recorder) Add(uid ktypes.UID, pod ktypes.NamespacedName, value string) 
 
 // AddUrgent writes pod uid's record of value at once: its annotation no
 // longer says what the pod holds.
-func (r *recorder) AddUrgent(uid ktypes.UID, pod ktypes.NamespacedName, value string) {
+func (r *Recorder) AddUrgent(uid ktypes.UID, pod ktypes.NamespacedName, value string) {
 	if r != nil {
 		r.put(r.urgentQueue, uid, pod, value)
 	}
 }
 
-func (r *recorder) put(q workqueue.TypedRateLimitingInterface[ktypes.UID], uid ktypes.UID, pod ktypes.NamespacedName, value string) {
+func (r *Recorder) put(q workqueue.TypedRateLimitingInterface[ktypes.UID], uid ktypes.UID, pod ktypes.NamespacedName, value string) {
 	r.mu.Lock()
 	added := r.now()
 	if prev, ok := r.pending[uid]; ok {
@@ -136,9 +141,9 @@ func (r *recorder) put(q workqueue.TypedRateLimitingInterface[ktypes.UID], uid k
 	q.Add(uid)
 }
 
-// cycle notes that the plugin is reserving a pod: background records wait
+// Cycle notes that the plugin is reserving a pod: background records wait
 // until it has reserved none for recordIdle.
-func (r *recorder) cycle() {
+func (r *Recorder) Cycle() {
 	if r != nil {
 		r.lastCycle.Store(r.now().UnixNano())
 	}
@@ -146,8 +151,9 @@ func (r *recorder) cycle() {
 
 // waitIdle waits until the scheduler has run no cycle for r.idle, or rec
 // has waited r.maxWait; false if ctx ended first.
-func (r *recorder) waitIdle(ctx context.Context, rec pendingRecord) bool {
+func (r *Recorder) waitIdle(ctx context.Context, rec pendingRecord) bool {
 	for {
+		r.polls.Add(1)
 		now := r.now()
 		busy := r.idle - now.Sub(time.Unix(0, r.lastCycle.Load()))
 		left := r.maxWait - now.Sub(rec.added)
@@ -165,7 +171,7 @@ func (r *recorder) waitIdle(ctx context.Context, rec pendingRecord) bool {
 }
 
 // Forget drops a pod's pending record (the pod is gone, or recorded).
-func (r *recorder) Forget(uid ktypes.UID) {
+func (r *Recorder) Forget(uid ktypes.UID) {
 	if r == nil {
 		return
 	}
@@ -174,8 +180,8 @@ func (r *recorder) Forget(uid ktypes.UID) {
 	r.mu.Unlock()
 }
 
-// startUrgent starts the urgent worker; every replica runs it.
-func (r *recorder) startUrgent(ctx context.Context) {
+// StartUrgent starts the urgent worker; every replica runs it.
+func (r *Recorder) StartUrgent(ctx context.Context) {
 	if r == nil {
 		return
 	}
@@ -189,8 +195,8 @@ func (r *recorder) startUrgent(ctx context.Context) {
 	})
 }
 
-// start starts the background workers once, when this scheduler leads.
-func (r *recorder) start(ctx context.Context) {
+// Start starts the background workers once, when this scheduler leads.
+func (r *Recorder) Start(ctx context.Context) {
 	if r == nil || r.started.Load() {
 		return
 	}
@@ -209,7 +215,7 @@ func (r *recorder) start(ctx context.Context) {
 
 // next writes one record of queue q with client c, once the scheduler is
 // idle if wait; false when q is shut down.
-func (r *recorder) next(ctx context.Context, q workqueue.TypedRateLimitingInterface[ktypes.UID], c kubernetes.Interface, wait bool) bool {
+func (r *Recorder) next(ctx context.Context, q workqueue.TypedRateLimitingInterface[ktypes.UID], c kubernetes.Interface, wait bool) bool {
 	uid, quit := q.Get()
 	if quit {
 		return false
@@ -235,16 +241,16 @@ func (r *recorder) next(ctx context.Context, q workqueue.TypedRateLimitingInterf
 	err := r.write(ctx, c, uid, rec)
 	switch {
 	case err == nil:
-		r.metrics.recorded("written")
+		r.metrics.Recorded("written")
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsInvalid(err):
 		// The pod is gone or was re-created under its name.
-		r.metrics.recorded("gone")
+		r.metrics.Recorded("gone")
 	case q.NumRequeues(uid) < maxRecordRetries:
-		r.metrics.recorded("retry")
+		r.metrics.Recorded("retry")
 		q.AddRateLimited(uid)
 		return true
 	default:
-		r.metrics.recorded("error")
+		r.metrics.Recorded("error")
 		klog.FromContext(ctx).Error(err, "Recording the allocation in the pod's status failed; the next leader records it", "pod", rec.pod)
 	}
 	q.Forget(uid)
@@ -259,7 +265,7 @@ func (r *recorder) next(ctx context.Context, q workqueue.TypedRateLimitingInterf
 // write patches the record into the pod's status. The patch carries the
 // pod's UID, so it cannot land on a newer pod of the same name, and merges
 // the condition by type, leaving kubelet's conditions alone.
-func (r *recorder) write(ctx context.Context, c kubernetes.Interface, uid ktypes.UID, rec pendingRecord) error {
+func (r *Recorder) write(ctx context.Context, c kubernetes.Interface, uid ktypes.UID, rec pendingRecord) error {
 	cond := objects.RecordCondition(rec.value, metav1.NewTime(r.now()))
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"uid": uid},
@@ -277,7 +283,7 @@ func (r *recorder) write(ctx context.Context, c kubernetes.Interface, uid ktypes
 }
 
 // pendingLen returns the pods whose records are not written yet.
-func (r *recorder) pendingLen() []ktypes.UID {
+func (r *Recorder) pendingLen() []ktypes.UID {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]ktypes.UID, 0, len(r.pending))
@@ -286,3 +292,13 @@ func (r *recorder) pendingLen() []ktypes.UID {
 	}
 	return out
 }
+
+// Metrics counts the records written, by result (written, gone, retry,
+// error).
+type Metrics interface {
+	Recorded(result string)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Recorded(string) {}

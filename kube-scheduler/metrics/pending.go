@@ -1,4 +1,4 @@
-package plugin
+package metrics
 
 import (
 	"sync"
@@ -11,52 +11,52 @@ import (
 	ktypes "k8s.io/apimachinery/pkg/types"
 )
 
-// pendingPods are the GPU pods this scheduler has tried and not placed,
+// PendingPods are the GPU pods this scheduler has tried and not placed,
 // with why: one entry per pod that exists unbound, removed when the pod
 // is reserved, bound or deleted.
-type pendingPods struct {
+type PendingPods struct {
 	mu   sync.Mutex
-	pods map[ktypes.UID]*pendingPod
+	pods map[ktypes.UID]*PendingPod
 }
 
-// pendingPod is one pod's last cycle: how many nodes refused it for each
-// reason (Filter counts them concurrently), or the reason it was refused
+// PendingPod is one pod's last cycle: how many nodes refused it for each
+// Reason (Filter counts them concurrently), or the reason it was refused
 // outright.
-type pendingPod struct {
+type PendingPod struct {
 	nodes [devicecache.NumReasons]atomic.Int32
 	fixed atomic.Int32 // reason+1 when refused before Filter
 }
 
-func newPendingPods() *pendingPods { return &pendingPods{pods: map[ktypes.UID]*pendingPod{}} }
+func NewPendingPods() *PendingPods { return &PendingPods{pods: map[ktypes.UID]*PendingPod{}} }
 
-// start begins a cycle of pod: its counts start again.
-func (p *pendingPods) start(uid ktypes.UID) *pendingPod {
-	pp := &pendingPod{}
+// Start begins a cycle of pod: its counts start again.
+func (p *PendingPods) Start(uid ktypes.UID) *PendingPod {
+	pp := &PendingPod{}
 	p.mu.Lock()
 	p.pods[uid] = pp
 	p.mu.Unlock()
 	return pp
 }
 
-// refuse records pod refused before Filter for reason.
-func (p *pendingPods) refuse(uid ktypes.UID, reason devicecache.Reason) {
-	p.start(uid).fixed.Store(int32(reason) + 1)
+// Refuse records pod refused before Filter for reason.
+func (p *PendingPods) Refuse(uid ktypes.UID, reason devicecache.Reason) {
+	p.Start(uid).fixed.Store(int32(reason) + 1)
 }
 
-func (p *pendingPods) remove(uid ktypes.UID) {
+func (p *PendingPods) Remove(uid ktypes.UID) {
 	p.mu.Lock()
 	delete(p.pods, uid)
 	p.mu.Unlock()
 }
 
-// count records one node's refusal; nil-safe.
-func (pp *pendingPod) count(reason devicecache.Reason) {
+// Count records one node's refusal; nil-safe.
+func (pp *PendingPod) Count(reason devicecache.Reason) {
 	if pp != nil {
 		pp.nodes[reason].Add(1)
 	}
 }
 
-func (pp *pendingPod) reason() devicecache.Reason {
+func (pp *PendingPod) Reason() devicecache.Reason {
 	if r := pp.fixed.Load(); r > 0 {
 		return devicecache.Reason(r - 1)
 	}
@@ -70,12 +70,12 @@ func (pp *pendingPod) reason() devicecache.Reason {
 }
 
 // byReason counts the pending pods per reason.
-func (p *pendingPods) byReason() [devicecache.NumReasons]int {
+func (p *PendingPods) byReason() [devicecache.NumReasons]int {
 	var out [devicecache.NumReasons]int
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, pp := range p.pods {
-		out[pp.reason()]++
+		out[pp.Reason()]++
 	}
 	return out
 }
@@ -83,7 +83,7 @@ func (p *pendingPods) byReason() [devicecache.NumReasons]int {
 // prune drops the pending pods the informer (pods) no longer holds
 // unbound: a pod deleted between the scheduling queue's pop and PreFilter
 // would otherwise be counted for ever.
-func (p *pendingPods) prune(pods []*corev1.Pod) {
+func (p *PendingPods) prune(pods []*corev1.Pod) {
 	unbound := make(map[ktypes.UID]bool, len(pods))
 	for _, pod := range pods {
 		if pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil {

@@ -1,4 +1,4 @@
-package plugin
+package metrics
 
 import (
 	"cmp"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"k8s.io/component-base/metrics"
+	k8smetrics "k8s.io/component-base/metrics"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/types"
@@ -165,8 +165,8 @@ func (g *gauge) Write(m *dto.Metric) error {
 
 // promDesc is desc as the registry knows it, or nil if the registry hid it
 // (a deprecated metric not shown).
-func promDesc(desc *metrics.Desc, labels int) *prometheus.Desc {
-	m := metrics.NewLazyConstMetric(desc, metrics.GaugeValue, 0, make([]string, labels)...)
+func promDesc(desc *k8smetrics.Desc, labels int) *prometheus.Desc {
+	m := k8smetrics.NewLazyConstMetric(desc, k8smetrics.GaugeValue, 0, make([]string, labels)...)
 	if m == nil {
 		return nil
 	}
@@ -176,9 +176,9 @@ func promDesc(desc *metrics.Desc, labels int) *prometheus.Desc {
 // send sends the per-GPU series of the scrape, each family in the order
 // the registry sorts it in, from one allocation of gauges. values are the
 // GPUs' in byDevice's order.
-func (s *gpuSeries) send(ch chan<- metrics.Metric, values []gpuValues) {
+func (s *gpuSeries) send(ch chan<- k8smetrics.Metric, values []gpuValues) {
 	families := []struct {
-		desc  *metrics.Desc
+		desc  *k8smetrics.Desc
 		value func(v *gpuValues) float64
 	}{
 		{descAllocatedCores, func(v *gpuValues) float64 { return v.cores }},

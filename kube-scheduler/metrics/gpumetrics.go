@@ -1,4 +1,4 @@
-package plugin
+package metrics
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/component-base/metrics"
+	k8smetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
@@ -22,7 +22,7 @@ import (
 // Every replica reports its own cache (they follow the same API objects);
 // the pending pods are the ones the replica tried, so the leader's.
 type gpuCollector struct {
-	metrics.BaseStableCollector
+	k8smetrics.BaseStableCollector
 	target atomic.Pointer[collectorTarget]
 	models modelLabels
 	// mu serialises scrapes, which share the per-GPU series' labels.
@@ -37,7 +37,7 @@ type gpuCollector struct {
 // gpuMetrics: PerModel, no per-GPU series but the unhealthy GPUs'.
 type collectorTarget struct {
 	cache    *devicecache.Cache
-	pending  *pendingPods
+	pending  *PendingPods
 	perModel bool
 	// maxAge is gpuScrapeMaxAge when the scheduler started.
 	maxAge time.Duration
@@ -81,37 +81,37 @@ var (
 	// and UUID, which a node may change, are on the info series alone.
 	gpuLabels          = []string{"node", "device"}
 	infoLabels         = []string{"node", "device", "index", "model", "uuid"}
-	descAllocatedCores = metrics.NewDesc("kubegpu_scheduler_gpu_allocated_cores_percent",
-		"Per cent of the GPU's compute that pods hold (100 when one holds it whole).", gpuLabels, nil, metrics.ALPHA, "")
-	descAllocatedMemory = metrics.NewDesc("kubegpu_scheduler_gpu_allocated_memory_bytes",
-		"GPU memory that pods hold (all of it when one holds the GPU whole).", gpuLabels, nil, metrics.ALPHA, "")
-	descMemory = metrics.NewDesc("kubegpu_scheduler_gpu_memory_bytes",
-		"The GPU's memory.", gpuLabels, nil, metrics.ALPHA, "")
-	descGPUPods = metrics.NewDesc("kubegpu_scheduler_gpu_pods",
-		"Pods holding a share of the GPU.", gpuLabels, nil, metrics.ALPHA, "")
-	descInfo = metrics.NewDesc("kubegpu_scheduler_gpu_info",
-		"1 for each allocatable GPU (or MIG instance), with its index, model and UUID as its node publishes them (model: the first 64 models the scheduler saw keep their names, later ones are other).", infoLabels, nil, metrics.ALPHA, "")
-	descUnhealthy = metrics.NewDesc("kubegpu_scheduler_gpu_unhealthy",
-		"1 for each GPU (or MIG instance) its node publishes as not healthy; no series for healthy ones.", infoLabels, nil, metrics.ALPHA, "")
-	descGPUs = metrics.NewDesc("kubegpu_scheduler_gpus",
-		"Allocatable GPUs (and MIG instances) of live nodes with a usable inventory, by model.", []string{"model"}, nil, metrics.ALPHA, "")
-	descAllocatedGPUs = metrics.NewDesc("kubegpu_scheduler_allocated_gpus",
-		"GPUs' worth of compute that pods hold on live nodes with a usable inventory, by model (a whole GPU counts 1, a 25% slice 0.25).", []string{"model"}, nil, metrics.ALPHA, "")
-	descIdle = metrics.NewDesc("kubegpu_scheduler_idle_gpus",
-		"Allocatable GPUs of live nodes that no pod holds any share of, by model.", []string{"model"}, nil, metrics.ALPHA, "")
-	descStranded = metrics.NewDesc("kubegpu_scheduler_stranded_gpus",
+	descAllocatedCores = k8smetrics.NewDesc("kubegpu_scheduler_gpu_allocated_cores_percent",
+		"Per cent of the GPU's compute that pods hold (100 when one holds it whole).", gpuLabels, nil, k8smetrics.ALPHA, "")
+	descAllocatedMemory = k8smetrics.NewDesc("kubegpu_scheduler_gpu_allocated_memory_bytes",
+		"GPU memory that pods hold (all of it when one holds the GPU whole).", gpuLabels, nil, k8smetrics.ALPHA, "")
+	descMemory = k8smetrics.NewDesc("kubegpu_scheduler_gpu_memory_bytes",
+		"The GPU's memory.", gpuLabels, nil, k8smetrics.ALPHA, "")
+	descGPUPods = k8smetrics.NewDesc("kubegpu_scheduler_gpu_pods",
+		"Pods holding a share of the GPU.", gpuLabels, nil, k8smetrics.ALPHA, "")
+	descInfo = k8smetrics.NewDesc("kubegpu_scheduler_gpu_info",
+		"1 for each allocatable GPU (or MIG instance), with its index, model and UUID as its node publishes them (model: the first 64 models the scheduler saw keep their names, later ones are other).", infoLabels, nil, k8smetrics.ALPHA, "")
+	descUnhealthy = k8smetrics.NewDesc("kubegpu_scheduler_gpu_unhealthy",
+		"1 for each GPU (or MIG instance) its node publishes as not healthy; no series for healthy ones.", infoLabels, nil, k8smetrics.ALPHA, "")
+	descGPUs = k8smetrics.NewDesc("kubegpu_scheduler_gpus",
+		"Allocatable GPUs (and MIG instances) of live nodes with a usable inventory, by model.", []string{"model"}, nil, k8smetrics.ALPHA, "")
+	descAllocatedGPUs = k8smetrics.NewDesc("kubegpu_scheduler_allocated_gpus",
+		"GPUs' worth of compute that pods hold on live nodes with a usable inventory, by model (a whole GPU counts 1, a 25% slice 0.25).", []string{"model"}, nil, k8smetrics.ALPHA, "")
+	descIdle = k8smetrics.NewDesc("kubegpu_scheduler_idle_gpus",
+		"Allocatable GPUs of live nodes that no pod holds any share of, by model.", []string{"model"}, nil, k8smetrics.ALPHA, "")
+	descStranded = k8smetrics.NewDesc("kubegpu_scheduler_stranded_gpus",
 		"Free GPU share of live nodes, in GPUs, that the learned workload mix cannot use where it lies (fragmentation, the measure the kubegpu policy keeps low), by the nodes' GPU model (mixed for nodes of several).",
-		[]string{"model"}, nil, metrics.ALPHA, "")
-	descNodes = metrics.NewDesc("kubegpu_scheduler_nodes",
+		[]string{"model"}, nil, k8smetrics.ALPHA, "")
+	descNodes = k8smetrics.NewDesc("kubegpu_scheduler_nodes",
 		"Nodes known to the device cache, by the state of their device inventory: ok, invalid, missing (the node's capacity has GPUs but it publishes no inventory), none (no GPUs and no inventory: CPU-only and control-plane nodes).",
-		[]string{"inventory"}, nil, metrics.ALPHA, "")
-	descNotLive = metrics.NewDesc("kubegpu_scheduler_nodes_not_live",
-		"Nodes with a device inventory that get no GPU pods because they are not live: NotReady, or their Lease not seen renewed within heartbeatStaleness.", nil, nil, metrics.ALPHA, "")
-	descPending     = metrics.NewDesc("kubegpu_scheduler_pending_gpu_pods", pendingHelp, []string{"reason"}, nil, metrics.ALPHA, "")
-	descUnallocated = metrics.NewDesc("kubegpu_scheduler_gpu_pods_without_allocation",
+		[]string{"inventory"}, nil, k8smetrics.ALPHA, "")
+	descNotLive = k8smetrics.NewDesc("kubegpu_scheduler_nodes_not_live",
+		"Nodes with a device inventory that get no GPU pods because they are not live: NotReady, or their Lease not seen renewed within heartbeatStaleness.", nil, nil, k8smetrics.ALPHA, "")
+	descPending     = k8smetrics.NewDesc("kubegpu_scheduler_pending_gpu_pods", pendingHelp, []string{"reason"}, nil, k8smetrics.ALPHA, "")
+	descUnallocated = k8smetrics.NewDesc("kubegpu_scheduler_gpu_pods_without_allocation",
 		"Bound GPU pods that have not finished and hold no allocation the scheduler counts: bound by another scheduler "+
 			"(a stock kube-scheduler holding the Lease in mode only), created with spec.nodeName, or whose allocation was refused. "+
-			"Their containers get no GPUs.", nil, nil, metrics.ALPHA, "")
+			"Their containers get no GPUs.", nil, nil, k8smetrics.ALPHA, "")
 )
 
 const pendingHelp = "GPU pods this scheduler tried and has not placed, by the reason most nodes gave in the pod's last cycle: " +
@@ -120,8 +120,8 @@ const pendingHelp = "GPU pods this scheduler tried and has not placed, by the re
 var theCollector = &gpuCollector{}
 
 // DescribeWithStability sends the collector's descriptors.
-func (g *gpuCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descInfo, descUnhealthy, descGPUs, descAllocatedGPUs, descIdle, descStranded, descNodes, descNotLive, descPending, descUnallocated} {
+func (g *gpuCollector) DescribeWithStability(ch chan<- *k8smetrics.Desc) {
+	for _, d := range []*k8smetrics.Desc{descAllocatedCores, descAllocatedMemory, descMemory, descGPUPods, descInfo, descUnhealthy, descGPUs, descAllocatedGPUs, descIdle, descStranded, descNodes, descNotLive, descPending, descUnallocated} {
 		ch <- d
 	}
 }
@@ -165,7 +165,7 @@ var gpuScrapeMaxAge = 5 * time.Second
 
 // CollectWithStability sends the GPU metrics, computed afresh when the last
 // computation is older than gpuScrapeMaxAge (see compute).
-func (g *gpuCollector) CollectWithStability(ch chan<- metrics.Metric) {
+func (g *gpuCollector) CollectWithStability(ch chan<- k8smetrics.Metric) {
 	t := g.target.Load()
 	if t == nil {
 		return
@@ -257,7 +257,7 @@ func (g *gpuCollector) compute(t *collectorTarget, now time.Time) *gpuScrape {
 }
 
 // send sends scrape s of target t; must hold g.mu.
-func (g *gpuCollector) send(ch chan<- metrics.Metric, t *collectorTarget, s *gpuScrape) {
+func (g *gpuCollector) send(ch chan<- k8smetrics.Metric, t *collectorTarget, s *gpuScrape) {
 	if !t.perModel {
 		g.series.send(ch, s.values)
 	}
@@ -269,26 +269,26 @@ func (g *gpuCollector) send(ch chan<- metrics.Metric, t *collectorTarget, s *gpu
 	}
 	if g.target.Load() == nil {
 		// The scheduler stopped during the scrape, after its end had
-		// cleared the series (registerGPUMetrics): keep nothing of it.
+		// cleared the series (RegisterGPU): keep nothing of it.
 		g.series, g.last = gpuSeries{}, nil
 	}
 	for _, m := range sortedKeys(s.gpus) {
-		ch <- metrics.NewLazyConstMetric(descGPUs, metrics.GaugeValue, s.gpus[m], m)
-		ch <- metrics.NewLazyConstMetric(descAllocatedGPUs, metrics.GaugeValue, s.allocated[m], m)
-		ch <- metrics.NewLazyConstMetric(descIdle, metrics.GaugeValue, s.idle[m], m)
+		ch <- k8smetrics.NewLazyConstMetric(descGPUs, k8smetrics.GaugeValue, s.gpus[m], m)
+		ch <- k8smetrics.NewLazyConstMetric(descAllocatedGPUs, k8smetrics.GaugeValue, s.allocated[m], m)
+		ch <- k8smetrics.NewLazyConstMetric(descIdle, k8smetrics.GaugeValue, s.idle[m], m)
 	}
 	for _, m := range sortedKeys(s.stranded) {
-		ch <- metrics.NewLazyConstMetric(descStranded, metrics.GaugeValue, s.stranded[m], m)
+		ch <- k8smetrics.NewLazyConstMetric(descStranded, k8smetrics.GaugeValue, s.stranded[m], m)
 	}
 	for st, n := range s.states {
-		ch <- metrics.NewLazyConstMetric(descNodes, metrics.GaugeValue, float64(n), devicecache.InventoryState(st).String())
+		ch <- k8smetrics.NewLazyConstMetric(descNodes, k8smetrics.GaugeValue, float64(n), devicecache.InventoryState(st).String())
 	}
-	ch <- metrics.NewLazyConstMetric(descNotLive, metrics.GaugeValue, float64(s.notLive))
+	ch <- k8smetrics.NewLazyConstMetric(descNotLive, k8smetrics.GaugeValue, float64(s.notLive))
 	if s.listed {
-		ch <- metrics.NewLazyConstMetric(descUnallocated, metrics.GaugeValue, float64(s.unallocated))
+		ch <- k8smetrics.NewLazyConstMetric(descUnallocated, k8smetrics.GaugeValue, float64(s.unallocated))
 	}
 	for r, n := range t.pending.byReason() {
-		ch <- metrics.NewLazyConstMetric(descPending, metrics.GaugeValue, float64(n), devicecache.Reason(r).String())
+		ch <- k8smetrics.NewLazyConstMetric(descPending, k8smetrics.GaugeValue, float64(n), devicecache.Reason(r).String())
 	}
 }
 
@@ -303,22 +303,22 @@ func sortedKeys(m map[string]float64) []string {
 
 // allocationToRunning observes, on the scheduler's clock, how long after
 // its binding a GPU pod was seen running.
-var allocationToRunning = metrics.NewHistogram(&metrics.HistogramOpts{
+var allocationToRunning = k8smetrics.NewHistogram(&k8smetrics.HistogramOpts{
 	Namespace: "kubegpu", Subsystem: "scheduler", Name: "allocation_to_running_seconds",
 	Help: "Time from a GPU pod's binding with its allocation (its PodScheduled condition) to when the scheduler saw it running; " +
 		"pods bound before the scheduler started are not counted.",
 	Buckets:        []float64{0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600},
-	StabilityLevel: metrics.ALPHA,
+	StabilityLevel: k8smetrics.ALPHA,
 })
 
 var registerCollectorOnce sync.Once
 
-// registerGPUMetrics makes c the cache the GPU metrics report (the last
+// RegisterGPU makes c the cache the GPU metrics report (the last
 // plugin instance made, in a process with several profiles or tests) until
 // ctx, the scheduler's, ends: a scheduler that stopped is neither reported
 // nor kept alive by the collector. perGPU says whether the per-GPU series
 // are sent (gpuMetrics: PerGPU).
-func registerGPUMetrics(ctx context.Context, c *devicecache.Cache, pending *pendingPods, perGPU bool) {
+func RegisterGPU(ctx context.Context, c *devicecache.Cache, pending *PendingPods, perGPU bool) {
 	registerCollectorOnce.Do(func() {
 		legacyregistry.CustomMustRegister(theCollector)
 		legacyregistry.MustRegister(allocationToRunning)
@@ -335,9 +335,9 @@ func registerGPUMetrics(ctx context.Context, c *devicecache.Cache, pending *pend
 	})
 }
 
-// observeRunning records a bound GPU pod's allocation-to-running time
+// ObserveRunning records a bound GPU pod's allocation-to-running time
 // once, when the cache first sees it running.
-func observeRunning(c *devicecache.Cache, pod *corev1.Pod) {
+func ObserveRunning(c *devicecache.Cache, pod *corev1.Pod) {
 	if !c.SeenRunning(pod) {
 		return
 	}

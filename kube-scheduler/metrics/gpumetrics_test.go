@@ -1,4 +1,4 @@
-package plugin
+package metrics
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/component-base/metrics"
+	k8smetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 
@@ -38,7 +36,7 @@ func TestGPUMetrics(t *testing.T) {
 			return now
 		}
 	})
-	registerGPUMetrics(t.Context(), c, pendingOf(c), true)
+	RegisterGPU(t.Context(), c, pendingOf(c), true)
 	logger := klog.Background()
 	c.UpdateNode(logger, testNode(t, "n1", "t4x4"))
 	c.UpdateLease(testLease("n1", testNow), false)
@@ -60,16 +58,16 @@ func TestGPUMetrics(t *testing.T) {
 
 	// Two pods waiting: one refused by most nodes for free GPUs, one
 	// with an invalid request.
-	p := pendingOf(c).start("uid-w")
-	p.count(devicecache.ReasonOf(&devicescheduler.NotFitError{Reason: devicescheduler.ReasonNotEnoughFree}))
-	p.count(devicecache.ReasonOf(&devicescheduler.NotFitError{Reason: devicescheduler.ReasonNotEnoughFree}))
-	p.count(devicecache.ReasonOf(errors.Join(devicecache.ErrStale)))
-	pendingOf(c).refuse("uid-bad", devicecache.ReasonInvalidRequest)
-	pendingOf(c).start("uid-x")
-	pendingOf(c).remove("uid-x")
+	p := pendingOf(c).Start("uid-w")
+	p.Count(devicecache.ReasonOf(&devicescheduler.NotFitError{Reason: devicescheduler.ReasonNotEnoughFree}))
+	p.Count(devicecache.ReasonOf(&devicescheduler.NotFitError{Reason: devicescheduler.ReasonNotEnoughFree}))
+	p.Count(devicecache.ReasonOf(errors.Join(devicecache.ErrStale)))
+	pendingOf(c).Refuse("uid-bad", devicecache.ReasonInvalidRequest)
+	pendingOf(c).Start("uid-x")
+	pendingOf(c).Remove("uid-x")
 	// Deleted between the queue's pop and PreFilter: its delete event came
 	// first. The scrape drops it, since the informer no longer holds it.
-	pendingOf(c).start("uid-gone")
+	pendingOf(c).Start("uid-gone")
 	setListPods(c, func() ([]*corev1.Pod, error) {
 		return []*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: "uid-w"}}, {ObjectMeta: metav1.ObjectMeta{UID: "uid-bad"}}, bound}, nil
 	})
@@ -108,7 +106,7 @@ kubegpu_scheduler_nodes_not_live 1
 	// The held GPU, whole; the others free.
 	g2 := &gpuCollector{}
 	g2.report(c, false)
-	reg := metrics.NewKubeRegistry()
+	reg := k8smetrics.NewKubeRegistry()
 	reg.CustomMustRegister(g2)
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -149,7 +147,7 @@ kubegpu_scheduler_nodes_not_live 1
 	c.UpdateLease(testLease("sick", testNow), false)
 	g3 := &gpuCollector{}
 	g3.report(c, true)
-	reg3 := metrics.NewKubeRegistry()
+	reg3 := k8smetrics.NewKubeRegistry()
 	reg3.CustomMustRegister(g3)
 	mfs, err = reg3.Gather()
 	if err != nil {
@@ -175,46 +173,10 @@ kubegpu_scheduler_nodes_not_live 1
 	before, _ := testutil.GetHistogramMetricCount(allocationToRunning.ObserverMetric)
 	for range 2 { // as the pod informer's handler does
 		c.UpdatePod(logger, bound)
-		observeRunning(c, bound)
+		ObserveRunning(c, bound)
 	}
 	if after, _ := testutil.GetHistogramMetricCount(allocationToRunning.ObserverMetric); after != before+1 {
 		t.Errorf("allocation-to-running observed %d times, want once", after-before)
-	}
-}
-
-// TestSharedKeyFile: the key file may be read by the scheduler's own group
-// (a Secret volume with fsGroup), not by others or another group.
-func TestSharedKeyFile(t *testing.T) {
-	dir := t.TempDir()
-	for _, c := range []struct {
-		mode   os.FileMode
-		gid    int
-		shared bool
-	}{
-		{0o600, os.Getegid(), false},
-		{0o640, os.Getegid(), false},
-		{0o440, os.Getegid(), false},
-		{0o644, os.Getegid(), true},
-		{0o640, os.Getegid() + 1, true},
-	} {
-		p := filepath.Join(dir, "key.pem")
-		if err := os.WriteFile(p, []byte("k"), c.mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, c.mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(p, -1, c.gid); err != nil {
-			t.Skipf("chown: %v", err)
-		}
-		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := sharedKeyFile(fi); got != c.shared {
-			t.Errorf("mode %v, group %d: shared = %v, want %v", c.mode, c.gid, got, c.shared)
-		}
-		os.Remove(p)
 	}
 }
 
@@ -349,8 +311,8 @@ func TestGPUMetricsFollowTheScheduler(t *testing.T) {
 	ctx1, stop1 := context.WithCancel(context.Background())
 	ctx2, stop2 := context.WithCancel(context.Background())
 	defer stop2()
-	registerGPUMetrics(ctx1, first, pendingOf(first), true)
-	registerGPUMetrics(ctx2, second, pendingOf(second), true)
+	RegisterGPU(ctx1, first, pendingOf(first), true)
+	RegisterGPU(ctx2, second, pendingOf(second), true)
 	stop1()
 	time.Sleep(50 * time.Millisecond)
 	if got := theCollector.reporting(); got != second {
@@ -359,7 +321,7 @@ func TestGPUMetricsFollowTheScheduler(t *testing.T) {
 	// A scrape of the running one: its per-GPU label pairs are kept.
 	second.UpdateNode(klog.Background(), testNode(t, "n1", "t4x4"))
 	second.UpdateLease(testLease("n1", testNow), false)
-	ch := make(chan metrics.Metric, 100)
+	ch := make(chan k8smetrics.Metric, 100)
 	go func() {
 		theCollector.CollectWithStability(ch)
 		close(ch)
@@ -488,7 +450,7 @@ func testGPUScrapeReused(t *testing.T, perModel bool) {
 	g := &gpuCollector{}
 	g.report(c, perModel)
 	g.target.Load().maxAge = 5 * time.Second
-	reg := metrics.NewKubeRegistry()
+	reg := k8smetrics.NewKubeRegistry()
 	reg.CustomMustRegister(g)
 	compare := func(idle, pending int) {
 		t.Helper()
@@ -534,7 +496,7 @@ kubegpu_scheduler_idle_gpus{model="Tesla T4"} %d
 	}
 	w, v := testPod("w"), testPod("v")
 	setListPods(c, func() ([]*corev1.Pod, error) { return []*corev1.Pod{w, v}, nil })
-	pendingOf(c).refuse(w.UID, devicecache.ReasonInvalidRequest)
+	pendingOf(c).Refuse(w.UID, devicecache.ReasonInvalidRequest)
 	compare(4, 1)
 	a := testPod("a")
 	alloc, err := c.Reserve(a, "n1", wholeRequest(t, c, 1), noHost, noHost, nil)
@@ -542,7 +504,7 @@ kubegpu_scheduler_idle_gpus{model="Tesla T4"} %d
 		t.Fatal(err)
 	}
 	c.UpdatePod(logger, boundWith(t, key, a, alloc))
-	pendingOf(c).refuse(v.UID, devicecache.ReasonInvalidRequest)
+	pendingOf(c).Refuse(v.UID, devicecache.ReasonInvalidRequest)
 	now = now.Add(4 * time.Second)
 	compare(4, 2) // the devices' values as computed 4 s ago
 	now = now.Add(time.Second)
@@ -575,10 +537,10 @@ func (g *gpuCollector) reporting() *devicecache.Cache {
 
 // collectorRegistry is a registry of its own with a collector reporting c
 // per GPU.
-func collectorRegistry(c *devicecache.Cache) metrics.KubeRegistry {
+func collectorRegistry(c *devicecache.Cache) k8smetrics.KubeRegistry {
 	g := &gpuCollector{}
 	g.report(c, false)
-	reg := metrics.NewKubeRegistry()
+	reg := k8smetrics.NewKubeRegistry()
 	reg.CustomMustRegister(g)
 	return reg
 }
