@@ -332,8 +332,13 @@ func RegisterGPU(ctx context.Context, c *devicecache.Cache, pending *PendingPods
 			theCollector.series, theCollector.last = gpuSeries{}, nil
 			theCollector.mu.Unlock()
 		}
+		schedulersEnded.Add(1)
 	})
 }
+
+// schedulersEnded counts the ends of schedulers' contexts RegisterGPU has
+// handled (tests wait for them).
+var schedulersEnded atomic.Int64
 
 // ObserveRunning records a bound GPU pod's allocation-to-running time
 // once, when the cache first sees it running.

@@ -313,8 +313,13 @@ func TestGPUMetricsFollowTheScheduler(t *testing.T) {
 	defer stop2()
 	RegisterGPU(ctx1, first, pendingOf(first), true)
 	RegisterGPU(ctx2, second, pendingOf(second), true)
+	ended := schedulersEnded.Load()
 	stop1()
-	time.Sleep(50 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); schedulersEnded.Load() == ended; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first scheduler's end was not handled within 10 s")
+		}
+	}
 	if got := theCollector.reporting(); got != second {
 		t.Fatal("an earlier scheduler's end took the running one's cache out of the metrics")
 	}
