@@ -185,6 +185,10 @@ integration: build plugins kube-binaries node-binaries image $(TOOLS)/testreport
 test-nvidia-hardware: ## On a node with NVIDIA GPUs, as root (Go and gcc only): the nvidia module against the real driver, nvidia-smi, and MPS slices proven with CUDA clients (not part of test)
 	PATH="$$PATH:/usr/local/nvidia/bin" KUBEGPU_NVML_HARDWARE=1 $(GO) test -count=1 -v -run '^TestHardware$$' ./plugins/nvidia/
 
+.PHONY: generate
+generate: ## Regenerate the scheduler plugin's args code (deep copy, conversion, defaults) with k8s.io/code-generator
+	@hack/update-codegen.sh
+
 .PHONY: dashboard
 dashboard: ## Regenerate deploy/grafana/kubegpu.json from hack/dashboard
 	cd hack/dashboard && GOFLAGS=-trimpath $(GO) run . -out ../../deploy/grafana/kubegpu.json
@@ -265,7 +269,7 @@ sim: build ## Replay the openb trace under every policy (OPENB=dir, SIM_PODS=fil
 		--pods $(OPENB)/$(SIM_PODS) --policies $(SIM_POLICIES) --seeds $(SIM_SEEDS) --plot $(OUT)/sim-$(basename $(SIM_PODS)).png
 
 .PHONY: verify
-verify: deps ## gofmt, go vet, go mod tidy diff, golangci-lint
+verify: deps ## gofmt, go vet, go mod tidy diff, generated code, docs/architecture.md, golangci-lint
 	@hack/verify.sh
 
 KEEP ?=

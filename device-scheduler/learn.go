@@ -80,6 +80,12 @@ const (
 	MaxMaxTypes     = 4096
 )
 
+// Validate says what is wrong with c, or nil: what New would refuse.
+func (c LearnConfig) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 func (c LearnConfig) withDefaults() (LearnConfig, error) {
 	if c.HalfLife == 0 {
 		c.HalfLife = DefaultHalfLife

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Static checks: gofmt, go vet, go mod tidy, golangci-lint.
+# Static checks: gofmt, go vet, go mod tidy, generated code, the
+# architecture page, golangci-lint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -26,6 +27,12 @@ if ! diff -u "$tmp/go.mod" go.mod || ! diff -u "$tmp/go.sum" go.sum; then
 	cp "$tmp/go.mod" "$tmp/go.sum" .
 	fail=1
 fi
+
+echo "verify: generated code (make generate)"
+hack/update-codegen.sh --verify || fail=1
+
+echo "verify: docs/architecture.md (docs/architecture.sh -w)"
+docs/architecture.sh || fail=1
 
 echo "verify: golangci-lint"
 hack/tools.sh golangci-lint

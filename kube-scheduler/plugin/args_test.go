@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubegpu/kubegpu/kube-scheduler/apis/config"
+
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -14,7 +16,7 @@ func TestDecodeArgs(t *testing.T) {
 		check              func(t *testing.T, a *Args)
 	}{
 		{name: "defaults", raw: `{"signingKeyFile":"/k"}`, check: func(t *testing.T, a *Args) {
-			if a.PluginDir != DefaultPluginDir || a.NodePolicy != "kubegpu" || a.DefaultTopology != "preferred" || a.HeartbeatStaleness.Duration != 40*time.Second || a.PodsWithoutDevices != "Score" || a.GPUMetrics != "PerGPU" {
+			if a.PluginDir != config.DefaultPluginDir || a.NodePolicy != "kubegpu" || a.DefaultTopology != "preferred" || a.HeartbeatStaleness.Duration != 40*time.Second || a.PodsWithoutDevices != "Score" || a.GPUMetrics != "PerGPU" {
 				t.Errorf("defaults not applied: %+v", a)
 			}
 		}},
@@ -35,7 +37,7 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "bad option", raw: `{"signingKeyFile":"/k","pluginOptions":["preset=dgx1"]}`, wantErr: "pluginOptions"},
 		{name: "not an object", raw: `[1]`, wantErr: "decode KubeGPU args"},
 		{name: "learned mix", raw: `{"signingKeyFile":"/k","workloadHalfLife":"168h","workloadMaxTypes":1024}`, check: func(t *testing.T, a *Args) {
-			if c := a.learnConfig(); c.HalfLife != 168*time.Hour || c.MaxTypes != 1024 {
+			if c := a.LearnConfig(); c.HalfLife != 168*time.Hour || c.MaxTypes != 1024 {
 				t.Errorf("learned mix args not read: %+v", c)
 			}
 		}},

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kubegpu/kubegpu/kube-scheduler/apis/config"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
@@ -24,7 +26,7 @@ import (
 // left to the next bind plugin (DefaultBinder).
 func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	s := getState(cs)
-	if s == nil || p.args.WriteAllocation != WriteAllocationBind {
+	if s == nil || p.args.WriteAllocation != config.WriteAllocationBind {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	value, err := p.signedAllocation(pod, s)

@@ -1,34 +1,23 @@
 package plugin
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
-	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
-	"github.com/kubegpu/kubegpu/types"
+	"github.com/kubegpu/kubegpu/kube-scheduler/apis/config/scheme"
 )
 
 // maxConfigBytes bounds a scheduler configuration file read by ArgsFromFile.
 const maxConfigBytes = 1 << 20
 
-// DefaultArgs are the plugin's arguments when a configuration gives none
-// but its signing key.
-func DefaultArgs() *Args {
-	a := &Args{}
-	setDefaults(a)
-	return a
-}
-
 // ArgsFromFile reads the plugin's arguments from a KubeSchedulerConfiguration
-// file, as kubegpu-scheduler would: those of profile (or, if empty, of the
-// first profile that configures the plugin), decoded strictly, defaulted and
-// validated. Tools that must judge as the scheduler does (kubegpu explain)
-// read the scheduler's own file with it.
+// file as kubegpu-scheduler does, through kube-scheduler's scheme: those of
+// profile (or, if empty, of the first profile that configures the plugin),
+// decoded strictly, defaulted and validated. Tools that must judge as the
+// scheduler does (kubegpu explain) read the scheduler's own file with it.
 func ArgsFromFile(path, profile string) (*Args, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -42,23 +31,20 @@ func ArgsFromFile(path, profile string) (*Args, error) {
 	if len(data) > maxConfigBytes {
 		return nil, fmt.Errorf("scheduler configuration %s: over %d bytes", path, maxConfigBytes)
 	}
-	var config struct {
-		Kind     string `json:"kind"`
-		Profiles []struct {
-			SchedulerName string `json:"schedulerName"`
-			PluginConfig  []struct {
-				Name string          `json:"name"`
-				Args json.RawMessage `json:"args"`
-			} `json:"pluginConfig"`
-		} `json:"profiles"`
+	var head struct {
+		Kind string `json:"kind"`
 	}
-	if err := yaml.Unmarshal(data, &config); err != nil {
+	if err := yaml.Unmarshal(data, &head); err != nil {
 		return nil, fmt.Errorf("scheduler configuration %s: %w", path, err)
 	}
-	if config.Kind != "KubeSchedulerConfiguration" {
-		return nil, fmt.Errorf("scheduler configuration %s: kind %q, want KubeSchedulerConfiguration", path, config.Kind)
+	if head.Kind != "KubeSchedulerConfiguration" {
+		return nil, fmt.Errorf("scheduler configuration %s: kind %q, want KubeSchedulerConfiguration", path, head.Kind)
 	}
-	for _, p := range config.Profiles {
+	cfg, err := scheme.Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler configuration %s: %w", path, err)
+	}
+	for _, p := range cfg.Profiles {
 		if profile != "" && p.SchedulerName != profile {
 			continue
 		}
@@ -66,7 +52,7 @@ func ArgsFromFile(path, profile string) (*Args, error) {
 			if pc.Name != Name {
 				continue
 			}
-			args, err := decodeArgs(&runtime.Unknown{Raw: pc.Args, ContentType: runtime.ContentTypeJSON})
+			args, err := decodeArgs(pc.Args)
 			if err != nil {
 				return nil, fmt.Errorf("scheduler configuration %s, profile %q: %w", path, p.SchedulerName, err)
 			}
@@ -77,16 +63,4 @@ func ArgsFromFile(path, profile string) (*Args, error) {
 		return nil, fmt.Errorf("scheduler configuration %s: no profile %q with %s args", path, profile, Name)
 	}
 	return nil, fmt.Errorf("scheduler configuration %s: no profile with %s args", path, Name)
-}
-
-// EngineConfig is the allocation engine the plugin runs with these
-// arguments, over the scheduler sides of the device modules given.
-func (a *Args) EngineConfig(plugins []types.SchedulerPlugin) devicescheduler.Config {
-	return devicescheduler.Config{
-		Plugins:         plugins,
-		Policy:          a.NodePolicy,
-		DevicePolicy:    a.DevicePolicy,
-		DefaultTopology: a.DefaultTopology,
-		Learn:           a.learnConfig(),
-	}
 }

@@ -1,11 +1,15 @@
 package plugin
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestArgsFromShippedFiles: the shipped configurations read as the
@@ -37,7 +41,8 @@ func TestArgsFromShippedFiles(t *testing.T) {
 		{"bad value", head + "      workloadMaxTypes: 5\n", "", "workloadMaxTypes"},
 		{"no such profile", head, "other", `no profile "other"`},
 		{"not a configuration", "kind: Pod\n", "", "want KubeSchedulerConfiguration"},
-		{"no args", "kind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: x\n", "", "no profile with KubeGPU args"},
+		{"no args", "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: x\n", "", "no profile with KubeGPU args"},
+		{"no apiVersion", "kind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: x\n", "", "apiVersion"},
 		{"too large", "kind: KubeSchedulerConfiguration\n#" + strings.Repeat("x", maxConfigBytes), "", "over"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,5 +56,45 @@ func TestArgsFromShippedFiles(t *testing.T) {
 				t.Errorf("ArgsFromFile() = %v, want an error containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestOldConfigsDecodeAlike: the configurations kubegpu has shipped (the
+// example files, the Helm chart's rendered ones) and one with every field
+// decode through kube-scheduler's scheme to the args the hand-written
+// decoder of earlier versions read from them (decoded.golden.json, written
+// by that decoder).
+func TestOldConfigsDecodeAlike(t *testing.T) {
+	dir := filepath.Join("testdata", "args")
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) < 5 {
+		t.Fatalf("configurations in %s: %v %v", dir, files, err)
+	}
+	want, err := os.ReadFile(filepath.Join(dir, "decoded.golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{}
+	for _, f := range files {
+		a, err := ArgsFromFile(f, "")
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		a.TypeMeta = metav1.TypeMeta{}
+		got[filepath.Base(f)] = a
+	}
+	var wantArgs, gotArgs any
+	gotJSON, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(want, &wantArgs); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(gotJSON, &gotArgs); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(gotArgs, wantArgs) {
+		t.Errorf("decoded args differ from the earlier decoder's:\ngot  %s\nwant %s", gotJSON, want)
 	}
 }

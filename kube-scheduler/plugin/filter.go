@@ -11,7 +11,7 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
@@ -72,7 +72,7 @@ func fitCountsHost(cs fwk.CycleState) bool {
 // pluginLister is the framework's list of its plugins by extension point
 // (the handle the scheduler gives New is the framework itself).
 type pluginLister interface {
-	ListPlugins() *config.Plugins
+	ListPlugins() *schedconfig.Plugins
 	ProfileName() string
 }
 
@@ -89,7 +89,7 @@ func (p *Plugin) fitFilters() bool {
 			return
 		}
 		plugins := l.ListPlugins()
-		p.fitFilter = plugins != nil && slices.ContainsFunc(plugins.Filter.Enabled, func(pl config.Plugin) bool { return pl.Name == names.NodeResourcesFit })
+		p.fitFilter = plugins != nil && slices.ContainsFunc(plugins.Filter.Enabled, func(pl schedconfig.Plugin) bool { return pl.Name == names.NodeResourcesFit })
 		if !p.fitFilter {
 			klog.FromContext(p.ctx).WithName(Name).Info("The profile does not run NodeResourcesFit's Filter: KubeGPU refuses nodes short of a GPU pod's CPU or memory itself", "profile", l.ProfileName())
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/kubegpu/kubegpu/kube-scheduler/apis/config"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -113,7 +115,7 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 
 	pod := testPod("web")
 	pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: resources("2", "4Gi")}}
-	for _, mode := range []string{PodsWithoutDevicesScore, PodsWithoutDevicesIgnore} {
+	for _, mode := range []string{config.PodsWithoutDevicesScore, config.PodsWithoutDevicesIgnore} {
 		t.Run(mode, func(t *testing.T) {
 			p := &Plugin{args: &Args{PodsWithoutDevices: mode, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), namespaces: anyNamespace{}}
 			p.ready.Store(true)
@@ -122,7 +124,7 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 				t.Fatalf("PreFilter = %v, want Skip (no Filter for pods without devices)", st)
 			}
 			st := p.PreScore(context.Background(), cs, pod, infos)
-			if mode == PodsWithoutDevicesIgnore {
+			if mode == config.PodsWithoutDevicesIgnore {
 				if !st.IsSkip() {
 					t.Fatalf("PreScore = %v, want Skip", st)
 				}

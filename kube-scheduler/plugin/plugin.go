@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kubegpu/kubegpu/kube-scheduler/apis/config"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -209,7 +211,7 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 		}
 	}()
 	// Reported once whole: a scrape reads c.listPods.
-	metrics.RegisterGPU(ctx, c, pending, args.GPUMetrics == GPUMetricsPerGPU)
+	metrics.RegisterGPU(ctx, c, pending, args.GPUMetrics == config.GPUMetricsPerGPU)
 	return &shared{args: args, modules: names, engine: engine, key: key, cache: c, recorder: rec, metrics: m, pending: pending, synced: synced}, nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/kubegpu/kubegpu/kube-scheduler/apis/config"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
@@ -19,7 +21,7 @@ import (
 // PreBind that runs makes the scheduler also write the pod's nominated node
 // first, an extra API write per pod.
 func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	if getState(cs) == nil || p.args.WriteAllocation != WriteAllocationPreBind {
+	if getState(cs) == nil || p.args.WriteAllocation != config.WriteAllocationPreBind {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return nil, nil
@@ -31,7 +33,7 @@ func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev
 // pod of the same name.
 func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	s := getState(cs)
-	if s == nil || p.args.WriteAllocation != WriteAllocationPreBind {
+	if s == nil || p.args.WriteAllocation != config.WriteAllocationPreBind {
 		return nil
 	}
 	value, err := p.signedAllocation(pod, s)

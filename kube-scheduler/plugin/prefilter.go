@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/kubegpu/kubegpu/kube-scheduler/apis/config"
+
 	corev1 "k8s.io/api/core/v1"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/features"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
@@ -27,7 +29,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	// Only the leader schedules: it alone writes the allocation records.
 	p.recorder.Start(p.ctx)
 	if !objects.WantsDevices(pod) {
-		if p.args.PodsWithoutDevices == PodsWithoutDevicesScore {
+		if p.args.PodsWithoutDevices == config.PodsWithoutDevicesScore {
 			p.writeHostOnly(cs, pod)
 		}
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -131,7 +133,7 @@ func (p *Plugin) placesGroups() bool {
 		p.groups = gates.Enabled(features.GenericWorkload) && gates.Enabled(features.GangScheduling)
 		if l, ok := p.handle.(pluginLister); ok && p.groups {
 			plugins := l.ListPlugins()
-			p.groups = plugins != nil && slices.ContainsFunc(plugins.Permit.Enabled, func(pl config.Plugin) bool { return pl.Name == names.GangScheduling })
+			p.groups = plugins != nil && slices.ContainsFunc(plugins.Permit.Enabled, func(pl schedconfig.Plugin) bool { return pl.Name == names.GangScheduling })
 		}
 		if !p.groups {
 			klog.FromContext(p.ctx).WithName(Name).Info("This profile does not place pod groups: GPU pods of a group wait, unschedulable", "reason", errGroupsOff)

@@ -7,11 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubegpu/kubegpu/kube-scheduler/apis/config"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
@@ -37,7 +39,7 @@ func TestScoreTakesFilterScore(t *testing.T) {
 		infos[name] = framework.NewNodeInfo()
 		infos[name].SetNode(n)
 	}
-	p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
+	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	ctx, pod, cs := context.Background(), gpuPod("p", 1, 0, testNow), framework.NewCycleState()
 	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
@@ -155,15 +157,15 @@ func TestFilterLeavesHostResources(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		preFilter bool // NodeResourcesFit's PreFilter ran
-		filters   *config.Plugins
+		filters   *schedconfig.Plugins
 	}{
-		{true, &config.Plugins{Filter: config.PluginSet{Enabled: []config.Plugin{{Name: Name}, {Name: names.NodeResourcesFit}}}}},
+		{true, &schedconfig.Plugins{Filter: schedconfig.PluginSet{Enabled: []schedconfig.Plugin{{Name: Name}, {Name: names.NodeResourcesFit}}}}},
 		{true, nil}, // a handle that cannot list its plugins: taken to filter
 		{false, nil},
-		{true, &config.Plugins{Filter: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}}}},
+		{true, &schedconfig.Plugins{Filter: schedconfig.PluginSet{Enabled: []schedconfig.Plugin{{Name: Name}}}}},
 	} {
 		fit := tc.preFilter && (tc.filters == nil || len(tc.filters.Filter.Enabled) == 2)
-		p := &Plugin{args: &Args{PodsWithoutDevices: PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
+		p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
 		p.ready.Store(true)
 		if tc.filters != nil {
 			p.handle = listedHandle{plugins: tc.filters}
@@ -225,9 +227,9 @@ func TestFilterLeavesHostResources(t *testing.T) {
 // nothing else (fitFilters calls nothing else).
 type listedHandle struct {
 	fwk.Handle
-	plugins *config.Plugins
+	plugins *schedconfig.Plugins
 }
 
-func (h listedHandle) ListPlugins() *config.Plugins { return h.plugins }
+func (h listedHandle) ListPlugins() *schedconfig.Plugins { return h.plugins }
 
 func (h listedHandle) ProfileName() string { return "test" }

@@ -48,6 +48,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubegpu/kubegpu/kube-scheduler/apis/config"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -135,10 +137,10 @@ func writeConfig(dir, pluginDir, keyFile string) (string, error) {
 	gpuMetrics := os.Getenv("KUBEGPU_SCHEDPERF_GPU_METRICS")
 	switch gpuMetrics {
 	case "":
-		gpuMetrics = plugin.GPUMetricsPerModel
-	case plugin.GPUMetricsPerModel, plugin.GPUMetricsPerGPU:
+		gpuMetrics = config.GPUMetricsPerModel
+	case config.GPUMetricsPerModel, config.GPUMetricsPerGPU:
 	default:
-		return "", fmt.Errorf("KUBEGPU_SCHEDPERF_GPU_METRICS=%q: want %s or %s", gpuMetrics, plugin.GPUMetricsPerGPU, plugin.GPUMetricsPerModel)
+		return "", fmt.Errorf("KUBEGPU_SCHEDPERF_GPU_METRICS=%q: want %s or %s", gpuMetrics, config.GPUMetricsPerGPU, config.GPUMetricsPerModel)
 	}
 	// nodePolicy kubegpu (the shipped default) unless
 	// KUBEGPU_SCHEDPERF_NODE_POLICY says otherwise: the kubegpu policy
