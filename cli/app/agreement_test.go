@@ -5,8 +5,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/kubegpu/kubegpu/kube-scheduler/plugin"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,19 +32,25 @@ import (
 )
 
 // TestExplainAgreesWithTheScheduler: for 1,000 random GPU pods against
-// random clusters (nodes not Ready, with stale or no Leases, short of CPU
-// or memory, refusing the scheduler's key, with an unusable inventory;
-// whole GPUs and slices held by bound pods), `kubegpu explain`, reading the
-// cluster from the API, gives every node the verdict, reason and score the
-// scheduler's Filter and Score give it: the device cache fed by the
-// scheduler's informer handlers, the node's host resources counted by the
-// framework's NodeInfo.
+// random clusters (nodes not Ready, with stale, old or no Leases, short of
+// CPU or memory, refusing the scheduler's key, with an unusable inventory;
+// whole GPUs and slices held by bound pods, some signed with a key the
+// scheduler does not hold), `kubegpu explain`, reading the cluster from the
+// API, gives every node the verdict, the Filter status, the score and the
+// rank that kubegpu-scheduler's plugin gives it: its PreFilter, Filter,
+// Score and NormalizeScore run over a device cache fed by its informer
+// handlers, on the framework's NodeInfos.
 func TestExplainAgreesWithTheScheduler(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	key := cachetest.Key(t)
 	keys := kubeinterface.NewKeySet(key)
 	const clusters, podsPerCluster = 50, 20
 	compared := 0
+	indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	if err := indexer.Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}); err != nil {
+		t.Fatal(err)
+	}
+	namespaces := corelisters.NewNamespaceLister(indexer)
 	for cl := range clusters {
 		objs, nodes, bound := randomCluster(t, rng, key, cl)
 		client := fake.NewClientset(objs...)
@@ -47,6 +61,7 @@ func TestExplainAgreesWithTheScheduler(t *testing.T) {
 		engine := cachetest.Engine(t)
 		now := time.Now()
 		sched := schedulerCache(engine, keys, nodes, objs, bound, now)
+		p := plugin.NewOverCache(context.Background(), plugin.DefaultArgs(), sched, namespaces)
 		o := &explainOptions{key: keys, staleness: 40 * time.Second}
 		for i := range podsPerCluster {
 			pod := randomGPUPod(rng, fmt.Sprintf("p%d-%d", cl, i))
@@ -60,7 +75,10 @@ func TestExplainAgreesWithTheScheduler(t *testing.T) {
 				t.Fatal(err)
 			}
 			rows := o.evaluate(engine, s, r, pod, now)
-			want := schedulerRows(sched, nodes, bound, r)
+			want := schedulerRows(t, p, nodes, bound, pod)
+			for i := range rows {
+				rows[i].reason, rows[i].devices = "", "" // explain's own words
+			}
 			if !slices.Equal(rows, want) {
 				t.Fatalf("cluster %d, pod %s (%+v):\nexplain   %+v\nscheduler %+v", cl, pod.Name, req, rows, want)
 			}
@@ -80,6 +98,10 @@ func randomCluster(t *testing.T, rng *rand.Rand, key *kubeinterface.Key, cl int)
 	var objs []runtime.Object
 	var nodes []*corev1.Node
 	var bound []*corev1.Pod
+	otherKey, err := kubeinterface.NewHMACKey([]byte(strings.Repeat("o", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	scratch := devicecache.New(devicecache.Config{Engine: cachetest.Engine(t), Keys: kubeinterface.NewKeySet(key), Staleness: time.Hour})
 	for i := range 2 + rng.IntN(5) {
 		n := cachetest.Node(t, fmt.Sprintf("c%d-n%d", cl, i), presets[rng.IntN(len(presets))])
@@ -124,7 +146,11 @@ func randomCluster(t *testing.T, rng *rand.Rand, key *kubeinterface.Key, cl int)
 			if err != nil {
 				continue // full
 			}
-			b := cachetest.BoundWith(t, key, p, alloc)
+			signer := key
+			if rng.IntN(8) == 0 {
+				signer = otherKey // holds nothing: the scheduler does not verify it
+			}
+			b := cachetest.BoundWith(t, signer, p, alloc)
 			b.Status.Phase = corev1.PodRunning
 			bound = append(bound, b)
 			objs = append(objs, b)
@@ -170,32 +196,51 @@ func schedulerCache(engine *devicescheduler.Engine, keys *kubeinterface.KeySet, 
 	return c
 }
 
-// schedulerRows is what Filter and Score say of r on every node, in
-// explain's order: fitting nodes best first, then the others by name.
-func schedulerRows(c *devicecache.Cache, nodes []*corev1.Node, bound []*corev1.Pod, r *devicescheduler.Request) []explainRow {
-	in := c.InputOnce(r)
+// schedulerRows is what the plugin's Filter and Score say of pod on every
+// node, in explain's order: fitting nodes by their score, best first (the
+// order NormalizeScore keeps), then the others by name.
+func schedulerRows(t *testing.T, p *plugin.Plugin, nodes []*corev1.Node, bound []*corev1.Pod, pod *corev1.Pod) []explainRow {
+	ctx := context.Background()
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
 	var rows []explainRow
+	var scores fwk.NodeScoreList
 	for _, n := range nodes {
 		var here []*corev1.Pod
-		for _, p := range bound {
-			if p.Spec.NodeName == n.Name {
-				here = append(here, p)
+		for _, b := range bound {
+			if b.Spec.NodeName == n.Name {
+				here = append(here, b)
 			}
 		}
 		ni := framework.NewNodeInfo(here...)
 		ni.SetNode(n)
-		a, req := ni.GetAllocatable(), ni.GetRequested()
-		capacity, free := devicecache.NodeHost(a.GetMilliCPU(), a.GetMemory(), req.GetMilliCPU(), req.GetMemory())
-		var pl devicescheduler.Placement
 		row := explainRow{node: n.Name}
-		score, err := c.Evaluate(n, &in, capacity, free, &pl)
-		if err != nil {
-			row.reason = devicecache.Classify(err).Detail()
+		if st := p.Filter(ctx, cs, pod, ni); !st.IsSuccess() {
+			row.status = st.Message()
 		} else {
-			row.fits, row.score, row.devices = true, score, allocationDevices(pl.Allocation())
+			score, st := p.Score(ctx, cs, pod, ni)
+			if !st.IsSuccess() {
+				t.Fatalf("Score: %v", st)
+			}
+			row.fits, row.score = true, score
+			scores = append(scores, fwk.NodeScore{Name: n.Name, Score: score})
 		}
 		rows = append(rows, row)
 	}
 	sortRows(rows)
+	// NormalizeScore ranks as explain orders: by the raw scores.
+	normalized := slices.Clone(scores)
+	if st := p.NormalizeScore(ctx, cs, pod, normalized); !st.IsSuccess() {
+		t.Fatalf("NormalizeScore: %v", st)
+	}
+	for i := range scores {
+		for j := range scores {
+			if scores[i].Score > scores[j].Score && normalized[i].Score <= normalized[j].Score {
+				t.Fatalf("NormalizeScore ranks %s (%d) no higher than %s (%d)", scores[i].Name, scores[i].Score, scores[j].Name, scores[j].Score)
+			}
+		}
+	}
 	return rows
 }

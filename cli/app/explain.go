@@ -75,7 +75,9 @@ type explainRow struct {
 	fits    bool
 	score   int64
 	devices string
-	reason  string
+	// reason is why not, in full; status is the scheduler's Filter
+	// status message for it (constant per reason).
+	reason, status string
 }
 
 func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name string) error {
@@ -231,7 +233,7 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 			row.reason = "the node's kubegpu-crishim accepts none of the keys given with --allocation-key: its pods' containers would be refused their GPUs"
 		}
 		if row.reason == "" {
-			row.fits, row.score, row.devices, row.reason = decide(c, &in, n.node, s.requestedBytes[n.name], self, r)
+			row = decide(c, &in, n.node, s.requestedBytes[n.name], self, r)
 		}
 		rows = append(rows, row)
 	}
@@ -262,7 +264,7 @@ func sortRows(rows []explainRow) {
 // devices the pod would get, or why not. Host resources are counted as the
 // scheduler counts them: allocatable less what the node's bound pods ask
 // for (the pod itself left out where it is bound).
-func decide(c *devicecache.Cache, in *devicecache.Input, node *corev1.Node, requested [2]int64, self *corev1.Pod, r *devicescheduler.Request) (bool, int64, string, string) {
+func decide(c *devicecache.Cache, in *devicecache.Input, node *corev1.Node, requested [2]int64, self *corev1.Pod, r *devicescheduler.Request) explainRow {
 	if self.Spec.NodeName == node.Name {
 		cpu, mem := objects.HostRequestBytes(self)
 		requested[0] -= cpu
@@ -273,9 +275,10 @@ func decide(c *devicecache.Cache, in *devicecache.Input, node *corev1.Node, requ
 	var pl devicescheduler.Placement
 	score, err := c.Evaluate(node, in, capacity, free, &pl)
 	if err != nil {
-		return false, 0, "", devicecache.Classify(err).Detail()
+		refusal := devicecache.Classify(err)
+		return explainRow{node: node.Name, reason: refusal.Detail(), status: refusal.Message}
 	}
-	return true, score, allocationDevices(pl.Allocation()), ""
+	return explainRow{node: node.Name, fits: true, score: score, devices: allocationDevices(pl.Allocation())}
 }
 
 func printExplain(w io.Writer, rows []explainRow, top int) error {

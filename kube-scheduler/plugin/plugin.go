@@ -427,3 +427,14 @@ func loadKeys(logger klog.Logger, args *Args) (*kubeinterface.Key, *kubeinterfac
 	}
 	return key, keys, nil
 }
+
+// NewOverCache is the plugin over a device cache the caller feeds, without
+// informers, records or a framework handle: for tools and tests that drive
+// its extension points directly (PreFilter, Filter, Score, NormalizeScore)
+// to see what the scheduler decides. Pods' namespaces come from
+// namespaces.
+func NewOverCache(ctx context.Context, args *Args, c *devicecache.Cache, namespaces corelisters.NamespaceLister) *Plugin {
+	p := &Plugin{ctx: ctx, args: args, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), namespaces: namespaces}
+	p.ready.Store(true)
+	return p
+}
