@@ -130,7 +130,6 @@ const (
 	PodsWithoutDevicesIgnore = "Ignore"
 )
 
-
 // LearnConfig is how the engine learns the workload mix.
 func (a *KubeGPUArgs) LearnConfig() devicescheduler.LearnConfig {
 	var halfLife time.Duration

@@ -101,4 +101,3 @@ type KubeGPUArgs struct {
 	// five series per GPU (200,000 at 5,000 8-GPU nodes) at every gather.
 	GPUMetrics string `json:"gpuMetrics,omitempty"`
 }
-
