@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -118,14 +117,6 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 
 // hasInventory reports whether n publishes a usable inventory.
 func (n nodeState) hasInventory() bool { return n.invErr == nil }
-
-// why says why a node has no usable inventory.
-func (n nodeState) why() string {
-	if errors.Is(n.invErr, kubeinterface.ErrNoInventory) {
-		return "no kubegpu inventory (kubegpu-crishim not running there?)"
-	}
-	return fmt.Sprintf("inventory unusable: %v", n.invErr)
-}
 
 // sanitize makes a string that a node (or anyone who can write a node)
 // published safe to print on a terminal: characters that are not printable

@@ -104,12 +104,14 @@ func (m *Metrics) Rejected(err error) {
 	m.rejects.WithLabelValues(reason).Inc()
 }
 
+// Recorded counts a record written, by result.
 func (m *Metrics) Recorded(result string) {
 	if m != nil {
 		m.records.WithLabelValues(result).Inc()
 	}
 }
 
+// Written counts a signed allocation written onto a pod, by result.
 func (m *Metrics) Written(result string) {
 	if m != nil {
 		m.writes.WithLabelValues(result).Inc()

@@ -27,6 +27,7 @@ type PendingPod struct {
 	fixed atomic.Int32 // reason+1 when refused before Filter
 }
 
+// NewPendingPods tracks no pod yet.
 func NewPendingPods() *PendingPods { return &PendingPods{pods: map[ktypes.UID]*PendingPod{}} }
 
 // Start begins a cycle of pod: its counts start again.
@@ -43,6 +44,7 @@ func (p *PendingPods) Refuse(uid ktypes.UID, reason devicecache.Reason) {
 	p.Start(uid).fixed.Store(int32(reason) + 1)
 }
 
+// Remove forgets a pod reserved, bound or deleted.
 func (p *PendingPods) Remove(uid ktypes.UID) {
 	p.mu.Lock()
 	delete(p.pods, uid)
@@ -56,6 +58,8 @@ func (pp *PendingPod) Count(reason devicecache.Reason) {
 	}
 }
 
+// Reason is why the pod waits: the reason it was refused outright, else
+// the reason most nodes gave.
 func (pp *PendingPod) Reason() devicecache.Reason {
 	if r := pp.fixed.Load(); r > 0 {
 		return devicecache.Reason(r - 1)

@@ -30,5 +30,3 @@ func testCache(t *testing.T, cfg ...func(*devicecache.Config)) (*devicecache.Cac
 func wholeRequest(t *testing.T, c *devicecache.Cache, count int) *devicescheduler.Request {
 	return cachetest.WholeRequest(t, c.Engine(), count)
 }
-
-func ptr[T any](v T) *T { return &v }

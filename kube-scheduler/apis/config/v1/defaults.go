@@ -9,8 +9,8 @@ import (
 )
 
 // SetDefaults_KubeGPUArgs fills in what the args leave out; defaulter-gen
-// registers it.
-func SetDefaults_KubeGPUArgs(a *KubeGPUArgs) { //nolint:revive,staticcheck // the name defaulter-gen looks for
+// registers it (its name is the one defaulter-gen looks for).
+func SetDefaults_KubeGPUArgs(a *KubeGPUArgs) {
 	if a.PluginDir == "" {
 		a.PluginDir = config.DefaultPluginDir
 	}
