@@ -7,9 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-version=$(awk '{for (i = 1; i < NF; i++) if ($i == "k8s.io/code-generator" && $(i+1) == "=>") print $(i+3)}' go.mod)
+# code-generator is released with apimachinery, at the same version.
+version=$(GOFLAGS= go list -m -f '{{.Version}}' k8s.io/apimachinery)
 if [ -z "$version" ]; then
-	echo "update-codegen: go.mod pins no k8s.io/code-generator (a replace line)" >&2
+	echo "update-codegen: go.mod pins no k8s.io/apimachinery" >&2
 	exit 1
 fi
 apis=kube-scheduler/apis/config
@@ -18,14 +19,21 @@ generated() { find "$apis" -name 'zz_generated.*.go' | sort; }
 saved=$(mktemp -d)
 trap 'rm -rf "$saved"' EXIT
 if [ "${1:-}" = --verify ]; then
+	if [ -z "$(generated)" ]; then
+		echo "update-codegen: no generated files in $apis: run make generate" >&2
+		exit 1
+	fi
 	tar -cf "$saved/before.tar" $(generated)
+	# Whatever happens below (a generator failing, offline, interrupted),
+	# leave the tree as it was.
+	trap 'generated | xargs -r rm -f; tar -xf "$saved/before.tar"; rm -rf "$saved"' EXIT
 fi
 
 generated | xargs -r rm -f
 gen() {
 	local tool=$1
 	shift
-	GOFLAGS=-mod=mod go run "k8s.io/code-generator/cmd/$tool@$version" --go-header-file hack/boilerplate.go.txt "$@"
+	GOFLAGS= go run "k8s.io/code-generator/cmd/$tool@$version" --go-header-file hack/boilerplate.go.txt "$@"
 }
 gen deepcopy-gen --output-file zz_generated.deepcopy.go "./$apis" "./$apis/v1"
 gen defaulter-gen --output-file zz_generated.defaults.go "./$apis/v1"
@@ -47,7 +55,4 @@ done
 for f in $(cd "$saved/before" && find . -name 'zz_generated.*.go'); do
 	[ -e "$f" ] || { echo "update-codegen: $f is no longer generated: run make generate" >&2; status=1; }
 done
-# Leave the tree as it was.
-generated | xargs -r rm -f
-tar -xf "$saved/before.tar"
-exit $status
+exit $status # the trap leaves the tree as it was

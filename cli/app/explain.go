@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
@@ -203,7 +204,7 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 		case l.Spec.AcquireTime != nil:
 			clock = l.Spec.AcquireTime.Time
 		default:
-			continue // never renewed: as no Lease
+			clock = now // never renewed: live for heartbeatStaleness from when first seen, as the scheduler counts it
 		}
 		// A year-old renewal is stale whatever the limit; older ones
 		// would overflow the cache's durations.
@@ -341,8 +342,13 @@ func allocationDevices(a types.PodAllocation) string {
 func (o *explainOptions) args() (*plugin.Args, error) {
 	args := plugin.DefaultArgs()
 	if o.schedulerConfig != "" {
+		// kube-scheduler's defaulting logs how it merged the profile's
+		// plugins, which says nothing here.
+		klog.SetLogger(logr.Discard())
 		var err error
-		if args, err = plugin.ArgsFromFile(o.schedulerConfig, o.profile); err != nil {
+		args, err = plugin.ArgsFromFile(o.schedulerConfig, o.profile)
+		klog.ClearLogger()
+		if err != nil {
 			return nil, err
 		}
 	}

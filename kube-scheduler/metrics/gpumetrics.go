@@ -317,28 +317,27 @@ var registerCollectorOnce sync.Once
 // plugin instance made, in a process with several profiles or tests) until
 // ctx, the scheduler's, ends: a scheduler that stopped is neither reported
 // nor kept alive by the collector. perGPU says whether the per-GPU series
-// are sent (gpuMetrics: PerGPU).
-func RegisterGPU(ctx context.Context, c *devicecache.Cache, pending *PendingPods, perGPU bool) {
+// are sent (gpuMetrics: PerGPU). The channel returned is closed once the
+// end of ctx has been handled.
+func RegisterGPU(ctx context.Context, c *devicecache.Cache, pending *PendingPods, perGPU bool) <-chan struct{} {
 	registerCollectorOnce.Do(func() {
 		legacyregistry.CustomMustRegister(theCollector)
 		legacyregistry.MustRegister(allocationToRunning)
 	})
 	t := &collectorTarget{cache: c, pending: pending, perModel: !perGPU, maxAge: gpuScrapeMaxAge}
 	theCollector.target.Store(t)
+	ended := make(chan struct{})
 	context.AfterFunc(ctx, func() {
+		defer close(ended)
 		if theCollector.target.CompareAndSwap(t, nil) {
 			// The per-GPU label pairs hold the cache's nodes.
 			theCollector.mu.Lock()
 			theCollector.series, theCollector.last = gpuSeries{}, nil
 			theCollector.mu.Unlock()
 		}
-		schedulersEnded.Add(1)
 	})
+	return ended
 }
-
-// schedulersEnded counts the ends of schedulers' contexts RegisterGPU has
-// handled (tests wait for them).
-var schedulersEnded atomic.Int64
 
 // ObserveRunning records a bound GPU pod's allocation-to-running time
 // once, when the cache first sees it running.

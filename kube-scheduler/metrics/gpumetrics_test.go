@@ -311,14 +311,13 @@ func TestGPUMetricsFollowTheScheduler(t *testing.T) {
 	ctx1, stop1 := context.WithCancel(context.Background())
 	ctx2, stop2 := context.WithCancel(context.Background())
 	defer stop2()
-	RegisterGPU(ctx1, first, pendingOf(first), true)
+	firstEnded := RegisterGPU(ctx1, first, pendingOf(first), true)
 	RegisterGPU(ctx2, second, pendingOf(second), true)
-	ended := schedulersEnded.Load()
 	stop1()
-	for deadline := time.Now().Add(10 * time.Second); schedulersEnded.Load() == ended; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first scheduler's end was not handled within 10 s")
-		}
+	select {
+	case <-firstEnded:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first scheduler's end was not handled within 10 s")
 	}
 	if got := theCollector.reporting(); got != second {
 		t.Fatal("an earlier scheduler's end took the running one's cache out of the metrics")

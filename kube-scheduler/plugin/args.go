@@ -20,16 +20,17 @@ import (
 type Args = config.KubeGPUArgs
 
 // decodeArgs takes the plugin's args as the scheduler hands them (decoded
-// already; nil when the profile gives none) and validates them. Args
-// handed raw (runtime.Unknown) are decoded with the scheduler's scheme, as
-// its configuration file is.
+// and defaulted already) and validates them. Args handed otherwise (nil,
+// raw as runtime.Unknown, or typed but not defaulted, by embedders and
+// tests) are decoded with the scheduler's scheme and defaulted as its
+// configuration file's are.
 func decodeArgs(obj runtime.Object) (*Args, error) {
 	var args *Args
 	switch o := obj.(type) {
 	case nil:
 		args = DefaultArgs()
 	case *Args:
-		args = o.DeepCopy()
+		args = withDefaults(o)
 	case *runtime.Unknown:
 		gvk := configv1.SchemeGroupVersion.WithKind("KubeGPUArgs")
 		decoded, _, err := schedscheme.Codecs.UniversalDecoder().Decode(o.Raw, &gvk, nil)
@@ -50,12 +51,20 @@ func decodeArgs(obj runtime.Object) (*Args, error) {
 
 // DefaultArgs are the plugin's arguments when a configuration gives none
 // but its signing key: the v1 defaults.
-func DefaultArgs() *Args {
+func DefaultArgs() *Args { return withDefaults(&Args{}) }
+
+// withDefaults is a copy of a with the v1 defaults where it leaves fields
+// out.
+func withDefaults(a *Args) *Args {
 	v := &configv1.KubeGPUArgs{}
-	configv1.SetObjectDefaults_KubeGPUArgs(v)
 	out := &Args{}
+	// The generated conversions of two types of one shape: they cannot fail.
+	if err := configv1.Convert_config_KubeGPUArgs_To_v1_KubeGPUArgs(a.DeepCopy(), v, nil); err != nil {
+		panic(fmt.Sprintf("%s args: %v", Name, err))
+	}
+	configv1.SetObjectDefaults_KubeGPUArgs(v)
 	if err := configv1.Convert_v1_KubeGPUArgs_To_config_KubeGPUArgs(v, out, nil); err != nil {
-		panic(fmt.Sprintf("default %s args: %v", Name, err)) // the generated conversion of two same-shaped types
+		panic(fmt.Sprintf("%s args: %v", Name, err))
 	}
 	return out
 }

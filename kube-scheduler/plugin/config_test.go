@@ -98,3 +98,30 @@ func TestOldConfigsDecodeAlike(t *testing.T) {
 		t.Errorf("decoded args differ from the earlier decoder's:\ngot  %s\nwant %s", gotJSON, want)
 	}
 }
+
+// TestArgsDecodedStrictly: what kube-scheduler's scheme refuses in the
+// args, which the earlier hand-written decoder let through: keys in
+// another case (encoding/json matched them regardless of case), an
+// apiVersion or kind inside the args that is not KubeGPUArgs'. And a
+// profile that enables KubeGPU without args gets the defaults, so its
+// missing signing key is named.
+func TestArgsDecodedStrictly(t *testing.T) {
+	dir := t.TempDir()
+	const head = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: gpu\n  plugins:\n    multiPoint:\n      enabled:\n      - name: KubeGPU\n"
+	const args = "  pluginConfig:\n  - name: KubeGPU\n    args:\n      signingKeyFile: /k\n"
+	for _, tt := range []struct{ name, content, wantErr string }{
+		{"key in another case", head + args + "      recordQps: 5\n", `unknown field "recordQps"`},
+		{"other kind in args", head + args + "      kind: CoschedulingArgs\n", `no kind "CoschedulingArgs"`},
+		{"enabled without args", head, "signingKeyFile: Required value"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(dir, "c.yaml")
+			if err := os.WriteFile(p, []byte(tt.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ArgsFromFile(p, ""); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("ArgsFromFile() = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -18,9 +18,9 @@
 //
 // The plugin keeps one file per extension point (prefilter.go, filter.go,
 // score.go, reserve.go, prebind.go, bind.go, preempt.go for PreFilter's
-// extensions), the wiring (plugin.go), its args (args.go, config.go), the
-// metrics (metrics.go,
-// gpumetrics.go, gpuseries.go, pending.go). Fit, refusal and score are
+// extensions), the wiring (plugin.go), its args (args.go, config.go; the
+// types are in kube-scheduler/apis/config). Records are written by package
+// record, metrics kept by package metrics. Fit, refusal and score are
 // decided in package devicecache alone.
 //
 // Logging verbosity: errors for unusable inventories and allocations that do
