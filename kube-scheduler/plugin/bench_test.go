@@ -102,7 +102,7 @@ func largestPod(b *testing.B, name string) *corev1.Pod {
 // largest pod the limits accept, whose cost is bounded by them.
 func BenchmarkPreFilter(b *testing.B) {
 	c, _ := testCache(&testing.T{})
-	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
+	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	for _, tc := range []struct {
 		name string
@@ -171,7 +171,7 @@ func BenchmarkFilterScore(b *testing.B) {
 		infos[i] = framework.NewNodeInfo()
 		infos[i].SetNode(n)
 	}
-	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
+	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	// Pods of a few shapes, so that every node's memo holds several.
 	pods := make([]*corev1.Pod, 8)

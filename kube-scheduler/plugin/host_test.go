@@ -117,7 +117,7 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 	pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: resources("2", "4Gi")}}
 	for _, mode := range []string{config.PodsWithoutDevicesScore, config.PodsWithoutDevicesIgnore} {
 		t.Run(mode, func(t *testing.T) {
-			p := &Plugin{args: &Args{PodsWithoutDevices: mode, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), namespaces: anyNamespace{}}
+			p := &Plugin{args: &Args{PodsWithoutDevices: mode, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, namespaces: anyNamespace{}}
 			p.ready.Store(true)
 			cs := framework.NewCycleState()
 			if _, st := p.PreFilter(context.Background(), cs, pod, nil); !st.IsSkip() {

@@ -45,17 +45,10 @@ type Plugin struct {
 	ctx    context.Context
 	handle fwk.Handle
 	args   *Args
-	engine *devicescheduler.Engine
-	key    *kubeinterface.Key
-	cache  *devicecache.Cache
-	// recorder writes the scheduler's records of allocations; metrics
-	// and pending are the plugin's metrics and the GPU pods it has tried
-	// and not placed.
-	recorder *record.Recorder
-	metrics  *metrics.Metrics
-	pending  *metrics.PendingPods
-	synced   func() bool
-	ready    atomic.Bool
+	// shared is what the profiles of the process share: the engine, the
+	// device cache, the recorder and the metrics.
+	*shared
+	ready atomic.Bool
 	// namespaces give each pod's namespace its enforcement policy label.
 	namespaces corelisters.NamespaceLister
 	// fitOnce and fitFilter: whether the profile runs NodeResourcesFit's
@@ -84,29 +77,45 @@ var (
 // Name returns the plugin's name.
 func (*Plugin) Name() string { return Name }
 
+// Factory builds the plugin for each profile of a scheduler, handing the
+// profiles of one scheduler (one informer factory) one shared state:
+// loading a .so twice is impossible, and two device caches would hand out
+// the same device twice. Register its New with the scheduler:
+//
+//	app.NewSchedulerCommand(app.WithPlugin(plugin.Name, plugin.NewFactory().New))
+type Factory struct {
+	mu sync.Mutex
+	// byInformers maps a scheduler's informer factory to its state.
+	byInformers map[informers.SharedInformerFactory]*shared
+}
+
+// NewFactory returns a factory that has built nothing yet.
+func NewFactory() *Factory {
+	return &Factory{byInformers: map[informers.SharedInformerFactory]*shared{}}
+}
+
 // New builds the plugin from its args: it loads the device modules'
 // scheduler sides from the plugin directory, reads the signing key and
-// registers the device cache's informer handlers. Any problem fails the
-// scheduler's start-up with an error that says what to fix.
-func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+// registers the device cache's informer handlers (once per scheduler).
+// Any problem fails the scheduler's start-up with an error that says what
+// to fix.
+func (f *Factory) New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	logger := klog.FromContext(ctx).WithName(Name)
 	args, err := decodeArgs(obj)
 	if err != nil {
 		return nil, err
 	}
-	shared, err := sharedState(ctx, args, h)
+	shared, err := f.sharedState(ctx, args, h)
 	if err != nil {
 		return nil, err
 	}
 	logger.Info("kubegpu plugin ready", "profile", h.ProfileName(), "pluginDir", args.PluginDir,
 		"modules", shared.modules, "nodePolicy", args.NodePolicy, "signingKey", shared.key.Algorithm()+":"+shared.key.ID())
-	return &Plugin{ctx: ctx, handle: h, args: args, engine: shared.engine, key: shared.key, cache: shared.cache, synced: shared.synced,
-		recorder: shared.recorder, metrics: shared.metrics, pending: shared.pending,
+	return &Plugin{ctx: ctx, handle: h, args: args, shared: shared,
 		namespaces: h.SharedInformerFactory().Core().V1().Namespaces().Lister()}, nil
 }
 
-// shared is what the profiles of one process share: loading a .so twice is
-// impossible, and two caches would hand out the same device twice.
+// shared is what the profiles of one scheduler share (see Factory).
 type shared struct {
 	args     *Args
 	modules  []string
@@ -119,18 +128,11 @@ type shared struct {
 	synced   func() bool
 }
 
-var (
-	sharedMu sync.Mutex
-	// sharedByFactory maps a scheduler's informer factory (one per
-	// process) to its state.
-	sharedByFactory = map[informers.SharedInformerFactory]*shared{}
-)
-
-func sharedState(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
+func (f *Factory) sharedState(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 	factory := h.SharedInformerFactory()
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if s, ok := sharedByFactory[factory]; ok {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s, ok := f.byInformers[factory]; ok {
 		if !argsEqual(s.args, args) {
 			return nil, fmt.Errorf("%s: every profile must give the plugin the same args: the profiles share one device cache", Name)
 		}
@@ -140,12 +142,12 @@ func sharedState(ctx context.Context, args *Args, h fwk.Handle) (*shared, error)
 	if err != nil {
 		return nil, err
 	}
-	sharedByFactory[factory] = s
+	f.byInformers[factory] = s
 	// The state lives as long as the scheduler that made it.
 	context.AfterFunc(ctx, func() {
-		sharedMu.Lock()
-		delete(sharedByFactory, factory)
-		sharedMu.Unlock()
+		f.mu.Lock()
+		delete(f.byInformers, factory)
+		f.mu.Unlock()
 	})
 	return s, nil
 }
@@ -434,7 +436,7 @@ func loadKeys(logger klog.Logger, args *Args) (*kubeinterface.Key, *kubeinterfac
 // to see what the scheduler decides. Pods' namespaces come from
 // namespaces.
 func NewOverCache(ctx context.Context, args *Args, c *devicecache.Cache, namespaces corelisters.NamespaceLister) *Plugin {
-	p := &Plugin{ctx: ctx, args: args, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), namespaces: namespaces}
+	p := &Plugin{ctx: ctx, args: args, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, namespaces: namespaces}
 	p.ready.Store(true)
 	return p
 }

@@ -72,7 +72,7 @@ func fullDGX(t testing.TB, n int) (*Plugin, *corev1.Node, []*corev1.Pod) {
 	node := testNode(tt, "n1", "dgx1")
 	c.UpdateNode(logger, node)
 	c.UpdateLease(testLease("n1", testNow), false)
-	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
+	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	var pods []*corev1.Pod
 	for i := range n {

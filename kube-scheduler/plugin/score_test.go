@@ -39,7 +39,7 @@ func TestScoreTakesFilterScore(t *testing.T) {
 		infos[name] = framework.NewNodeInfo()
 		infos[name].SetNode(n)
 	}
-	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
+	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	ctx, pod, cs := context.Background(), gpuPod("p", 1, 0, testNow), framework.NewCycleState()
 	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
@@ -165,7 +165,7 @@ func TestFilterLeavesHostResources(t *testing.T) {
 		{true, &schedconfig.Plugins{Filter: schedconfig.PluginSet{Enabled: []schedconfig.Plugin{{Name: Name}}}}},
 	} {
 		fit := tc.preFilter && (tc.filters == nil || len(tc.filters.Filter.Enabled) == 2)
-		p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, engine: c.Engine(), cache: c, pending: metrics.NewPendingPods(), ctx: context.Background(), namespaces: anyNamespace{}}
+		p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}}
 		p.ready.Store(true)
 		if tc.filters != nil {
 			p.handle = listedHandle{plugins: tc.filters}

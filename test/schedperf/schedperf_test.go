@@ -107,7 +107,7 @@ func BenchmarkPerfScheduling(b *testing.B) {
 		b.Fatal(err)
 	}
 	var r renewer
-	perf.RunBenchmarkPerfScheduling(b, config, "kubegpu", frameworkruntime.Registry{plugin.Name: plugin.New},
+	perf.RunBenchmarkPerfScheduling(b, config, "kubegpu", frameworkruntime.Registry{plugin.Name: plugin.NewFactory().New},
 		perf.WithNodeUpdateFn(r.publish), perf.WithPreRunFn(r.start))
 }
 

@@ -16,6 +16,6 @@ import (
 )
 
 func main() {
-	command := app.NewSchedulerCommand(app.WithPlugin(plugin.Name, plugin.New))
+	command := app.NewSchedulerCommand(app.WithPlugin(plugin.Name, plugin.NewFactory().New))
 	os.Exit(cli.Run(command))
 }
