@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 
@@ -96,44 +97,51 @@ func (p *Plugin) NormalizeScore(_ context.Context, cs fwk.CycleState, _ *corev1.
 
 // normalizeHostOnly normalises a pod without devices' scores: nodes without
 // devices (noDevices) MaxNodeScore, the others by rank onto 0..MaxNodeScore/2.
-func normalizeHostOnly(scores fwk.NodeScoreList) {
-	gpu := make(fwk.NodeScoreList, 0, len(scores))
-	for _, s := range scores {
-		if s.Score != noDevices {
-			gpu = append(gpu, s)
-		}
-	}
-	normalizeByRank(gpu)
-	j := 0
-	for i := range scores {
-		if scores[i].Score == noDevices {
-			scores[i].Score = fwk.MaxScore
-			continue
-		}
-		scores[i].Score = gpu[j].Score / 2
-		j++
-	}
-}
+func normalizeHostOnly(scores fwk.NodeScoreList) { normalizeRanks(scores, true) }
 
-func normalizeByRank(scores fwk.NodeScoreList) {
-	if len(scores) == 0 {
-		return
-	}
-	distinct := make([]int64, len(scores))
+func normalizeByRank(scores fwk.NodeScoreList) { normalizeRanks(scores, false) }
+
+// normalizeRanks maps scores onto 0..MaxNodeScore by rank (see
+// NormalizeScore); with hostOnly, nodes without devices get MaxNodeScore
+// and the others half of their rank's score. It allocates nothing: it runs
+// once per cycle over every node scored.
+func normalizeRanks(scores fwk.NodeScoreList, hostOnly bool) {
+	buf := rankBuffers.Get().(*[]int64)
+	distinct := (*buf)[:0]
 	for i := range scores {
-		distinct[i] = scores[i].Score
+		if !hostOnly || scores[i].Score != noDevices {
+			distinct = append(distinct, scores[i].Score)
+		}
 	}
 	slices.Sort(distinct)
 	distinct = slices.Compact(distinct)
 	n := int64(len(distinct))
 	for i := range scores {
-		r, _ := slices.BinarySearch(distinct, scores[i].Score)
-		rank := n - 1 - int64(r) // 0 for the best
-		if rank == 0 {
+		if hostOnly && scores[i].Score == noDevices {
 			scores[i].Score = fwk.MaxScore
 			continue
 		}
-		// 1..n-1 onto MaxNodeScore-1..0, keeping the order.
-		scores[i].Score = (fwk.MaxScore - 1) - (rank-1)*(fwk.MaxScore-1)/max(n-2, 1)
+		r, _ := slices.BinarySearch(distinct, scores[i].Score)
+		rank := n - 1 - int64(r) // 0 for the best
+		score := fwk.MaxScore
+		if rank > 0 {
+			// 1..n-1 onto MaxNodeScore-1..0, keeping the order.
+			score = (fwk.MaxScore - 1) - (rank-1)*(fwk.MaxScore-1)/max(n-2, 1)
+		}
+		if hostOnly {
+			score /= 2
+		}
+		scores[i].Score = score
+	}
+	if cap(distinct) <= maxPooledRanks {
+		*buf = distinct
+		rankBuffers.Put(buf)
 	}
 }
+
+// rankBuffers are normalizeRanks' scratch slices; one that grew past
+// maxPooledRanks (a cycle over a very large cluster) is left to the
+// garbage collector.
+var rankBuffers = sync.Pool{New: func() any { b := make([]int64, 0, 1024); return &b }}
+
+const maxPooledRanks = 1 << 14
