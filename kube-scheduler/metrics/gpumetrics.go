@@ -11,7 +11,6 @@ import (
 	k8smetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 
-	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 )
 
@@ -126,18 +125,6 @@ func (g *gpuCollector) DescribeWithStability(ch chan<- *k8smetrics.Desc) {
 	}
 }
 
-// nodeCopy is what a scrape reads of one node under the cache's lock: its
-// devices (immutable but for their state, copied here) and liveness.
-type nodeCopy struct {
-	name  string
-	node  *devicescheduler.Node
-	state devicescheduler.State
-	// pods counts each device's pods, for the per-GPU series only: nil
-	// with PerModel.
-	pods *[devicescheduler.MaxDevices]int
-	live bool
-}
-
 // gpuScrape is what one scrape computed, for the scrapes within
 // gpuScrapeMaxAge after it to send again.
 type gpuScrape struct {
@@ -185,14 +172,16 @@ func (g *gpuCollector) CollectWithStability(ch chan<- k8smetrics.Metric) {
 func (g *gpuCollector) compute(t *collectorTarget, now time.Time) *gpuScrape {
 	c := t.cache
 	out := &gpuScrape{target: t, at: now}
+	// The nodes with devices, in place: a view holds a copy of the
+	// node's device state, copied once under the cache's lock.
 	views := c.Nodes(now, !t.perModel)
-	nodes := make([]nodeCopy, 0, len(views))
+	nodes := views[:0]
 	for _, v := range views {
 		if v.Inventory != devicecache.StateUnbuilt {
 			out.states[v.Inventory]++
 		}
 		if v.Devices != nil {
-			nodes = append(nodes, nodeCopy{name: v.Name, node: v.Devices, state: v.State, pods: v.Pods, live: v.Live})
+			nodes = append(nodes, v)
 		}
 	}
 
@@ -210,8 +199,8 @@ func (g *gpuCollector) compute(t *collectorTarget, now time.Time) *gpuScrape {
 	out.gpus, out.allocated, out.idle, out.stranded = map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
 	for i := range nodes {
 		nc, ns := &nodes[i], series[i]
-		n, st := nc.node, &nc.state
-		if !nc.live {
+		n, st := nc.Devices, &nc.State
+		if !nc.Live {
 			out.notLive++
 		}
 		alloc := n.Allocatable()
@@ -232,9 +221,9 @@ func (g *gpuCollector) compute(t *collectorTarget, now time.Time) *gpuScrape {
 				cores, mem = 100, float64(memCap)
 			}
 			if out.values != nil {
-				out.values[ns.devicePos[d]] = gpuValues{cores: cores, memory: mem, memoryCap: float64(memCap), pods: float64(nc.pods[d])}
+				out.values[ns.devicePos[d]] = gpuValues{cores: cores, memory: mem, memoryCap: float64(memCap), pods: float64(nc.Pods[d])}
 			}
-			if nc.live {
+			if nc.Live {
 				out.gpus[devModel]++
 				out.allocated[devModel] += cores / 100
 				if st.Used&(1<<d) == 0 {
@@ -242,7 +231,7 @@ func (g *gpuCollector) compute(t *collectorTarget, now time.Time) *gpuScrape {
 				}
 			}
 		}
-		if model != "" && nc.live {
+		if model != "" && nc.Live {
 			out.stranded[model] += c.Engine().Stranded(n, st)
 		}
 	}

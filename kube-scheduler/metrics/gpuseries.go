@@ -10,6 +10,7 @@ import (
 	k8smetrics "k8s.io/component-base/metrics"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -57,14 +58,14 @@ type gpuRef struct {
 
 // update makes nc's node's label pairs current, marks it seen in scrape
 // mark and returns them.
-func (s *gpuSeries) update(nc *nodeCopy, mark uint64, models *modelLabels) *nodeSeries {
+func (s *gpuSeries) update(nc *devicecache.NodeView, mark uint64, models *modelLabels) *nodeSeries {
 	if s.nodes == nil {
 		s.nodes = map[string]*nodeSeries{}
 	}
-	ns := s.nodes[nc.name]
-	if ns == nil || ns.devices != nc.node {
-		ns = newNodeSeries(nc.name, nc.node, models)
-		s.nodes[nc.name] = ns
+	ns := s.nodes[nc.Name]
+	if ns == nil || ns.devices != nc.Devices {
+		ns = newNodeSeries(nc.Name, nc.Devices, models)
+		s.nodes[nc.Name] = ns
 		s.stale = true
 	}
 	ns.seen = mark
