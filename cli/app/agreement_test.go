@@ -29,53 +29,79 @@ import (
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache/cachetest"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // TestExplainAgreesWithTheScheduler: for 1,000 random GPU pods against
 // random clusters (nodes not Ready, with stale, old or no Leases, short of
-// CPU or memory, refusing the scheduler's key, with an unusable inventory;
-// whole GPUs and slices held by bound pods, some signed with a key the
-// scheduler does not hold), `kubegpu explain`, reading the cluster from the
-// API, gives every node the verdict, the Filter status, the score and the
-// rank that kubegpu-scheduler's plugin gives it: its PreFilter, Filter,
-// Score and NormalizeScore run over a device cache fed by its informer
-// handlers, on the framework's NodeInfos.
+// CPU or memory, refusing the scheduler's key, with an unusable inventory,
+// with GPUs in MIG mode; whole GPUs, slices and MIG instances held by bound
+// pods, some signed with a key the scheduler does not hold, some borrowing
+// under a namespace budget (PriorityClass kubegpu-borrowed), some being
+// evicted by preemption; pods nominated to nodes by preemption, of higher
+// and lower priorities, in namespaces of both enforcement policies),
+// `kubegpu explain`, reading the cluster from the API, gives every node the
+// verdict, the Filter status, the score and the rank that
+// kubegpu-scheduler's plugin gives it: its PreFilter, Filter (with the
+// framework's first pass over the node with its nominated pods added, as
+// RunFilterPluginsWithNominatedPods makes it), AddPod, Score and
+// NormalizeScore run over a device cache fed by its informer handlers, on
+// the framework's NodeInfos.
 func TestExplainAgreesWithTheScheduler(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	key := cachetest.Key(t)
 	keys := kubeinterface.NewKeySet(key)
-	const clusters, podsPerCluster = 50, 20
+	const clusters, podsPerCluster = 50, 24
 	compared := 0
 	indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
-	if err := indexer.Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}); err != nil {
-		t.Fatal(err)
+	for _, ns := range namespaces() {
+		if err := indexer.Add(ns); err != nil {
+			t.Fatal(err)
+		}
 	}
-	namespaces := corelisters.NewNamespaceLister(indexer)
+	lister := corelisters.NewNamespaceLister(indexer)
+	args := plugin.DefaultArgs()
+	ctx := context.Background()
+	nominatedNodes := 0
 	for cl := range clusters {
-		objs, nodes, bound := randomCluster(t, rng, key, cl)
+		objs, nodes, bound, nominated := randomCluster(t, rng, key, cl)
+		for _, ns := range namespaces() {
+			objs = append(objs, ns)
+		}
 		client := fake.NewClientset(objs...)
-		s, err := loadState(context.Background(), client, keys)
+		s, err := loadState(ctx, client, keys)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if len(s.nominated) != len(nominated) {
+			t.Fatalf("explain read %d nominated pods, want %d", len(s.nominated), len(nominated))
+		}
+		s.policies = namespacePolicies(ctx, client, s.nominated, args.Enforcement)
 		engine := cachetest.Engine(t)
 		now := time.Now()
 		sched := schedulerCache(engine, keys, nodes, objs, bound, now)
-		p := plugin.NewOverCache(context.Background(), plugin.DefaultArgs(), sched, namespaces)
+		p := plugin.NewOverCache(ctx, args, sched, lister)
 		o := &explainOptions{key: keys, staleness: 40 * time.Second}
 		for i := range podsPerCluster {
 			pod := randomGPUPod(rng, fmt.Sprintf("p%d-%d", cl, i))
-			req, err := objects.PodRequest(pod)
+			pod.Namespace = []string{"ns", "strict"}[rng.IntN(2)]
+			cpu, mem := objects.HostRequest(pod)
+			policy, err := objects.EnforcementPolicy(namespaces()[slices.IndexFunc(namespaces(), func(n *corev1.Namespace) bool { return n.Name == pod.Namespace })], args.Enforcement)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cpu, mem := objects.HostRequest(pod)
-			r, err := engine.NewRequest(req, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem})
+			r, req, err := devicecache.CompileRequest(engine, pod, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}, policy)
 			if err != nil {
-				t.Fatal(err)
+				// A slice without memory under Required: refused before
+				// any node is judged, by both.
+				if _, st := p.PreFilter(ctx, framework.NewCycleState(), pod, nil); st.Code() != fwk.UnschedulableAndUnresolvable {
+					t.Fatalf("pod %s: explain refuses its request (%v), the scheduler's PreFilter says %v", pod.Name, err, st)
+				}
+				continue
 			}
 			rows := o.evaluate(engine, s, r, pod, now)
-			want := schedulerRows(t, p, nodes, bound, pod)
+			want, withNominated := schedulerRows(t, p, nodes, bound, nominated, pod)
+			nominatedNodes += withNominated
 			for i := range rows {
 				rows[i].reason, rows[i].devices = "", "" // explain's own words
 			}
@@ -88,16 +114,27 @@ func TestExplainAgreesWithTheScheduler(t *testing.T) {
 	if compared < 1000 {
 		t.Fatalf("compared %d pods, want 1,000", compared)
 	}
+	// The random states must reach what they are there for.
+	if nominatedNodes < 100 {
+		t.Fatalf("only %d nodes were judged with pods nominated to them", nominatedNodes)
+	}
+}
+
+// namespaces are the test's namespaces: one under the scheduler's default
+// enforcement policy, one that requires enforced slices.
+func namespaces() []*corev1.Namespace {
+	return []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "ns"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "strict", Labels: map[string]string{kubeinterface.LabelEnforcement: string(types.EnforcementRequired)}}},
+	}
 }
 
 // randomCluster makes the API objects of a cluster of a few nodes: their
-// Leases and the pods bound there with signed allocations.
-func randomCluster(t *testing.T, rng *rand.Rand, key *kubeinterface.Key, cl int) ([]runtime.Object, []*corev1.Node, []*corev1.Pod) {
+// Leases, the pods bound there with signed allocations, and pods nominated
+// to them, not bound yet (also among the objects).
+func randomCluster(t *testing.T, rng *rand.Rand, key *kubeinterface.Key, cl int) (objs []runtime.Object, nodes []*corev1.Node, bound, nominated []*corev1.Pod) {
 	now := time.Now()
 	presets := []string{"dgx1", "t4x4", "dgx-a100", "dgx-h100"}
-	var objs []runtime.Object
-	var nodes []*corev1.Node
-	var bound []*corev1.Pod
 	otherKey, err := kubeinterface.NewHMACKey([]byte(strings.Repeat("o", 32)))
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +157,8 @@ func randomCluster(t *testing.T, rng *rand.Rand, key *kubeinterface.Key, cl int)
 			if err := objects.SetNodeInventory(n, inv); err != nil {
 				t.Fatal(err)
 			}
+		case 3, 4:
+			withMIG(t, rng, n)
 		}
 		nodes = append(nodes, n)
 		objs = append(objs, n)
@@ -152,23 +191,79 @@ func randomCluster(t *testing.T, rng *rand.Rand, key *kubeinterface.Key, cl int)
 			}
 			b := cachetest.BoundWith(t, signer, p, alloc)
 			b.Status.Phase = corev1.PodRunning
+			if rng.IntN(6) == 0 {
+				// Evicted for a preemptor, still running out its grace.
+				b.DeletionTimestamp = &metav1.Time{Time: now}
+				b.Status.Conditions = append(b.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget,
+					Status: corev1.ConditionTrue, Reason: corev1.PodReasonPreemptionByScheduler})
+			}
 			bound = append(bound, b)
 			objs = append(objs, b)
 		}
 	}
-	return objs, nodes, bound
+	// Pods nominated by preemption, some asking for no GPUs, some in a
+	// namespace that does not exist (the scheduler places no devices for
+	// them), in the order of their creation.
+	for i := range rng.IntN(5) {
+		p := randomGPUPod(rng, fmt.Sprintf("c%d-nominated%d", cl, i))
+		p.CreationTimestamp = metav1.NewTime(cachetest.Now.Add(time.Duration(i) * time.Second))
+		switch rng.IntN(6) {
+		case 0:
+			p.Spec.Containers[0].Resources.Limits = nil
+		case 1:
+			p.Namespace = "gone"
+		case 2, 3:
+			p.Namespace = "strict"
+		}
+		p.Status.NominatedNodeName = nodes[rng.IntN(len(nodes))].Name
+		nominated = append(nominated, p)
+		objs = append(objs, p)
+	}
+	return objs, nodes, bound, nominated
 }
 
-// randomGPUPod asks for whole GPUs or slices, with CPU and memory.
+// withMIG puts one or two of n's GPUs in MIG mode: each carved into two to
+// four instances, which the inventory lists after their parent.
+func withMIG(t *testing.T, rng *rand.Rand, n *corev1.Node) {
+	t.Helper()
+	inv, err := objects.NodeInventory(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g := range 1 + rng.IntN(2) {
+		parent := inv.Devices[g]
+		for i := range 2 + rng.IntN(3) {
+			d := parent
+			d.ID, d.UUID = fmt.Sprintf("%s-mig%d", parent.ID, i), fmt.Sprintf("MIG-%s-%d", parent.UUID, i)
+			d.Model, d.MemoryMiB, d.Parent = parent.Model+" MIG 1g", parent.MemoryMiB/8, parent.ID
+			inv.Devices = append(inv.Devices, d)
+		}
+	}
+	if err := objects.SetNodeInventory(n, inv); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// randomGPUPod asks for whole GPUs or slices, with CPU and memory, at a
+// high, the default or the borrowers' priority (a pod over its namespace's
+// GPU budget).
 func randomGPUPod(rng *rand.Rand, name string) *corev1.Pod {
 	cores := int64(0)
 	if rng.IntN(3) == 0 {
 		cores = int64(10 * (1 + rng.IntN(9)))
 	}
 	p := cachetest.GPUPod(name, int64(1+rng.IntN(4)), cores, cachetest.Now)
+	if cores > 0 && rng.IntN(3) > 0 {
+		p.Spec.Containers[0].Resources.Limits[kubeinterface.ResourceGPUMemory] = *resource.NewQuantity(int64(1024*(1+rng.IntN(16))), resource.DecimalSI)
+	}
 	p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(100*rng.IntN(80)), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(int64(rng.IntN(64))<<30+int64(rng.IntN(1<<20)), resource.BinarySI),
+	}
+	prio := []int32{1000, 0, kubeinterface.BorrowedPriority}[rng.IntN(3)]
+	p.Spec.Priority = &prio
+	if prio == kubeinterface.BorrowedPriority {
+		p.Spec.PriorityClassName = kubeinterface.PriorityClassBorrowed
 	}
 	return p
 }
@@ -198,8 +293,9 @@ func schedulerCache(engine *devicescheduler.Engine, keys *kubeinterface.KeySet, 
 
 // schedulerRows is what the plugin's Filter and Score say of pod on every
 // node, in explain's order: fitting nodes by their score, best first (the
-// order NormalizeScore keeps), then the others by name.
-func schedulerRows(t *testing.T, p *plugin.Plugin, nodes []*corev1.Node, bound []*corev1.Pod, pod *corev1.Pod) []explainRow {
+// order NormalizeScore keeps), then the others by name. It also returns on
+// how many nodes pods nominated there were counted.
+func schedulerRows(t *testing.T, p *plugin.Plugin, nodes []*corev1.Node, bound, nominated []*corev1.Pod, pod *corev1.Pod) ([]explainRow, int) {
 	ctx := context.Background()
 	cs := framework.NewCycleState()
 	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
@@ -207,6 +303,7 @@ func schedulerRows(t *testing.T, p *plugin.Plugin, nodes []*corev1.Node, bound [
 	}
 	var rows []explainRow
 	var scores fwk.NodeScoreList
+	withNominated := 0
 	for _, n := range nodes {
 		var here []*corev1.Pod
 		for _, b := range bound {
@@ -217,8 +314,12 @@ func schedulerRows(t *testing.T, p *plugin.Plugin, nodes []*corev1.Node, bound [
 		ni := framework.NewNodeInfo(here...)
 		ni.SetNode(n)
 		row := explainRow{node: n.Name}
-		if st := p.Filter(ctx, cs, pod, ni); !st.IsSuccess() {
-			row.status = st.Message()
+		st := filterWithNominated(t, p, cs, pod, ni, nominated)
+		if st.added {
+			withNominated++
+		}
+		if !st.status.IsSuccess() {
+			row.status = st.status.Message()
 		} else {
 			score, st := p.Score(ctx, cs, pod, ni)
 			if !st.IsSuccess() {
@@ -242,5 +343,44 @@ func schedulerRows(t *testing.T, p *plugin.Plugin, nodes []*corev1.Node, bound [
 			}
 		}
 	}
-	return rows
+	return rows, withNominated
+}
+
+type filtered struct {
+	status *fwk.Status
+	added  bool
+}
+
+// filterWithNominated runs the plugin's Filter as the framework's
+// RunFilterPluginsWithNominatedPods (k8s.io/kubernetes
+// pkg/scheduler/framework/runtime) does: when pods of at least pod's
+// priority are nominated to the node, first on a copy of the cycle state
+// and of the NodeInfo with them added (the NodeInfo's AddPodInfo, then the
+// plugin's AddPod, in the order they were nominated), then, if that
+// passed, as it is. Here they were nominated in the order of nominated.
+func filterWithNominated(t *testing.T, p *plugin.Plugin, cs fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo, nominated []*corev1.Pod) filtered {
+	ctx := context.Background()
+	prio := func(p *corev1.Pod) int32 { return *p.Spec.Priority }
+	stateOut, niOut := cs.Clone(), ni.Snapshot()
+	added := false
+	for _, np := range nominated {
+		if np.Status.NominatedNodeName != ni.Node().Name || prio(np) < prio(pod) {
+			continue
+		}
+		pi, err := framework.NewPodInfo(np)
+		if err != nil {
+			t.Fatal(err)
+		}
+		niOut.AddPodInfo(pi)
+		if st := p.AddPod(ctx, stateOut, pod, pi, niOut); !st.IsSuccess() {
+			t.Fatalf("AddPod: %v", st)
+		}
+		added = true
+	}
+	if added {
+		if st := p.Filter(ctx, stateOut, pod, niOut); !st.IsSuccess() {
+			return filtered{st, true}
+		}
+	}
+	return filtered{p.Filter(ctx, cs, pod, ni), added}
 }

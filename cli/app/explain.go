@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
@@ -94,11 +95,6 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 			"by its node policy (podsWithoutDevices: Score), or leaves it to the other scorers (Ignore).\n", ns, name)
 		return err
 	}
-	req, err := objects.PodRequest(pod)
-	if err != nil {
-		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, err)
-		return nil
-	}
 	args, err := o.args()
 	if err != nil {
 		return err
@@ -107,19 +103,15 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	if err != nil {
 		return err
 	}
-	cpu, mem := objects.HostRequest(pod)
-	r, err := engine.NewRequest(req, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem})
-	if err != nil {
-		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, err)
-		return nil
-	}
 	policy, policyNote := enforcementPolicy(ctx, c, ns, args.Enforcement)
 	if policy == "" {
 		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its namespace's label is fixed:\n  %s\n", ns, name, policyNote)
 		return nil
 	}
-	if err := r.SetEnforcement(policy); err != nil {
-		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, err)
+	cpu, mem := objects.HostRequest(pod)
+	r, req, err := devicecache.CompileRequest(engine, pod, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}, policy)
+	if err != nil {
+		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, sanitize(err.Error()))
 		return nil
 	}
 	s, err := loadState(ctx, c, o.key)
@@ -169,6 +161,7 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		fmt.Fprintf(w, "The scheduler's last attempt: %s\n", msg)
 	}
 	fmt.Fprintln(w)
+	s.policies = namespacePolicies(ctx, c, s.nominated, args.Enforcement)
 	rows := o.evaluate(engine, s, r, pod, time.Now())
 	return printExplain(w, rows, o.topDevices)
 }
@@ -221,6 +214,7 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 	}
 	c.LearnPods(logger)
 	in := c.InputOnce(r)
+	nominated := devicecache.NominatedBefore(self, s.nominated)
 	affinity := nodeaffinity.GetRequiredNodeAffinity(self)
 	var rows []explainRow
 	for _, n := range s.nodes {
@@ -234,7 +228,7 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 			row.reason = "the node's kubegpu-crishim accepts none of the keys given with --allocation-key: its pods' containers would be refused their GPUs"
 		}
 		if row.reason == "" {
-			row = decide(c, &in, n.node, s.requestedBytes[n.name], self, r)
+			row = decide(c, &in, n.node, s.requestedBytes[n.name], self, nominees(c, engine, s.policies, n.name, nominated[n.name]))
 		}
 		rows = append(rows, row)
 	}
@@ -261,19 +255,39 @@ func sortRows(rows []explainRow) {
 	})
 }
 
-// decide is the scheduler's decision on node for r: fits, score and the
-// devices the pod would get, or why not. Host resources are counted as the
-// scheduler counts them: allocatable less what the node's bound pods ask
-// for (the pod itself left out where it is bound).
-func decide(c *devicecache.Cache, in *devicecache.Input, node *corev1.Node, requested [2]int64, self *corev1.Pod, r *devicescheduler.Request) explainRow {
+// decide is the scheduler's decision on node for the input's request:
+// fits, score and the devices the pod would get, or why not. Host
+// resources are counted as the scheduler counts them: allocatable less what
+// the node's bound pods ask for (the pod itself left out where it is
+// bound). With pods nominated to the node, the scheduler's framework
+// filters the node twice, as decide does: first with their CPU, memory and
+// devices counted (their devices placed before the pod's), then without;
+// the pod fits only if both pass, and the second pass scores.
+func decide(c *devicecache.Cache, in *devicecache.Input, node *corev1.Node, requested [2]int64, self *corev1.Pod, nominated []nominee) explainRow {
 	if self.Spec.NodeName == node.Name {
 		cpu, mem := objects.HostRequestBytes(self)
 		requested[0] -= cpu
 		requested[1] -= mem
 	}
 	a := node.Status.Allocatable
-	capacity, free := devicecache.NodeHost(a.Cpu().MilliValue(), a.Memory().Value(), requested[0], requested[1])
 	var pl devicescheduler.Placement
+	if len(nominated) > 0 {
+		o := &devicecache.Overlay{}
+		with := requested
+		for _, n := range nominated {
+			with[0] += n.cpuMilli
+			with[1] += n.memBytes
+			if n.request != nil {
+				o.Added = append(o.Added, devicecache.Added{UID: n.pod.UID, Request: n.request})
+			}
+		}
+		capacity, free := devicecache.NodeHost(a.Cpu().MilliValue(), a.Memory().Value(), with[0], with[1])
+		if _, err := c.EvaluateWith(node, o, in, corev1helpers.PodPriority(self), capacity, free, &pl); err != nil {
+			refusal := devicecache.Classify(err)
+			return explainRow{node: node.Name, reason: refusal.Detail() + nominatedSuffix(nominated), status: refusal.Message}
+		}
+	}
+	capacity, free := devicecache.NodeHost(a.Cpu().MilliValue(), a.Memory().Value(), requested[0], requested[1])
 	score, err := c.Evaluate(node, in, capacity, free, &pl)
 	if err != nil {
 		refusal := devicecache.Classify(err)

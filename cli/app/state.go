@@ -38,6 +38,12 @@ type clusterState struct {
 	leases         []coordinationv1.Lease
 	bound          []*corev1.Pod
 	requestedBytes map[string][2]int64
+	// nominated are the pods preemption nominated to a node, not bound
+	// yet: the scheduler places them first (devicecache.NominatedBefore).
+	nominated []*corev1.Pod
+	// policies is the enforcement policy of the nominated pods'
+	// namespaces (namespacePolicies), for their devices.
+	policies map[string]types.EnforcementPolicy
 }
 
 type nodeState struct {
@@ -82,8 +88,17 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
+	nominated, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=,status.nominatedNodeName!="})
+	if err != nil {
+		return nil, fmt.Errorf("list pods nominated to nodes: %w", err)
+	}
 	s := &clusterState{pods: map[string][]podAllocation{}, withoutDevices: map[string][]*corev1.Pod{},
 		leases: leases.Items, requestedBytes: map[string][2]int64{}}
+	for i := range nominated.Items {
+		if p := &nominated.Items[i]; p.Spec.NodeName == "" && p.Status.NominatedNodeName != "" {
+			s.nominated = append(s.nominated, p)
+		}
+	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		inv, err := objects.NodeInventory(n)
@@ -96,6 +111,9 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue // what the field selector asked for, should the server not filter
+		}
 		s.bound = append(s.bound, p)
 		cpuMilli, memBytes := objects.HostRequestBytes(p)
 		rb := s.requestedBytes[p.Spec.NodeName]

@@ -34,21 +34,12 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		}
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	req, err := objects.PodRequest(pod)
-	if err != nil {
-		p.pending.Refuse(pod.UID, devicecache.ReasonInvalidRequest)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
-	}
-	r, err := p.engine.NewRequest(req, podHost(pod))
-	if err != nil {
-		p.pending.Refuse(pod.UID, devicecache.ReasonInvalidRequest)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
-	}
 	policy, status := p.enforcement(pod)
 	if status != nil {
 		return nil, status
 	}
-	if err := r.SetEnforcement(policy); err != nil {
+	r, req, err := devicecache.CompileRequest(p.engine, pod, podHost(pod), policy)
+	if err != nil {
 		p.pending.Refuse(pod.UID, devicecache.ReasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
 	}
@@ -104,19 +95,12 @@ func (p *Plugin) enforcement(pod *corev1.Pod) (types.EnforcementPolicy, *fwk.Sta
 // namespace's policy as PreFilter compiles the pod's own; host is what of
 // its CPU and memory to count.
 func (p *Plugin) deviceRequest(pod *corev1.Pod, host devicescheduler.Host) (*devicescheduler.Request, bool) {
-	req, err := objects.PodRequest(pod)
-	if err != nil {
-		return nil, false
-	}
-	r, err := p.engine.NewRequest(req, host)
-	if err != nil {
-		return nil, false
-	}
 	policy, status := p.enforcement(pod)
-	if status != nil || r.SetEnforcement(policy) != nil {
+	if status != nil {
 		return nil, false
 	}
-	return r, true
+	r, _, err := devicecache.CompileRequest(p.engine, pod, host, policy)
+	return r, err == nil
 }
 
 // errGroupsOff is why a profile does not place pod groups.
