@@ -15,7 +15,7 @@ import (
 )
 
 // gpuCollector reports, at each scrape (from a computation at most
-// gpuScrapeMaxAge old), the devices of the cache: per GPU
+// GPUScrapeMaxAge old), the devices of the cache: per GPU
 // what pods hold of it, per model the idle and the stranded GPUs of live
 // nodes, the nodes that are not live, and the pending GPU pods by reason.
 // Every replica reports its own cache (they follow the same API objects);
@@ -28,7 +28,7 @@ type gpuCollector struct {
 	mu     sync.Mutex
 	series gpuSeries
 	scrape uint64
-	// last is the last scrape computed (see gpuScrapeMaxAge).
+	// last is the last scrape computed (see GPUScrapeMaxAge).
 	last *gpuScrape
 }
 
@@ -38,7 +38,7 @@ type collectorTarget struct {
 	cache    *devicecache.Cache
 	pending  *PendingPods
 	perModel bool
-	// maxAge is gpuScrapeMaxAge when the scheduler started.
+	// maxAge is how long a computation's values are sent again.
 	maxAge time.Duration
 }
 
@@ -126,7 +126,7 @@ func (g *gpuCollector) DescribeWithStability(ch chan<- *k8smetrics.Desc) {
 }
 
 // gpuScrape is what one scrape computed, for the scrapes within
-// gpuScrapeMaxAge after it to send again.
+// the target's maxAge after it to send again.
 type gpuScrape struct {
 	target *collectorTarget
 	at     time.Time
@@ -142,16 +142,18 @@ type gpuScrape struct {
 	listed      bool
 }
 
-// gpuScrapeMaxAge is how long a scrape's values are sent again rather
-// than computed afresh: computing walks every node (about 30 ms at 5,000
-// nodes), and some scrapers (several Prometheus replicas, benchmark
-// harnesses gathering every second) come more often than the values
-// matter. The pending pods are counted afresh at every scrape; those
-// deleted before they were placed are dropped at each computation.
-var gpuScrapeMaxAge = 5 * time.Second
+// GPUScrapeMaxAge is how long the scheduler sends a scrape's values again
+// rather than compute them afresh: computing walks every node (about 30 ms
+// at 5,000 nodes), and some scrapers (several Prometheus replicas,
+// benchmark harnesses gathering every second) come more often than the
+// values matter. Prometheus scrapes every 15 s or less often in common
+// setups (kube-prometheus: every 30 s), so that each of its scrapes is
+// computed afresh. The pending pods are counted afresh at every scrape;
+// those deleted before they were placed are dropped at each computation.
+const GPUScrapeMaxAge = 15 * time.Second
 
 // CollectWithStability sends the GPU metrics, computed afresh when the last
-// computation is older than gpuScrapeMaxAge (see compute).
+// computation is older than the target's maxAge (see compute).
 func (g *gpuCollector) CollectWithStability(ch chan<- k8smetrics.Metric) {
 	t := g.target.Load()
 	if t == nil {
@@ -306,14 +308,15 @@ var registerCollectorOnce sync.Once
 // plugin instance made, in a process with several profiles or tests) until
 // ctx, the scheduler's, ends: a scheduler that stopped is neither reported
 // nor kept alive by the collector. perGPU says whether the per-GPU series
-// are sent (gpuMetrics: PerGPU). The channel returned is closed once the
-// end of ctx has been handled.
-func RegisterGPU(ctx context.Context, c *devicecache.Cache, pending *PendingPods, perGPU bool) <-chan struct{} {
+// are sent (gpuMetrics: PerGPU); maxAge how long the values of one
+// computation are sent again (GPUScrapeMaxAge; 0 computes every scrape).
+// The channel returned is closed once the end of ctx has been handled.
+func RegisterGPU(ctx context.Context, c *devicecache.Cache, pending *PendingPods, perGPU bool, maxAge time.Duration) <-chan struct{} {
 	registerCollectorOnce.Do(func() {
 		legacyregistry.CustomMustRegister(theCollector)
 		legacyregistry.MustRegister(allocationToRunning)
 	})
-	t := &collectorTarget{cache: c, pending: pending, perModel: !perGPU, maxAge: gpuScrapeMaxAge}
+	t := &collectorTarget{cache: c, pending: pending, perModel: !perGPU, maxAge: maxAge}
 	theCollector.target.Store(t)
 	ended := make(chan struct{})
 	context.AfterFunc(ctx, func() {

@@ -36,7 +36,7 @@ func TestGPUMetrics(t *testing.T) {
 			return now
 		}
 	})
-	RegisterGPU(t.Context(), c, pendingOf(c), true)
+	RegisterGPU(t.Context(), c, pendingOf(c), true, 0)
 	logger := klog.Background()
 	c.UpdateNode(logger, testNode(t, "n1", "t4x4"))
 	c.UpdateLease(testLease("n1", testNow), false)
@@ -311,8 +311,8 @@ func TestGPUMetricsFollowTheScheduler(t *testing.T) {
 	ctx1, stop1 := context.WithCancel(context.Background())
 	ctx2, stop2 := context.WithCancel(context.Background())
 	defer stop2()
-	firstEnded := RegisterGPU(ctx1, first, pendingOf(first), true)
-	RegisterGPU(ctx2, second, pendingOf(second), true)
+	firstEnded := RegisterGPU(ctx1, first, pendingOf(first), true, 0)
+	RegisterGPU(ctx2, second, pendingOf(second), true, 0)
 	stop1()
 	select {
 	case <-firstEnded:
@@ -430,13 +430,7 @@ func TestGPUSeriesAcrossScrapes(t *testing.T) {
 	}
 }
 
-func init() {
-	// Tests scrape on a clock that stands still: every scrape computes
-	// afresh unless a test sets its target's maxAge (TestGPUScrapeReused).
-	gpuScrapeMaxAge = 0
-}
-
-// TestGPUScrapeReused: scrapes within gpuScrapeMaxAge of the last one
+// TestGPUScrapeReused: scrapes within the target's maxAge of the last one
 // computed send its values again; later ones, or a scrape after the clock
 // went back, compute afresh. The pending pods are counted at every scrape.
 func TestGPUScrapeReused(t *testing.T) {

@@ -213,7 +213,7 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 		}
 	}()
 	// Reported once whole: a scrape reads c.listPods.
-	metrics.RegisterGPU(ctx, c, pending, args.GPUMetrics == config.GPUMetricsPerGPU)
+	metrics.RegisterGPU(ctx, c, pending, args.GPUMetrics == config.GPUMetricsPerGPU, metrics.GPUScrapeMaxAge)
 	return &shared{args: args, modules: names, engine: engine, key: key, cache: c, recorder: rec, metrics: m, pending: pending, synced: synced}, nil
 }
 
