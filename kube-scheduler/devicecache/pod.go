@@ -31,8 +31,10 @@ type podState struct {
 	seen podSeen
 	// value is the verified payload alloc was read from (or written with).
 	value string
-	// written is the annotation value this scheduler bound the pod with.
-	written string
+	// written is the annotation value this scheduler bound the pod with,
+	// or nil. Atomic: Bind sets it under the cache's read lock, beside the
+	// next pod's Filter calls (see Written).
+	written atomic.Pointer[string]
 	// assumed is true from Reserve until the pod is seen bound.
 	assumed bool
 	// applied is true when alloc is counted in the node's state; false
@@ -111,7 +113,10 @@ func (c *Cache) updatePodDevices(logger klog.Logger, pod *corev1.Pod) {
 		sameNode = ps.node == pod.Spec.NodeName
 		counted = sameNode && !ps.assumed
 		unchanged = counted && ps.seen == seen
-		prev, value, written, source = ps.seen, ps.value, ps.written, ps.source
+		prev, value, source = ps.seen, ps.value, ps.source
+		if w := ps.written.Load(); w != nil {
+			written = *w
+		}
 		// Bound by this scheduler with what it signed: no need to verify.
 		confirm = sameNode && ps.assumed && seen.annotated && seen.annotation == written
 	}
