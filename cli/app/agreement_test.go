@@ -297,14 +297,8 @@ func schedulerCache(engine *devicescheduler.Engine, keys *kubeinterface.KeySet, 
 // how many nodes pods nominated there were counted.
 func schedulerRows(t *testing.T, p *plugin.Plugin, nodes []*corev1.Node, bound, nominated []*corev1.Pod, pod *corev1.Pod) ([]explainRow, int) {
 	ctx := context.Background()
-	cs := framework.NewCycleState()
-	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
-		t.Fatalf("PreFilter: %v", st)
-	}
-	var rows []explainRow
-	var scores fwk.NodeScoreList
-	withNominated := 0
-	for _, n := range nodes {
+	infos := make([]fwk.NodeInfo, len(nodes))
+	for i, n := range nodes {
 		var here []*corev1.Pod
 		for _, b := range bound {
 			if b.Spec.NodeName == n.Name {
@@ -313,22 +307,43 @@ func schedulerRows(t *testing.T, p *plugin.Plugin, nodes []*corev1.Node, bound, 
 		}
 		ni := framework.NewNodeInfo(here...)
 		ni.SetNode(n)
-		row := explainRow{node: n.Name}
+		infos[i] = ni
+	}
+	// The framework's order: PreFilter, Filter on every node, PreScore,
+	// then Score on the nodes that passed.
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(ctx, cs, pod, infos); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	rows := make([]explainRow, len(nodes))
+	var passed []fwk.NodeInfo
+	withNominated := 0
+	for i, ni := range infos {
+		rows[i] = explainRow{node: nodes[i].Name}
 		st := filterWithNominated(t, p, cs, pod, ni, nominated)
 		if st.added {
 			withNominated++
 		}
 		if !st.status.IsSuccess() {
-			row.status = st.status.Message()
+			rows[i].status = st.status.Message()
 		} else {
-			score, st := p.Score(ctx, cs, pod, ni)
-			if !st.IsSuccess() {
-				t.Fatalf("Score: %v", st)
-			}
-			row.fits, row.score = true, score
-			scores = append(scores, fwk.NodeScore{Name: n.Name, Score: score})
+			passed = append(passed, ni)
 		}
-		rows = append(rows, row)
+	}
+	if st := p.PreScore(ctx, cs, pod, passed); !st.IsSuccess() {
+		t.Fatalf("PreScore: %v", st)
+	}
+	var scores fwk.NodeScoreList
+	for i, ni := range infos {
+		if rows[i].status != "" {
+			continue
+		}
+		score, st := p.Score(ctx, cs, pod, ni)
+		if !st.IsSuccess() {
+			t.Fatalf("Score: %v", st)
+		}
+		rows[i].fits, rows[i].score = true, score
+		scores = append(scores, fwk.NodeScore{Name: nodes[i].Name, Score: score})
 	}
 	sortRows(rows)
 	// NormalizeScore ranks as explain orders: by the raw scores.

@@ -25,7 +25,7 @@ import (
 // skip Filter (and, with podsWithoutDevices: Ignore, the whole plugin); a
 // malformed request makes the pod unschedulable until the user fixes it,
 // with a message that says what to fix.
-func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	// Only the leader schedules: it alone writes the allocation records.
 	p.recorder.Start(p.ctx)
 	if !objects.WantsDevices(pod) {
@@ -69,7 +69,9 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		}
 		p.cache.NotWaiting(pod.UID)
 	}
-	cs.Write(stateKey, &cycleState{request: r, eval: p.cache.Input(devicecache.RequestShape(req, r.Host, r.Enforcement), r), pending: p.pending.Start(pod.UID)})
+	s := &cycleState{request: r, eval: p.cache.Input(devicecache.RequestShape(req, r.Host, r.Enforcement), r), pending: p.pending.Start(pod.UID)}
+	s.scores.reset(len(nodes))
+	cs.Write(stateKey, s)
 	return nil, nil
 }
 

@@ -15,10 +15,15 @@ import (
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 )
 
-// PreScore skips scoring for pods without devices unless the plugin scores
-// them (podsWithoutDevices: Score).
+// PreScore indexes the scores Filter found for a GPU pod, and skips scoring
+// for pods without devices unless the plugin scores them
+// (podsWithoutDevices: Score).
 func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {
-	if getState(cs) == nil && getHostOnly(cs) == nil {
+	if s := getState(cs); s != nil {
+		s.scores.index()
+		return nil
+	}
+	if getHostOnly(cs) == nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil

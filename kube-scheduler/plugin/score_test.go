@@ -42,7 +42,8 @@ func TestScoreTakesFilterScore(t *testing.T) {
 	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
 	ctx, pod, cs := context.Background(), gpuPod("p", 1, 0, testNow), framework.NewCycleState()
-	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+	nodes := []fwk.NodeInfo{infos["n1"], infos["n2"]}
+	if _, st := p.PreFilter(ctx, cs, pod, nodes); !st.IsSuccess() {
 		t.Fatal(st)
 	}
 	var pl devicescheduler.Placement
@@ -52,6 +53,9 @@ func TestScoreTakesFilterScore(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st := p.Filter(ctx, cs, pod, infos["n1"]); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := p.PreScore(ctx, cs, pod, nodes); !st.IsSuccess() {
 		t.Fatal(st)
 	}
 	// n1 fills up after Filter.
