@@ -161,7 +161,11 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		fmt.Fprintf(w, "The scheduler's last attempt: %s\n", msg)
 	}
 	fmt.Fprintln(w)
-	s.policies = namespacePolicies(ctx, c, s.nominated, args.Enforcement)
+	var kept []*corev1.Pod
+	for _, list := range nominatedBefore(pod, s.nominated) {
+		kept = append(kept, list...)
+	}
+	s.policies = namespacePolicies(ctx, c, kept, args.Enforcement)
 	rows := o.evaluate(engine, s, r, pod, time.Now())
 	return printExplain(w, rows, o.topDevices)
 }
@@ -214,7 +218,7 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 	}
 	c.LearnPods(logger)
 	in := c.InputOnce(r)
-	nominated := devicecache.NominatedBefore(self, s.nominated)
+	nominated := nominatedBefore(self, s.nominated)
 	affinity := nodeaffinity.GetRequiredNodeAffinity(self)
 	var rows []explainRow
 	for _, n := range s.nodes {
@@ -284,7 +288,12 @@ func decide(c *devicecache.Cache, in *devicecache.Input, node *corev1.Node, requ
 		capacity, free := devicecache.NodeHost(a.Cpu().MilliValue(), a.Memory().Value(), with[0], with[1])
 		if _, err := c.EvaluateWith(node, o, in, corev1helpers.PodPriority(self), capacity, free, &pl); err != nil {
 			refusal := devicecache.Classify(err)
-			return explainRow{node: node.Name, reason: refusal.Detail() + nominatedSuffix(nominated), status: refusal.Message}
+			row := explainRow{node: node.Name, reason: refusal.Detail(), status: refusal.Message}
+			capacity, free = devicecache.NodeHost(a.Cpu().MilliValue(), a.Memory().Value(), requested[0], requested[1])
+			if _, err := c.Evaluate(node, in, capacity, free, &pl); err == nil {
+				row.reason += nominatedSuffix(nominated) // they alone keep the pod out
+			}
+			return row
 		}
 	}
 	capacity, free := devicecache.NodeHost(a.Cpu().MilliValue(), a.Memory().Value(), requested[0], requested[1])

@@ -1,13 +1,17 @@
 package app
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
@@ -15,48 +19,90 @@ import (
 	"github.com/kubegpu/kubegpu/types"
 )
 
+// nominatedBefore lists by node, of pods, those the scheduler counts on
+// their nominated node before it places pod there, as its framework's
+// nominator and RunFilterPluginsWithNominatedPods pick them: pods that
+// preemption nominated to a node and that are not bound yet, other than
+// pod, of at least its priority. A scheduler keeps one nominator for all
+// its profiles, so pods of any schedulerName count. It adds a node's
+// nominated pods in the order it nominated them, which the API does not
+// show: here they are in the order of their creation, then of their names.
+func nominatedBefore(pod *corev1.Pod, pods []*corev1.Pod) map[string][]*corev1.Pod {
+	prio := corev1helpers.PodPriority(pod)
+	out := map[string][]*corev1.Pod{}
+	for _, p := range pods {
+		node := p.Status.NominatedNodeName
+		if node == "" || p.Spec.NodeName != "" || p.UID == pod.UID || corev1helpers.PodPriority(p) < prio {
+			continue
+		}
+		out[node] = append(out[node], p)
+	}
+	for _, list := range out {
+		slices.SortFunc(list, func(a, b *corev1.Pod) int {
+			if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+		})
+	}
+	return out
+}
+
 // nominee is a pod nominated to a node, as the scheduler counts it there
-// before the pod explained: its CPU and memory, and its devices. request
-// is nil when it asks for none, or when its request or its namespace's
-// label is invalid: the scheduler then places none for it.
+// before the pod explained: its CPU and memory, and its devices (request
+// nil when the scheduler places none for it: devicecache.Cache.Nominee).
 type nominee struct {
 	pod                *corev1.Pod
 	cpuMilli, memBytes int64
 	request            *devicescheduler.Request
 }
 
-// nominees are pods, nominated to node, as the scheduler's AddPod counts
-// them: their devices compiled with their namespaces' policies (policies;
-// a namespace missing there has none the scheduler could read), unless the
-// cache holds them there already.
+// nominees are pods, nominated to node, as the scheduler counts them, their
+// devices compiled with their namespaces' policies (policies; a namespace
+// missing there has none the scheduler could read).
 func nominees(c *devicecache.Cache, e *devicescheduler.Engine, policies map[string]types.EnforcementPolicy, node string, pods []*corev1.Pod) []nominee {
+	compile := func(p *corev1.Pod) (*devicescheduler.Request, bool) {
+		policy, ok := policies[p.Namespace]
+		if !ok {
+			return nil, false
+		}
+		r, _, err := devicecache.CompileRequest(e, p, devicescheduler.Host{}, policy)
+		return r, err == nil
+	}
 	var out []nominee
 	for _, p := range pods {
 		n := nominee{pod: p}
 		n.cpuMilli, n.memBytes = objects.HostRequestBytes(p)
-		if policy, ok := policies[p.Namespace]; ok && objects.WantsDevices(p) && !c.HoldsOn(p.UID, node) {
-			if r, _, err := devicecache.CompileRequest(e, p, devicescheduler.Host{}, policy); err == nil {
-				n.request = r
-			}
+		if a, ok := c.Nominee(p, node, compile); ok {
+			n.request = a.Request
 		}
 		out = append(out, n)
 	}
 	return out
 }
 
+// maxNamed bounds the pods a refusal names.
+const maxNamed = 5
+
 // nominatedSuffix names the nominated pods a refusal counted.
 func nominatedSuffix(nominated []nominee) string {
-	names := make([]string, 0, len(nominated))
-	for _, n := range nominated {
+	names := make([]string, 0, maxNamed)
+	for _, n := range nominated[:min(len(nominated), maxNamed)] {
 		names = append(names, n.pod.Namespace+"/"+n.pod.Name)
 	}
-	return ", counting first the pods that preemption nominated to this node (" + strings.Join(names, ", ") + ")"
+	more := ""
+	if len(nominated) > maxNamed {
+		more = fmt.Sprintf(" and %d more", len(nominated)-maxNamed)
+	}
+	return ", counting first the pods that preemption nominated to this node (" + strings.Join(names, ", ") + more + ")"
 }
 
 // namespacePolicies is the enforcement policy of each namespace of pods,
 // as the scheduler reads it: a namespace's label, or def. A namespace that
-// does not exist, or whose label is invalid, is left out (the scheduler
-// places no devices for its pods); one that cannot be read gets def.
+// does not exist, or whose label is invalid, is left out: the scheduler
+// places no devices for its pods (unlike the pod explained, which it does
+// not place at all: see enforcementPolicy). One that cannot be read gets
+// def, as in enforcementPolicy.
 func namespacePolicies(ctx context.Context, c kubernetes.Interface, pods []*corev1.Pod, def types.EnforcementPolicy) map[string]types.EnforcementPolicy {
 	out := map[string]types.EnforcementPolicy{}
 	tried := map[string]bool{}

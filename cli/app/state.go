@@ -39,7 +39,8 @@ type clusterState struct {
 	bound          []*corev1.Pod
 	requestedBytes map[string][2]int64
 	// nominated are the pods preemption nominated to a node, not bound
-	// yet: the scheduler places them first (devicecache.NominatedBefore).
+	// yet and not finished: the scheduler places them first
+	// (nominatedBefore).
 	nominated []*corev1.Pod
 	// policies is the enforcement policy of the nominated pods'
 	// namespaces (namespacePolicies), for their devices.
@@ -88,14 +89,16 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	nominated, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=,status.nominatedNodeName!="})
+	nominated, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: "spec.nodeName=,status.nominatedNodeName!=,status.phase!=Succeeded,status.phase!=Failed"})
 	if err != nil {
 		return nil, fmt.Errorf("list pods nominated to nodes: %w", err)
 	}
 	s := &clusterState{pods: map[string][]podAllocation{}, withoutDevices: map[string][]*corev1.Pod{},
 		leases: leases.Items, requestedBytes: map[string][2]int64{}}
 	for i := range nominated.Items {
-		if p := &nominated.Items[i]; p.Spec.NodeName == "" && p.Status.NominatedNodeName != "" {
+		p := &nominated.Items[i]
+		if p.Spec.NodeName == "" && p.Status.NominatedNodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 			s.nominated = append(s.nominated, p)
 		}
 	}

@@ -23,18 +23,16 @@ type filterMemo struct {
 	// capacity and free are the node's host resources the results were
 	// computed for.
 	capacity, free devicescheduler.Host
+	n              int
+	results        [maxMemoShapes]memoResult
 	// hostOnly is the last result for a pod without devices, by its CPU
 	// and memory (see EvaluateHostOnly), valid for the same version,
-	// workload, capacity and free as results. Before results: a Score
-	// call for such a pod then reads the node's state from the first
-	// cache lines of its nodeState only.
+	// workload, capacity and free as results.
 	hostOnly struct {
 		valid   bool
 		request devicescheduler.Host
 		memoResult
 	}
-	n       int
-	results [maxMemoShapes]memoResult
 }
 
 type memoResult struct {

@@ -23,16 +23,8 @@ var ErrNoInventory = errors.New("node publishes no kubegpu device inventory (is 
 // 5,000 nodes each scheduling cycle reads a different tenth of the nodes,
 // and each cache line a call touches is a miss.
 type nodeState struct {
-	// The fields every Filter and Score call reads come first, so that
-	// they share the struct's first cache lines: devices, hasInventory,
-	// version, live and the memo's header.
-
 	// devices is nil when the node has no valid inventory; err says why.
 	devices *devicescheduler.Node
-	// hasInventory is true when the node publishes an inventory (usable
-	// or not); inventory is its raw annotation value, which the devices
-	// were built from; built is false until the node object was seen.
-	hasInventory bool
 	// version is devices.Version() as of the last change the cache made
 	// to the devices (see devicesChanged), so that a Filter call does not
 	// read the devices themselves, a cache miss of its own, to learn that
@@ -43,9 +35,13 @@ type nodeState struct {
 	// memo holds Filter results for the devices' current version.
 	memo filterMemo
 
-	name      string
-	inventory string
-	built     bool
+	name string
+	// inventory is the raw annotation value the devices were built from,
+	// hasInventory whether the node publishes one (usable or not); built
+	// is false until the node object was seen.
+	inventory    string
+	hasInventory bool
+	built        bool
 	// gpus is true when the node's capacity advertises GPUs
 	// (kubegpu.io/gpus or nvidia.com/gpu): a node that should publish an
 	// inventory.

@@ -1,11 +1,7 @@
 package devicecache
 
 import (
-	"cmp"
-	"slices"
-
 	corev1 "k8s.io/api/core/v1"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
@@ -33,31 +29,20 @@ func CompileRequest(e *devicescheduler.Engine, pod *corev1.Pod, host devicesched
 	return r, req, nil
 }
 
-// NominatedBefore lists by node, of pods, those the scheduler counts on
-// their nominated node before it places pod there: pods that preemption
-// nominated to a node and that are not bound yet, of pod's scheduler,
-// other than pod, of at least its priority (the framework adds them to
-// the node for a first pass of the filters, see Overlay). A scheduler
-// adds a node's nominated pods in the order it nominated them, which the
-// API does not show: here they are in the order of their creation, then
-// of their names.
-func NominatedBefore(pod *corev1.Pod, pods []*corev1.Pod) map[string][]*corev1.Pod {
-	prio := corev1helpers.PodPriority(pod)
-	out := map[string][]*corev1.Pod{}
-	for _, p := range pods {
-		node := p.Status.NominatedNodeName
-		if node == "" || p.Spec.NodeName != "" || p.UID == pod.UID || p.Spec.SchedulerName != pod.Spec.SchedulerName || corev1helpers.PodPriority(p) < prio {
-			continue
-		}
-		out[node] = append(out[node], p)
+// Nominee is what of pod np, nominated to node by preemption, the
+// scheduler places there before the pod it schedules: its devices, compiled
+// by compile (CompileRequest with its namespace's policy and no host
+// resources: the framework counts its CPU and memory); false when np asks
+// for none, when the cache counts its devices there already (it is bound
+// or assumed there), or when compile cannot compile its request. AddPod,
+// Reserve and `kubegpu explain` all decide with it.
+func (c *Cache) Nominee(np *corev1.Pod, node string, compile func(*corev1.Pod) (*devicescheduler.Request, bool)) (Added, bool) {
+	if !objects.WantsDevices(np) || c.HoldsOn(np.UID, node) {
+		return Added{}, false
 	}
-	for _, list := range out {
-		slices.SortFunc(list, func(a, b *corev1.Pod) int {
-			if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
-		})
+	r, ok := compile(np)
+	if !ok {
+		return Added{}, false
 	}
-	return out
+	return Added{UID: np.UID, Request: r}, true
 }

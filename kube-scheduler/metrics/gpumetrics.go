@@ -147,10 +147,11 @@ type gpuScrape struct {
 // at 5,000 nodes), and some scrapers (several Prometheus replicas,
 // benchmark harnesses gathering every second) come more often than the
 // values matter. Prometheus scrapes every 15 s or less often in common
-// setups (kube-prometheus: every 30 s), so that each of its scrapes is
-// computed afresh. The pending pods are counted afresh at every scrape;
-// those deleted before they were placed are dropped at each computation.
-const GPUScrapeMaxAge = 15 * time.Second
+// setups (kube-prometheus: every 30 s); below that, with room for the
+// jitter of its scrapes, each of them is computed afresh. The pending pods
+// are counted afresh at every scrape; those deleted before they were
+// placed are dropped at each computation.
+const GPUScrapeMaxAge = 10 * time.Second
 
 // CollectWithStability sends the GPU metrics, computed afresh when the last
 // computation is older than the target's maxAge (see compute).

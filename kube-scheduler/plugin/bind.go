@@ -38,12 +38,15 @@ func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 			Annotations: map[string]string{kubeinterface.AnnotationAllocation: value}},
 		Target: corev1.ObjectReference{Kind: "Node", Name: nodeName},
 	}
+	// Remembered before the call: the informer's event of the bound pod
+	// often comes before the call returns, and needs no verification of
+	// what this scheduler signed. A failed bind unreserves the pod.
+	p.cache.Written(pod.UID, value)
 	if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		p.metrics.Written("error")
 		return fwk.AsStatus(fmt.Errorf("bind pod %s/%s with its allocation: %w", pod.Namespace, pod.Name, err))
 	}
 	p.metrics.Written("signed")
-	p.cache.Written(pod.UID, value)
 	s.written, s.value = true, value
 	klog.FromContext(ctx).V(2).Info("Bound pod with its allocation", "pod", klog.KObj(pod), "node", nodeName, "devices", devicesOf(s.alloc))
 	return nil

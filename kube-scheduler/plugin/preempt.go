@@ -9,9 +9,7 @@ import (
 	ktypes "k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
-	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
 // PreFilterExtensions lets the framework ask what fits on a node with some
@@ -74,17 +72,15 @@ func (p *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, pod
 			return nil
 		}
 	}
-	if p.cache.HoldsOn(pod.UID, node) || !objects.WantsDevices(pod) {
-		return nil // counted already, or nothing to count
-	}
 	// Its devices only: the framework counts its CPU and memory (the
-	// NodeInfo has it added already). An invalid request gets no devices.
-	r, ok := p.deviceRequest(pod, devicescheduler.Host{})
+	// NodeInfo has it added already). One counted already, or with an
+	// invalid request, gets none.
+	a, ok := p.cache.Nominee(pod, node, p.compileNominee)
 	if !ok {
 		return nil
 	}
 	o := editOverlay(cs, node)
-	o.Added = append(o.Added, devicecache.Added{UID: pod.UID, Request: r})
+	o.Added = append(o.Added, a)
 	return nil
 }
 

@@ -92,16 +92,15 @@ func (p *Plugin) enforcement(pod *corev1.Pod) (types.EnforcementPolicy, *fwk.Sta
 	return policy, nil
 }
 
-// deviceRequest is the request of another pod the cycle accounts for (a
-// nominated pod, or one preemption's dry run adds back), compiled with its
-// namespace's policy as PreFilter compiles the pod's own; host is what of
-// its CPU and memory to count.
-func (p *Plugin) deviceRequest(pod *corev1.Pod, host devicescheduler.Host) (*devicescheduler.Request, bool) {
+// compileNominee compiles the devices of a pod nominated to a node (see
+// devicecache.Cache.Nominee), with its namespace's policy as PreFilter
+// compiles the pod's own.
+func (p *Plugin) compileNominee(pod *corev1.Pod) (*devicescheduler.Request, bool) {
 	policy, status := p.enforcement(pod)
 	if status != nil {
 		return nil, false
 	}
-	r, _, err := devicecache.CompileRequest(p.engine, pod, host, policy)
+	r, _, err := devicecache.CompileRequest(p.engine, pod, devicescheduler.Host{}, policy)
 	return r, err == nil
 }
 

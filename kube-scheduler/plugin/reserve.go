@@ -11,7 +11,6 @@ import (
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
-	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
 // Reserve chooses the pod's devices on the chosen node afresh and assumes
@@ -61,12 +60,11 @@ func (p *Plugin) nominated(pod *corev1.Pod, node string) []devicecache.Added {
 	prio := corev1helpers.PodPriority(pod)
 	for _, pi := range p.handle.NominatedPodsForNode(node) {
 		np := pi.GetPod()
-		if np.UID == pod.UID || corev1helpers.PodPriority(np) < prio || !objects.WantsDevices(np) || p.cache.HoldsOn(np.UID, node) {
+		if np.UID == pod.UID || corev1helpers.PodPriority(np) < prio {
 			continue
 		}
-		// Its devices only: its CPU and memory are the framework's to count.
-		if r, ok := p.deviceRequest(np, devicescheduler.Host{}); ok {
-			out = append(out, devicecache.Added{UID: np.UID, Request: r})
+		if a, ok := p.cache.Nominee(np, node, p.compileNominee); ok {
+			out = append(out, a)
 		}
 	}
 	return out
