@@ -259,6 +259,10 @@ bench-schedperf-duet: schedperf-build ## scheduler_perf in duets, kubegpu and st
 		$(CURDIR)/hack/schedperf-duet.sh -t $(CURDIR)/$(SCHEDPERF)/bin/schedperf.test -o $(CURDIR)/$(SCHEDPERF)/duet -r $(SCHEDPERF_ROUNDS) \
 			-n $(SCHEDPERF_NODES) -l $(SCHEDPERF_FILTER) -a $(SCHEDPERF_DUET_A) $(SCHEDPERF_WORKLOADS)
 
+.PHONY: schedperf-pack
+schedperf-pack: deps ## Pack the duets' binaries, without symbol tables, for a machine with more cores (see hack/schedperf-pack.sh)
+	GO=$(GO) hack/schedperf-pack.sh
+
 .PHONY: bench-scheduler-memory
 bench-scheduler-memory: build plugins kube-binaries ## kubegpu-scheduler's heap across 10,000 adversarial pods created and deleted (SCHED_MEMORY_NODES, SCHED_MEMORY_PODS)
 	$(GO) run ./test/schedbench --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) --nodes $(SCHED_MEMORY_NODES) --adversarial-pods $(SCHED_MEMORY_PODS)
