@@ -79,6 +79,13 @@ func TestExplainAgreesWithTheScheduler(t *testing.T) {
 		sched := schedulerCache(engine, keys, nodes, objs, bound, now)
 		p := plugin.NewOverCache(ctx, args, sched, lister)
 		o := &explainOptions{key: keys, staleness: 40 * time.Second}
+		// A scheduler of one profile, or of two (its configuration file
+		// given to explain): one nominator for all its profiles.
+		profiles := []string{""}
+		if cl%2 == 1 {
+			o.schedulerNames = []string{"", "another-profile"}
+			profiles = o.schedulerNames
+		}
 		for i := range podsPerCluster {
 			pod := randomGPUPod(rng, fmt.Sprintf("p%d-%d", cl, i))
 			pod.Namespace = []string{"ns", "strict"}[rng.IntN(2)]
@@ -97,7 +104,7 @@ func TestExplainAgreesWithTheScheduler(t *testing.T) {
 				continue
 			}
 			rows := o.evaluate(engine, s, r, pod, now)
-			want, withNominated := schedulerRows(t, p, nodes, bound, nominated, pod)
+			want, withNominated := schedulerRows(t, p, nodes, bound, nominated, profiles, pod)
 			nominatedNodes += withNominated
 			for i := range rows {
 				rows[i].reason, rows[i].devices = "", "" // explain's own words
@@ -216,7 +223,7 @@ func randomCluster(t *testing.T, rng *rand.Rand, key *kubeinterface.Key, cl int)
 		case 0:
 			p.Status.Phase = corev1.PodFailed // the scheduler's informer leaves it out
 		case 1:
-			p.Spec.SchedulerName = "another-profile" // one nominator for all profiles
+			p.Spec.SchedulerName = "another-profile" // the scheduler's second profile, in some clusters
 		}
 		p.Status.NominatedNodeName = nodes[rng.IntN(len(nodes))].Name
 		nominated = append(nominated, p)
@@ -298,7 +305,7 @@ func schedulerCache(engine *devicescheduler.Engine, keys *kubeinterface.KeySet, 
 // node, in explain's order: fitting nodes by their score, best first (the
 // order NormalizeScore keeps), then the others by name. It also returns on
 // how many nodes pods nominated there were counted.
-func schedulerRows(t *testing.T, p *plugin.Plugin, nodes []*corev1.Node, bound, nominated []*corev1.Pod, pod *corev1.Pod) ([]explainRow, int) {
+func schedulerRows(t *testing.T, p *plugin.Plugin, nodes []*corev1.Node, bound, nominated []*corev1.Pod, profiles []string, pod *corev1.Pod) ([]explainRow, int) {
 	ctx := context.Background()
 	infos := make([]fwk.NodeInfo, len(nodes))
 	for i, n := range nodes {
@@ -323,7 +330,7 @@ func schedulerRows(t *testing.T, p *plugin.Plugin, nodes []*corev1.Node, bound, 
 	withNominated := 0
 	for i, ni := range infos {
 		rows[i] = explainRow{node: nodes[i].Name}
-		st := filterWithNominated(t, p, cs, pod, ni, nominated)
+		st := filterWithNominated(t, p, cs, pod, ni, nominated, profiles)
 		if st.added {
 			withNominated++
 		}
@@ -375,14 +382,16 @@ type filtered struct {
 // priority are nominated to the node, first on a copy of the cycle state
 // and of the NodeInfo with them added (the NodeInfo's AddPodInfo, then the
 // plugin's AddPod, in the order they were nominated), then, if that
-// passed, as it is. Here they were nominated in the order of nominated.
-func filterWithNominated(t *testing.T, p *plugin.Plugin, cs fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo, nominated []*corev1.Pod) filtered {
+// passed, as it is. Here they were nominated in the order of nominated, and
+// the nominator holds the pods of the scheduler's profiles that its
+// informer lists (not the finished ones).
+func filterWithNominated(t *testing.T, p *plugin.Plugin, cs fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo, nominated []*corev1.Pod, profiles []string) filtered {
 	ctx := context.Background()
 	prio := func(p *corev1.Pod) int32 { return *p.Spec.Priority }
 	stateOut, niOut := cs.Clone(), ni.Snapshot()
 	added := false
 	for _, np := range nominated {
-		if np.Status.NominatedNodeName != ni.Node().Name || prio(np) < prio(pod) || np.Status.Phase == corev1.PodFailed {
+		if np.Status.NominatedNodeName != ni.Node().Name || prio(np) < prio(pod) || np.Status.Phase == corev1.PodFailed || !slices.Contains(profiles, np.Spec.SchedulerName) {
 			continue
 		}
 		pi, err := framework.NewPodInfo(np)

@@ -37,6 +37,9 @@ type explainOptions struct {
 	policy          string
 	staleness       time.Duration
 	topDevices      int
+	// schedulerNames are the profiles of the scheduler's configuration
+	// file, when given: the pods it places.
+	schedulerNames []string
 }
 
 func newExplainCommand(client func() (kubernetes.Interface, error), namespace func() string, key func() (*kubeinterface.KeySet, error)) *cobra.Command {
@@ -162,7 +165,7 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	}
 	fmt.Fprintln(w)
 	var kept []*corev1.Pod
-	for _, list := range nominatedBefore(pod, s.nominated) {
+	for _, list := range nominatedBefore(pod, s.nominated, o.schedulerNames) {
 		kept = append(kept, list...)
 	}
 	s.policies = namespacePolicies(ctx, c, kept, args.Enforcement)
@@ -218,7 +221,7 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 	}
 	c.LearnPods(logger)
 	in := c.InputOnce(r)
-	nominated := nominatedBefore(self, s.nominated)
+	nominated := nominatedBefore(self, s.nominated, o.schedulerNames)
 	affinity := nodeaffinity.GetRequiredNodeAffinity(self)
 	var rows []explainRow
 	for _, n := range s.nodes {
@@ -369,7 +372,7 @@ func (o *explainOptions) args() (*plugin.Args, error) {
 		// plugins, which says nothing here.
 		klog.SetLogger(logr.Discard())
 		var err error
-		args, err = plugin.ArgsFromFile(o.schedulerConfig, o.profile)
+		args, o.schedulerNames, err = plugin.ReadSchedulerConfig(o.schedulerConfig, o.profile)
 		klog.ClearLogger()
 		if err != nil {
 			return nil, err

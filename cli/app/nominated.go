@@ -22,17 +22,21 @@ import (
 // nominatedBefore lists by node, of pods, those the scheduler counts on
 // their nominated node before it places pod there, as its framework's
 // nominator and RunFilterPluginsWithNominatedPods pick them: pods that
-// preemption nominated to a node and that are not bound yet, other than
-// pod, of at least its priority. A scheduler keeps one nominator for all
-// its profiles, so pods of any schedulerName count. It adds a node's
-// nominated pods in the order it nominated them, which the API does not
-// show: here they are in the order of their creation, then of their names.
-func nominatedBefore(pod *corev1.Pod, pods []*corev1.Pod) map[string][]*corev1.Pod {
+// preemption nominated to a node and that are not bound yet, of the
+// scheduler's profiles (schedulers, or pod's own scheduler name when none
+// are known: a scheduler keeps one nominator for all its profiles), other
+// than pod, of at least its priority. A scheduler adds a node's nominated
+// pods in the order it nominated them, which the API does not show: here
+// they are in the order of their creation, then of their names.
+func nominatedBefore(pod *corev1.Pod, pods []*corev1.Pod, schedulers []string) map[string][]*corev1.Pod {
+	if len(schedulers) == 0 {
+		schedulers = []string{pod.Spec.SchedulerName}
+	}
 	prio := corev1helpers.PodPriority(pod)
 	out := map[string][]*corev1.Pod{}
 	for _, p := range pods {
 		node := p.Status.NominatedNodeName
-		if node == "" || p.Spec.NodeName != "" || p.UID == pod.UID || corev1helpers.PodPriority(p) < prio {
+		if node == "" || p.Spec.NodeName != "" || p.UID == pod.UID || corev1helpers.PodPriority(p) < prio || !slices.Contains(schedulers, p.Spec.SchedulerName) {
 			continue
 		}
 		out[node] = append(out[node], p)

@@ -140,7 +140,7 @@ func BenchmarkFilterNominated(b *testing.B) {
 	}{{"memo", false}, {"nominated", true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			cs := framework.NewCycleState()
-			if _, st := p.PreFilter(context.Background(), cs, pod, nil); !st.IsSuccess() {
+			if _, st := p.PreFilter(context.Background(), cs, pod, []fwk.NodeInfo{ni}); !st.IsSuccess() {
 				b.Fatal(st)
 			}
 			if tc.nominated {
@@ -156,8 +156,8 @@ func BenchmarkFilterNominated(b *testing.B) {
 	}
 }
 
-// BenchmarkFilterScore is one scheduling cycle's Filter and Score calls
-// for a 1-GPU pod on 5,000 DGX-1 nodes, as kube-scheduler makes them at that
+// BenchmarkFilterScore is one scheduling cycle's PreFilter, Filter,
+// PreScore and Score calls for a 1-GPU pod on 5,000 DGX-1 nodes, as kube-scheduler makes them at that
 // size: 500 nodes (percentageOfNodesToScore's adaptive 10%), from where the
 // previous cycle stopped, each with 8 results in its memo. It reports the
 // cost per node.
@@ -165,14 +165,15 @@ func BenchmarkFilterScore(b *testing.B) {
 	const nodes, perCycle = 5000, 500
 	c, _ := testCache(&testing.T{})
 	logger := klog.Background()
-	infos := make([]*framework.NodeInfo, nodes)
+	infos := make([]fwk.NodeInfo, nodes)
 	for i := range infos {
 		n := testNode(&testing.T{}, fmt.Sprintf("kubegpu-perf-%05x", i*7919), "dgx1")
 		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("768Gi")}
 		c.UpdateNode(logger, n)
 		c.UpdateLease(testLease(n.Name, testNow), false)
-		infos[i] = framework.NewNodeInfo()
-		infos[i].SetNode(n)
+		ni := framework.NewNodeInfo()
+		ni.SetNode(n)
+		infos[i] = ni
 	}
 	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)
@@ -188,7 +189,7 @@ func BenchmarkFilterScore(b *testing.B) {
 		pod := pods[cycle%len(pods)]
 		cycle++
 		cs := framework.NewCycleState()
-		if _, st := p.PreFilter(context.Background(), cs, pod, nil); !st.IsSuccess() {
+		if _, st := p.PreFilter(context.Background(), cs, pod, infos); !st.IsSuccess() {
 			b.Fatal(st)
 		}
 		for i := range perCycle {
@@ -196,6 +197,9 @@ func BenchmarkFilterScore(b *testing.B) {
 			if st := p.Filter(context.Background(), cs, pod, ni); !st.IsSuccess() {
 				b.Fatal(st)
 			}
+		}
+		if st := p.PreScore(context.Background(), cs, pod, nil); !st.IsSuccess() {
+			b.Fatal(st)
 		}
 		for i := range perCycle {
 			if _, st := p.Score(context.Background(), cs, pod, infos[(start+i)%nodes]); !st.IsSuccess() {
@@ -216,14 +220,15 @@ func BenchmarkHostOnlyCycle(b *testing.B) {
 	const nodes, perCycle = 5000, 500
 	c, _ := testCache(&testing.T{})
 	logger := klog.Background()
-	infos := make([]*framework.NodeInfo, nodes)
+	infos := make([]fwk.NodeInfo, nodes)
 	for i := range infos {
 		n := testNode(&testing.T{}, fmt.Sprintf("kubegpu-perf-%05x", i*7919), "dgx1")
 		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("768Gi")}
 		c.UpdateNode(logger, n)
 		c.UpdateLease(testLease(n.Name, testNow), false)
-		infos[i] = framework.NewNodeInfo()
-		infos[i].SetNode(n)
+		ni := framework.NewNodeInfo()
+		ni.SetNode(n)
+		infos[i] = ni
 	}
 	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}}
 	p.ready.Store(true)

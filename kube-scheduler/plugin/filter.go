@@ -32,7 +32,9 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		// Preemption's dry run, or pods nominated to the node: not counted
 		// among the reasons the pod waits (a dry run shares the state),
 		// and not scored: the framework filters such a node a second
-		// time, without them, and that call's score is Score's.
+		// time, without them, and that call's score is Score's. (Where
+		// the nominated pods add no devices the overlay is empty, and both
+		// passes put a score: the later one counts, see filterScores.)
 		_, err = p.cache.EvaluateWith(node, o, &s.eval, corev1helpers.PodPriority(pod), capacity, free, pl)
 	} else {
 		var score int64

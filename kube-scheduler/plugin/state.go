@@ -49,11 +49,19 @@ func (s *cycleState) Clone() fwk.StateData { return s }
 // Filter runs on many goroutines at once: each call takes a slot of its own
 // with one atomic add, where a lock per call was the largest part of
 // Filter's cost on 8 cores. The framework runs Filter on every node before
-// PreScore, which indexes the slots for Score's reads; the buffers are
-// pooled (a cycle passes hundreds of nodes at 5,000).
+// PreScore, which indexes the slots for Score's reads, a later slot of a
+// node over an earlier one. The buffers are pooled (a cycle passes
+// hundreds of nodes at 5,000), and taken at the first score put: a cycle
+// that places nothing takes none.
 type filterScores struct {
-	buf *scoreBuffers
-	n   atomic.Int64
+	// size is the slots a cycle may fill: PreFilter's node count, twice,
+	// and two (see slotsFor).
+	size int
+	buf  atomic.Pointer[scoreBuffers]
+	n    atomic.Int64
+	// dropped counts the scores put beyond size, left for Score to
+	// evaluate (none should be).
+	dropped atomic.Int64
 }
 
 type scoreBuffers struct {
@@ -68,54 +76,69 @@ type scoredNode struct {
 
 var scoreBufferPool = sync.Pool{New: func() any { return &scoreBuffers{byNode: make(map[*corev1.Node]int64, 64)} }}
 
-// reset readies f for a cycle over nodes nodes (PreFilter).
-func (f *filterScores) reset(nodes int) {
-	b := scoreBufferPool.Get().(*scoreBuffers)
-	if cap(b.slots) < nodes {
-		b.slots = make([]scoredNode, nodes)
-	}
-	b.slots = b.slots[:nodes]
-	f.buf = b
-}
+// slotsFor is the slots a cycle over nodes nodes may fill. The framework
+// may filter a node twice in one cycle: a node with pods nominated to it,
+// when none of them adds devices there, passes Filter with them and then
+// without; and the nominated node (or the node a batch hint names) is
+// filtered first, then again with all nodes should it not do.
+func slotsFor(nodes int) int { return 2*nodes + 2 }
 
-// put remembers node's score; Filter calls it, once per node. A node beyond
-// the slots PreFilter counted (none should be) is left for Score to
-// evaluate.
+// reset readies f for a cycle over nodes nodes (PreFilter).
+func (f *filterScores) reset(nodes int) { f.size = slotsFor(nodes) }
+
+// put remembers node's score; Filter calls it.
 func (f *filterScores) put(node *corev1.Node, score int64) {
-	if f.buf == nil {
+	i := f.n.Add(1) - 1
+	if i >= int64(f.size) {
+		f.dropped.Add(1)
 		return
 	}
-	if i := f.n.Add(1) - 1; i < int64(len(f.buf.slots)) {
-		f.buf.slots[i] = scoredNode{node, score}
+	b := f.buf.Load()
+	if b == nil {
+		b = scoreBufferPool.Get().(*scoreBuffers)
+		if cap(b.slots) < f.size {
+			b.slots = make([]scoredNode, f.size)
+		}
+		b.slots = b.slots[:f.size]
+		if !f.buf.CompareAndSwap(nil, b) {
+			scoreBufferPool.Put(b)
+			b = f.buf.Load()
+		}
 	}
+	b.slots[i] = scoredNode{node, score}
 }
 
 // index makes the scores Filter put readable by node (PreScore, once every
-// Filter call of the cycle has returned).
+// Filter call of the cycle has returned). Of two scores of one node, the
+// later one counts: the framework filters a node a second time without
+// the pods nominated to it, and that pass is Score's.
 func (f *filterScores) index() {
-	if f.buf == nil {
+	b := f.buf.Load()
+	if b == nil {
 		return
 	}
-	n := min(f.n.Load(), int64(len(f.buf.slots)))
-	for _, e := range f.buf.slots[:n] {
-		f.buf.byNode[e.node] = e.score
+	n := min(f.n.Load(), int64(len(b.slots)))
+	for _, e := range b.slots[:n] {
+		if e.node != nil {
+			b.byNode[e.node] = e.score
+		}
 	}
 }
 
 // get returns node's score as Filter found it; Score calls it, after
 // PreScore indexed them.
 func (f *filterScores) get(node *corev1.Node) (int64, bool) {
-	if f.buf == nil {
+	b := f.buf.Load()
+	if b == nil {
 		return 0, false
 	}
-	score, ok := f.buf.byNode[node]
+	score, ok := b.byNode[node]
 	return score, ok
 }
 
 // release gives the buffers back to the pool once Score is done (Reserve).
 func (f *filterScores) release() {
-	b := f.buf
-	f.buf = nil
+	b := f.buf.Swap(nil)
 	if b != nil && len(b.slots) <= maxPooledScores {
 		clear(b.byNode)
 		clear(b.slots) // no Node kept alive by the pool
@@ -125,7 +148,7 @@ func (f *filterScores) release() {
 
 // maxPooledScores bounds the buffers kept in the pool: those of a cycle
 // over a very large cluster are left to the garbage collector.
-const maxPooledScores = 1 << 14
+const maxPooledScores = 1 << 15
 
 // getState returns the cycle's state, or nil for a pod without devices.
 func getState(cs fwk.CycleState) *cycleState { return readState[*cycleState](cs, stateKey) }
