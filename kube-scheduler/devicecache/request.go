@@ -33,11 +33,12 @@ func CompileRequest(e *devicescheduler.Engine, pod *corev1.Pod, host devicesched
 // scheduler places there before the pod it schedules: its devices, compiled
 // by compile (CompileRequest with its namespace's policy and no host
 // resources: the framework counts its CPU and memory); false when np asks
-// for none, when the cache counts its devices there already (it is bound
-// or assumed there), or when compile cannot compile its request. AddPod,
-// Reserve and `kubegpu explain` all decide with it.
+// for none, when the cache counts its devices there already (it is assumed
+// there), when it is bound (a pod preemption's dry run adds back that the
+// cache does not count holds no devices), or when compile cannot compile
+// its request. AddPod, Reserve and `kubegpu explain` all decide with it.
 func (c *Cache) Nominee(np *corev1.Pod, node string, compile func(*corev1.Pod) (*devicescheduler.Request, bool)) (Added, bool) {
-	if !objects.WantsDevices(np) || c.HoldsOn(np.UID, node) {
+	if np.Spec.NodeName != "" || !objects.WantsDevices(np) || c.HoldsOn(np.UID, node) {
 		return Added{}, false
 	}
 	r, ok := compile(np)

@@ -87,3 +87,36 @@ func fullDGX(t testing.TB, n int) (*Plugin, *corev1.Node, []*corev1.Pod) {
 	}
 	return p, node, pods
 }
+
+// TestAddPodBoundNotCounted: a bound pod that the cache does not count (its
+// allocation does not verify) holds no devices; preemption's dry run adding
+// it back (a reprieve) gives it none, where a pod nominated to the node
+// gets its devices placed first.
+func TestAddPodBoundNotCounted(t *testing.T) {
+	p, node, _ := fullDGX(t, 4)
+	pod := gpuPod("x", 4, 0, testNow)
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(context.Background(), cs, pod, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter = %v", st)
+	}
+	ni := framework.NewNodeInfo()
+	ni.SetNode(node)
+	unverified := gpuPod("unverified", 4, 0, testNow)
+	unverified.Spec.NodeName = node.Name
+	pi, _ := framework.NewPodInfo(unverified)
+	dry := cs.Clone()
+	if st := p.AddPod(context.Background(), dry, pod, pi, ni); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := p.Filter(context.Background(), dry, pod, ni); !st.IsSuccess() {
+		t.Errorf("a bound pod the cache does not count took devices: %v", st)
+	}
+	nominated := gpuPod("nominated", 4, 0, testNow)
+	pi, _ = framework.NewPodInfo(nominated)
+	if st := p.AddPod(context.Background(), dry, pod, pi, ni); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := p.Filter(context.Background(), dry, pod, ni); st.IsSuccess() {
+		t.Error("4 GPUs fit beside a nominated pod placed first on the node's last 4")
+	}
+}
