@@ -163,20 +163,7 @@ func BenchmarkFilterNominated(b *testing.B) {
 // cost per node.
 func BenchmarkFilterScore(b *testing.B) {
 	const nodes, perCycle = 5000, 500
-	c, _ := testCache(&testing.T{})
-	logger := klog.Background()
-	infos := make([]fwk.NodeInfo, nodes)
-	for i := range infos {
-		n := testNode(&testing.T{}, fmt.Sprintf("kubegpu-perf-%05x", i*7919), "dgx1")
-		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("768Gi")}
-		c.UpdateNode(logger, n)
-		c.UpdateLease(testLease(n.Name, testNow), false)
-		ni := framework.NewNodeInfo()
-		ni.SetNode(n)
-		infos[i] = ni
-	}
-	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}}
-	p.ready.Store(true)
+	p, infos := perfCluster(nodes)
 	// Pods of a few shapes, so that every node's memo holds several.
 	pods := make([]*corev1.Pod, 8)
 	for i := range pods {
@@ -218,20 +205,7 @@ func BenchmarkFilterScore(b *testing.B) {
 // reports the cost per node scored.
 func BenchmarkHostOnlyCycle(b *testing.B) {
 	const nodes, perCycle = 5000, 500
-	c, _ := testCache(&testing.T{})
-	logger := klog.Background()
-	infos := make([]fwk.NodeInfo, nodes)
-	for i := range infos {
-		n := testNode(&testing.T{}, fmt.Sprintf("kubegpu-perf-%05x", i*7919), "dgx1")
-		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("768Gi")}
-		c.UpdateNode(logger, n)
-		c.UpdateLease(testLease(n.Name, testNow), false)
-		ni := framework.NewNodeInfo()
-		ni.SetNode(n)
-		infos[i] = ni
-	}
-	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}}
-	p.ready.Store(true)
+	p, infos := perfCluster(nodes)
 	pod := testPod("cpu")
 	pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("500Mi")}}}}
 	ctx := context.Background()
@@ -255,4 +229,24 @@ func BenchmarkHostOnlyCycle(b *testing.B) {
 		start = (start + perCycle) % nodes
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perCycle), "ns/node")
+}
+
+// perfCluster is a warm plugin over nodes live DGX-1 nodes with 96 CPUs and
+// 768 GiB each, as scheduler_perf's, and their NodeInfos.
+func perfCluster(nodes int) (*Plugin, []fwk.NodeInfo) {
+	c, _ := testCache(&testing.T{})
+	logger := klog.Background()
+	infos := make([]fwk.NodeInfo, nodes)
+	for i := range infos {
+		n := testNode(&testing.T{}, fmt.Sprintf("kubegpu-perf-%05x", i*7919), "dgx1")
+		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("768Gi")}
+		c.UpdateNode(logger, n)
+		c.UpdateLease(testLease(n.Name, testNow), false)
+		ni := framework.NewNodeInfo()
+		ni.SetNode(n)
+		infos[i] = ni
+	}
+	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}}
+	p.ready.Store(true)
+	return p, infos
 }
