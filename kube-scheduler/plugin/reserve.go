@@ -29,7 +29,9 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		}
 		return nil
 	}
-	s.scores.release() // Score is done
+	if dropped := s.scores.release(); dropped > 0 { // Score is done
+		klog.FromContext(ctx).V(4).Info("Filter scored more nodes than the cycle had slots for; Score evaluated them again", "pod", klog.KObj(pod), "dropped", dropped)
+	}
 	capacity, free := p.reserveHost(ctx, nodeName)
 	alloc, err := p.cache.Reserve(pod, nodeName, s.request, capacity, free, p.nominated(pod, nodeName))
 	if err != nil {

@@ -136,14 +136,16 @@ func (f *filterScores) get(node *corev1.Node) (int64, bool) {
 	return score, ok
 }
 
-// release gives the buffers back to the pool once Score is done (Reserve).
-func (f *filterScores) release() {
+// release gives the buffers back to the pool once Score is done (Reserve),
+// and says how many scores did not fit in the slots.
+func (f *filterScores) release() (dropped int64) {
 	b := f.buf.Swap(nil)
 	if b != nil && len(b.slots) <= maxPooledScores {
 		clear(b.byNode)
 		clear(b.slots) // no Node kept alive by the pool
 		scoreBufferPool.Put(b)
 	}
+	return f.dropped.Swap(0)
 }
 
 // maxPooledScores bounds the buffers kept in the pool: those of a cycle

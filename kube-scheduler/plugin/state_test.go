@@ -62,8 +62,7 @@ func TestFilterScoresSlots(t *testing.T) {
 			t.Errorf("overflow: node %d read %v, want %v", i, ok, want)
 		}
 	}
-	if d := g.dropped.Load(); d != 2 {
+	if d := g.release(); d != 2 {
 		t.Errorf("dropped %d scores, want 2", d)
 	}
-	g.release()
 }
