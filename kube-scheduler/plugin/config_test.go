@@ -125,3 +125,35 @@ func TestArgsDecodedStrictly(t *testing.T) {
 		})
 	}
 }
+
+// TestReadSchedulerConfigNames: the scheduler names of every profile,
+// whichever profile's args are read; a single profile without a name is
+// kube-scheduler's default-scheduler.
+func TestReadSchedulerConfigNames(t *testing.T) {
+	const args = "  pluginConfig:\n  - name: KubeGPU\n    args:\n      signingKeyFile: /k\n"
+	const head = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n"
+	for _, tt := range []struct {
+		name, content, profile string
+		want                   []string
+	}{
+		{"two profiles", head + "- schedulerName: gpu\n" + args + "- schedulerName: gpu-batch\n" + args + "      devicePolicy: spread\n", "gpu-batch", []string{"gpu", "gpu-batch"}},
+		{"one without a name", head + "-" + args[1:] + "      devicePolicy: spread\n", "", []string{"default-scheduler"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "c.yaml")
+			if err := os.WriteFile(p, []byte(tt.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			a, names, err := ReadSchedulerConfig(p, tt.profile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.DevicePolicy != "spread" {
+				t.Errorf("devicePolicy = %q: not the profile's args", a.DevicePolicy)
+			}
+			if !reflect.DeepEqual(names, tt.want) {
+				t.Errorf("scheduler names %q, want %q", names, tt.want)
+			}
+		})
+	}
+}

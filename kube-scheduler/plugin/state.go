@@ -79,8 +79,9 @@ var scoreBufferPool = sync.Pool{New: func() any { return &scoreBuffers{byNode: m
 // slotsFor is the slots a cycle over nodes nodes may fill. The framework
 // may filter a node twice in one cycle: a node with pods nominated to it,
 // when none of them adds devices there, passes Filter with them and then
-// without; and the nominated node (or the node a batch hint names) is
-// filtered first, then again with all nodes should it not do.
+// without; and the pod's nominated node is filtered first, then again with
+// all nodes should it not do. (A batch hint would filter one more node
+// first; GPU pods get none, see SignPod.)
 func slotsFor(nodes int) int { return 2*nodes + 2 }
 
 // reset readies f for a cycle over nodes nodes (PreFilter).
@@ -101,7 +102,9 @@ func (f *filterScores) put(node *corev1.Node, score int64) {
 		}
 		b.slots = b.slots[:f.size]
 		if !f.buf.CompareAndSwap(nil, b) {
-			scoreBufferPool.Put(b)
+			if len(b.slots) <= maxPooledScores {
+				scoreBufferPool.Put(b)
+			}
 			b = f.buf.Load()
 		}
 	}
@@ -114,7 +117,10 @@ func (f *filterScores) put(node *corev1.Node, score int64) {
 // the pods nominated to it, and that pass is Score's.
 func (f *filterScores) index() {
 	b := f.buf.Load()
-	if b == nil {
+	if b == nil || f.dropped.Load() > 0 {
+		// With a score dropped, a node's earlier score (its pass with
+		// the pods nominated to it) could stand for its later one: Score
+		// evaluates every node instead.
 		return
 	}
 	n := min(f.n.Load(), int64(len(b.slots)))
