@@ -284,8 +284,8 @@ func decide(c *devicecache.Cache, in *devicecache.Input, node *corev1.Node, requ
 		for _, n := range nominated {
 			with[0] += n.cpuMilli
 			with[1] += n.memBytes
-			if n.request != nil {
-				o.Added = append(o.Added, devicecache.Added{UID: n.pod.UID, Request: n.request})
+			if n.added != nil {
+				o.Added = append(o.Added, *n.added)
 			}
 		}
 		capacity, free := devicecache.NodeHost(a.Cpu().MilliValue(), a.Memory().Value(), with[0], with[1])

@@ -53,12 +53,12 @@ func nominatedBefore(pod *corev1.Pod, pods []*corev1.Pod, schedulers []string) m
 }
 
 // nominee is a pod nominated to a node, as the scheduler counts it there
-// before the pod explained: its CPU and memory, and its devices (request
-// nil when the scheduler places none for it: devicecache.Cache.Nominee).
+// before the pod explained: its CPU and memory, and its devices (added nil
+// when the scheduler places none for it: devicecache.Cache.Nominee).
 type nominee struct {
 	pod                *corev1.Pod
 	cpuMilli, memBytes int64
-	request            *devicescheduler.Request
+	added              *devicecache.Added
 }
 
 // nominees are pods, nominated to node, as the scheduler counts them, their
@@ -78,7 +78,7 @@ func nominees(c *devicecache.Cache, e *devicescheduler.Engine, policies map[stri
 		n := nominee{pod: p}
 		n.cpuMilli, n.memBytes = objects.HostRequestBytes(p)
 		if a, ok := c.Nominee(p, node, compile); ok {
-			n.request = a.Request
+			n.added = &a
 		}
 		out = append(out, n)
 	}
