@@ -22,6 +22,7 @@ awk -v A="${SCHEDPERF_A:-KubeGPU}" -v duet="${SCHEDPERF_DUET:-0}" '
 FNR == 1 { cur = "" }
 /^# kubegpu-scheduler gpuMetrics: / { mode[$4] = 1; next }
 /^# kubegpu-scheduler nodePolicy: / { policy[$4] = 1; next }
+/^# kubegpu-scheduler podsWithoutDevices: / { without[$4] = 1; next }
 /logger="BenchmarkPerfScheduling\/[A-Za-z]+_[A-Za-z0-9]+\/[0-9]+Nodes/ && !/evaluatedNodes=/ {
 	match($0, /BenchmarkPerfScheduling\/[A-Za-z]+_[A-Za-z0-9]+\/[0-9]+Nodes/)
 	split(substr($0, RSTART, RLENGTH), c, "/"); split(c[2], cw, "_")
@@ -71,6 +72,9 @@ END {
 	m = ""
 	for (x in policy) m = m (m == "" ? "" : ", ") x
 	if (m != "") printf "kubegpu-scheduler with nodePolicy: %s\n", m
+	m = ""
+	for (x in without) m = m (m == "" ? "" : ", ") x
+	if (m != "") printf "kubegpu-scheduler with podsWithoutDevices: %s\n", m
 	printf "%-24s %6s %-26s %-26s %s\n", "workload", "paired", tolower(A) " pods/s [rounds]", "stock pods/s [rounds]", "ratio of paired means (range over rounds)"
 	for (i = 1; i <= k; i++) {
 		key = keys[i]; pairs = 0; lo = hi = 0; sk = ss = 0; ratio = "-"

@@ -23,7 +23,8 @@
 // bench-schedperf alternates the order between rounds);
 // KUBEGPU_SCHEDPERF_GPU_METRICS=PerGPU gives kubegpu-scheduler its default
 // per-GPU metrics instead of PerModel, and KUBEGPU_SCHEDPERF_NODE_POLICY
-// another nodePolicy than the default kubegpu;
+// another nodePolicy than the default kubegpu,
+// KUBEGPU_SCHEDPERF_PODS_WITHOUT_DEVICES=Ignore podsWithoutDevices: Ignore;
 // KUBEGPU_SCHEDPERF_STOCK_BINPACK=1 adds the stock plugins set to bin-pack
 // GPUs (see writeConfig), and KUBEGPU_SCHEDPERF_CONTROL=1 the stock plugins
 // once more as Control_* (for hack/schedperf-duet.sh). Each test case
@@ -155,9 +156,22 @@ func writeConfig(dir, pluginDir, keyFile string) (string, error) {
 	if !slices.Contains(devicescheduler.Policies(), nodePolicy) {
 		return "", fmt.Errorf("KUBEGPU_SCHEDPERF_NODE_POLICY=%q: want one of %v", nodePolicy, devicescheduler.Policies())
 	}
+	// podsWithoutDevices Score (the shipped default) unless
+	// KUBEGPU_SCHEDPERF_PODS_WITHOUT_DEVICES says Ignore: with Ignore a
+	// pod without devices skips the plugin, and what it still costs is
+	// the plugin's mere presence (informers, device cache, memory).
+	withoutDevices := os.Getenv("KUBEGPU_SCHEDPERF_PODS_WITHOUT_DEVICES")
+	switch withoutDevices {
+	case "":
+		withoutDevices = config.PodsWithoutDevicesScore
+	case config.PodsWithoutDevicesScore, config.PodsWithoutDevicesIgnore:
+	default:
+		return "", fmt.Errorf("KUBEGPU_SCHEDPERF_PODS_WITHOUT_DEVICES=%q: want %s or %s", withoutDevices, config.PodsWithoutDevicesScore, config.PodsWithoutDevicesIgnore)
+	}
 	// For hack/schedperf-summary.sh.
 	fmt.Printf("# kubegpu-scheduler gpuMetrics: %s\n", gpuMetrics)
 	fmt.Printf("# kubegpu-scheduler nodePolicy: %s\n", nodePolicy)
+	fmt.Printf("# kubegpu-scheduler podsWithoutDevices: %s\n", withoutDevices)
 	if err := os.WriteFile(schedConfig, fmt.Appendf(nil, `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:
@@ -185,7 +199,8 @@ profiles:
       heartbeatStaleness: 1h
       gpuMetrics: %s
       nodePolicy: %s
-`, pluginDir, keyFile, gpuMetrics, nodePolicy), 0o600); err != nil {
+      podsWithoutDevices: %s
+`, pluginDir, keyFile, gpuMetrics, nodePolicy, withoutDevices), 0o600); err != nil {
 		return "", err
 	}
 	// KUBEGPU_SCHEDPERF_STOCK_BINPACK=1 adds the stock plugins set to bin-pack
