@@ -53,6 +53,9 @@ type Cache struct {
 	// shares: Filter and Score find a node by a pointer, without hashing
 	// and comparing its name (see lookup).
 	byObject map[*corev1.Node]*nodeState
+	// taints counts the nodes that publish devices by their hard taints
+	// (see DeviceNodesTolerated).
+	taints deviceTaints
 	pods     map[ktypes.UID]*podState
 
 	// recorder queues the scheduler's records of allocations.

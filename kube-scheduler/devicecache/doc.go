@@ -18,7 +18,9 @@
 // The package knows nothing of the scheduler framework. Files by job:
 // cache.go (the Cache and its configuration), node.go and nodekeys.go (node
 // states, and nodes refusing the scheduler's key),
-// pod.go (pods' allocations), liveness.go (Leases and Ready), learn.go (the
+// pod.go (pods' allocations), liveness.go (Leases and Ready), taints.go
+// (the device nodes counted by their hard taints, so that a pod without
+// devices that could land on none of them is not scored), learn.go (the
 // workload mix learned at start), memo.go and shape.go (Filter results
 // remembered per node version and request shape), decide.go and reasons.go
 // (the decision and its classification), overlay.go (pods removed or added

@@ -56,6 +56,10 @@ type nodeState struct {
 	// object is the Node object last seen, its key in byObject.
 	object *corev1.Node
 	pods   map[ktypes.UID]struct{}
+	// taintKey is the key of the taint set the node is counted under in
+	// Cache.taints, if taintCounted.
+	taintKey     string
+	taintCounted bool
 }
 
 func (c *Cache) node(name string) *nodeState {
@@ -82,6 +86,7 @@ func (c *Cache) UpdateNode(logger klog.Logger, node *corev1.Node) {
 	if rebuilt {
 		c.rebuildNode(logger, ns, node, value, has)
 	}
+	c.taints.set(ns, node)
 	c.mu.Unlock()
 	if becameReady {
 		c.activateWaiting()
@@ -164,6 +169,7 @@ func (c *Cache) DeleteNode(name string) {
 	}
 	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err, ns.gpus = false, false, "", nil, ErrNoInventory, false
 	ns.memo.clear()
+	c.taints.unset(ns)
 	delete(c.byObject, ns.object)
 	ns.object = nil
 	c.dropIfGoneLocked(name)

@@ -15,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
@@ -202,10 +204,29 @@ func BenchmarkFilterScore(b *testing.B) {
 // BenchmarkHostOnlyCycle is one scheduling cycle of a pod that asks for no
 // devices on 5,000 DGX-1 nodes: PreFilter, PreScore, Score on the 500
 // nodes the scheduler scores at that size, NormalizeScore and Reserve. It
-// reports the cost per node scored.
+// reports the cost per node scored. With the GPU nodes tainted (and the
+// profile filtering taints) the pod, which does not tolerate the taint,
+// is not scored: what is left is PreFilter's check of the taints.
 func BenchmarkHostOnlyCycle(b *testing.B) {
+	for _, tainted := range []bool{false, true} {
+		b.Run(map[bool]string{false: "untainted", true: "tainted"}[tainted], func(b *testing.B) {
+			benchmarkHostOnlyCycle(b, tainted)
+		})
+	}
+}
+
+func benchmarkHostOnlyCycle(b *testing.B, tainted bool) {
 	const nodes, perCycle = 5000, 500
 	p, infos := perfCluster(nodes)
+	if tainted {
+		for _, ni := range infos {
+			n := ni.Node().DeepCopy()
+			n.Spec.Taints = []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}
+			p.cache.UpdateNode(klog.Background(), n)
+			ni.(*framework.NodeInfo).SetNode(n)
+		}
+		p.handle = listedHandle{plugins: &schedconfig.Plugins{Filter: schedconfig.PluginSet{Enabled: []schedconfig.Plugin{{Name: names.TaintToleration}, {Name: Name}}}}}
+	}
 	pod := testPod("cpu")
 	pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("500Mi")}}}}
 	ctx := context.Background()
@@ -215,13 +236,14 @@ func BenchmarkHostOnlyCycle(b *testing.B) {
 	for b.Loop() {
 		cs := framework.NewCycleState()
 		_, _ = p.PreFilter(ctx, cs, pod, nil)
-		_ = p.PreScore(ctx, cs, pod, nil)
-		for i := range perCycle {
-			ni := infos[(start+i)%nodes]
-			score, _ := p.Score(ctx, cs, pod, ni)
-			scores[i] = fwk.NodeScore{Name: ni.Node().Name, Score: score}
+		if st := p.PreScore(ctx, cs, pod, nil); st.IsSuccess() {
+			for i := range perCycle {
+				ni := infos[(start+i)%nodes]
+				score, _ := p.Score(ctx, cs, pod, ni)
+				scores[i] = fwk.NodeScore{Name: ni.Node().Name, Score: score}
+			}
+			_ = p.NormalizeScore(ctx, cs, pod, scores)
 		}
-		_ = p.NormalizeScore(ctx, cs, pod, scores)
 		// Each cycle's pod another, as the pods of a Deployment: the
 		// learned mix weighs them all.
 		pod.UID = ktypes.UID(fmt.Sprint("cpu-", start, "-", b.N))

@@ -12,7 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
@@ -159,5 +161,64 @@ func TestScorePodsWithoutDevices(t *testing.T) {
 				t.Errorf("learned mix %+v, want the pod's CPU-only type", ts)
 			}
 		})
+	}
+}
+
+// TestPodsWithoutDevicesOffTaintedGPUNodes: where every GPU node carries a
+// taint a pod without devices does not tolerate, and the profile filters
+// taints, the plugin does not score the pod (its scores would all be
+// alike); a pod that tolerates the taint, or a profile that does not
+// filter taints, is scored.
+func TestPodsWithoutDevicesOffTaintedGPUNodes(t *testing.T) {
+	c, _ := testCache(t)
+	logger := klog.Background()
+	for _, name := range []string{"gpu-1", "gpu-2"} {
+		n := testNode(t, name, "t4x4")
+		n.Spec.Taints = []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}
+		c.UpdateNode(logger, n)
+		c.UpdateLease(testLease(name, testNow), false)
+	}
+	c.UpdateNode(logger, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu"}})
+	withTaints := &schedconfig.Plugins{Filter: schedconfig.PluginSet{Enabled: []schedconfig.Plugin{{Name: names.TaintToleration}, {Name: Name}}}}
+	withoutTaints := &schedconfig.Plugins{Filter: schedconfig.PluginSet{Enabled: []schedconfig.Plugin{{Name: Name}}}}
+	plain := testPod("web")
+	plain.Spec.Containers = []corev1.Container{{Name: "c", Resources: resources("2", "4Gi")}}
+	tolerating := plain.DeepCopy()
+	tolerating.Spec.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	for _, tc := range []struct {
+		name    string
+		plugins *schedconfig.Plugins
+		pod     *corev1.Pod
+		scored  bool
+	}{
+		{"taints filtered, not tolerated", withTaints, plain, false},
+		{"taints filtered, tolerated", withTaints, tolerating, true},
+		{"taints not filtered", withoutTaints, plain, true},
+		{"plugins not listed", nil, plain, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}}
+			if tc.plugins != nil {
+				p.handle = listedHandle{plugins: tc.plugins}
+			}
+			p.ready.Store(true)
+			cs := framework.NewCycleState()
+			if _, st := p.PreFilter(context.Background(), cs, tc.pod, nil); !st.IsSkip() {
+				t.Fatalf("PreFilter = %v, want Skip", st)
+			}
+			st := p.PreScore(context.Background(), cs, tc.pod, nil)
+			if got := !st.IsSkip(); got != tc.scored {
+				t.Fatalf("PreScore = %v: scored %v, want %v", st, got, tc.scored)
+			}
+		})
+	}
+	// An untainted GPU node joins: every pod may land on it, and is scored.
+	c.UpdateNode(logger, testNode(t, "gpu-3", "t4x4"))
+	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}, handle: listedHandle{plugins: withTaints}}
+	p.ready.Store(true)
+	cs := framework.NewCycleState()
+	_, _ = p.PreFilter(context.Background(), cs, plain, nil)
+	if st := p.PreScore(context.Background(), cs, plain, nil); st.IsSkip() {
+		t.Fatalf("PreScore with an untainted GPU node = %v, want scored", st)
 	}
 }

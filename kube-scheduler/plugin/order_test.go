@@ -157,6 +157,37 @@ func TestFitFiltersFromProfile(t *testing.T) {
 	}
 }
 
+// TestTaintFiltersFromProfile: the plugin reads from its profile whether
+// TaintToleration filters (see mayLandOnDevices): yes in the shipped
+// configurations, no where a profile disables its Filter.
+func TestTaintFiltersFromProfile(t *testing.T) {
+	schedmetrics.Register()
+	shipped, err := os.ReadFile(filepath.Join("..", "config", "kubegpu-scheduler.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		config []byte
+		want   bool
+	}{
+		{"shipped", shipped, true},
+		{"helm", helmSchedulerConfig(t), true},
+		{"filter disabled", []byte(kubeGPUProfile + `    filter:
+      disabled:
+      - name: TaintToleration
+`), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, h := buildProfile(t, tc.config)
+			p := &Plugin{handle: h, ctx: t.Context()}
+			if got := p.taintFilters(); got != tc.want {
+				t.Errorf("taintFilters = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // helmSchedulerConfig is the scheduler configuration the Helm chart renders
 // with its default values, from the golden file the integration tests
 // compare the chart with.

@@ -59,6 +59,10 @@ type Plugin struct {
 	// whole (see placesGroups).
 	groupsOnce sync.Once
 	groups     bool
+	// taintOnce and taintFilter: whether the profile runs
+	// TaintToleration's Filter (see taintFilters).
+	taintOnce   sync.Once
+	taintFilter bool
 }
 
 var (

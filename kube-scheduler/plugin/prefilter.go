@@ -8,6 +8,7 @@ import (
 	"github.com/kubegpu/kubegpu/kube-scheduler/apis/config"
 
 	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -29,7 +30,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	// Only the leader schedules: it alone writes the allocation records.
 	p.recorder.Start(p.ctx)
 	if !objects.WantsDevices(pod) {
-		if p.args.PodsWithoutDevices == config.PodsWithoutDevicesScore {
+		if p.args.PodsWithoutDevices == config.PodsWithoutDevicesScore && p.mayLandOnDevices(pod) {
 			p.writeHostOnly(cs, pod)
 		}
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -137,6 +138,37 @@ func (p *Plugin) writeHostOnly(cs fwk.CycleState, pod *corev1.Pod) {
 		return // an empty request is always valid
 	}
 	cs.Write(hostOnlyKey, &hostOnlyState{eval: p.cache.HostOnlyInput(r, host)})
+}
+
+// mayLandOnDevices reports whether a pod without devices could pass the
+// profile's TaintToleration filter on some node that publishes devices.
+// Where it cannot (the GPU nodes carry a taint the pod does not tolerate,
+// or there are none), every node it could get would score alike: the
+// plugin skips its Score, and the pod costs what it costs without the
+// plugin. A profile without TaintToleration's Filter, or a handle that
+// cannot list its plugins, scores every such pod.
+func (p *Plugin) mayLandOnDevices(pod *corev1.Pod) bool {
+	if !p.taintFilters() {
+		return true
+	}
+	logger := klog.FromContext(p.ctx)
+	comparisons := utilfeature.DefaultFeatureGate.Enabled(features.TaintTolerationComparisonOperators)
+	return p.cache.DeviceNodesTolerated(func(taints []corev1.Taint) bool {
+		_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(logger, taints, pod.Spec.Tolerations, nil, comparisons)
+		return !untolerated
+	})
+}
+
+// taintFilters reports whether the profile runs TaintToleration's Filter
+// (see mayLandOnDevices). Listed once.
+func (p *Plugin) taintFilters() bool {
+	p.taintOnce.Do(func() {
+		if l, ok := p.handle.(pluginLister); ok {
+			plugins := l.ListPlugins()
+			p.taintFilter = plugins != nil && slices.ContainsFunc(plugins.Filter.Enabled, func(pl schedconfig.Plugin) bool { return pl.Name == names.TaintToleration })
+		}
+	})
+	return p.taintFilter
 }
 
 // podHost is the pod's CPU and memory request as the scheduler counts it.
