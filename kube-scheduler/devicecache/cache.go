@@ -56,7 +56,8 @@ type Cache struct {
 	// taints counts the nodes that publish devices by their hard taints
 	// (see DeviceNodesTolerated).
 	taints deviceTaints
-	pods     map[ktypes.UID]*podState
+
+	pods map[ktypes.UID]*podState
 
 	// recorder queues the scheduler's records of allocations.
 	recorder Recorder
