@@ -153,7 +153,7 @@ func (e *Engine) NewNode(name string, inv types.Inventory, host Host) (*Node, er
 			}
 			w := nd.vendor[i].LinkWeight(m[i][j])
 			nd.weight[i*n+j] = uint8(max(0, min(w, types.MaxLinkWeight)))
-			if k := m[i][j].Kind; k == types.LinkNVLink || k == types.LinkNVSwitch {
+			if k := m[i][j].Kind; k == types.LinkNVLink || k == types.LinkNVSwitch || k == types.LinkXGMI {
 				nd.fastAdj[i] |= 1 << j
 			}
 		}

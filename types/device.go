@@ -81,12 +81,19 @@ const (
 	LinkHostBridge LinkKind = "HostBridge"
 	// LinkCrossSocket is a path across the inter-socket link (nvidia-smi's SYS).
 	LinkCrossSocket LinkKind = "CrossSocket"
+	// LinkXGMI is AMD's Infinity Fabric (XGMI) between two GPUs of one hive:
+	// Link.Hops says how many XGMI hops apart they are (1: linked directly),
+	// Link.BandwidthMBps the bandwidth of a direct link, when known.
+	LinkXGMI LinkKind = "XGMI"
 )
+
+// MaxLinkHops bounds Link.Hops.
+const MaxLinkHops = 8
 
 // Valid reports whether k is one of the known link kinds.
 func (k LinkKind) Valid() bool {
 	switch k {
-	case LinkNVLink, LinkNVSwitch, LinkPCIeSwitch, LinkHostBridge, LinkCrossSocket:
+	case LinkNVLink, LinkNVSwitch, LinkPCIeSwitch, LinkHostBridge, LinkCrossSocket, LinkXGMI:
 		return true
 	}
 	return false
@@ -101,14 +108,23 @@ type Link struct {
 	Count int `json:"count,omitempty"`
 	// BandwidthMBps is the measured or nominal bandwidth in MB/s, when known.
 	BandwidthMBps int64 `json:"bandwidthMBps,omitempty"`
+	// Hops is how many XGMI hops apart the pair is (LinkXGMI only; 0 is
+	// taken as 1), at most MaxLinkHops.
+	Hops int `json:"hops,omitempty"`
 }
 
 // Label is the short name nvidia-smi topo -m gives the link: NV# (NVLink
-// with # links), NVS, PIX, PHB or SYS.
+// with # links), NVS, PIX, PHB or SYS; for XGMI, rocm-smi's XGMI (directly
+// linked) or XGMI# (# hops apart).
 func (l Link) Label() string {
 	switch l.Kind {
 	case LinkNVLink:
 		return fmt.Sprintf("NV%d", l.Count)
+	case LinkXGMI:
+		if l.Hops > 1 {
+			return fmt.Sprintf("XGMI%d", l.Hops)
+		}
+		return "XGMI"
 	case LinkNVSwitch:
 		return "NVS"
 	case LinkPCIeSwitch:
@@ -232,6 +248,9 @@ func (inv Inventory) Validate() error {
 		if l.Count < 0 || l.BandwidthMBps < 0 {
 			return fmt.Errorf("%w: link %s-%s has a negative count or bandwidth", ErrInvalidInventory, l.A, l.B)
 		}
+		if l.Hops < 0 || l.Hops > MaxLinkHops {
+			return fmt.Errorf("%w: link %s-%s has %d hops, want 0 to %d", ErrInvalidInventory, l.A, l.B, l.Hops, MaxLinkHops)
+		}
 		p := pair{l.A, l.B}
 		if p.a > p.b {
 			p.a, p.b = p.b, p.a
@@ -284,8 +303,8 @@ func (inv Inventory) LinkMatrix() [][]Link {
 	}
 	for _, l := range inv.Links {
 		a, b := pos[l.A], pos[l.B]
-		m[a][b] = Link{A: l.A, B: l.B, Kind: l.Kind, Count: l.Count, BandwidthMBps: l.BandwidthMBps}
-		m[b][a] = Link{A: l.B, B: l.A, Kind: l.Kind, Count: l.Count, BandwidthMBps: l.BandwidthMBps}
+		m[a][b] = Link{A: l.A, B: l.B, Kind: l.Kind, Count: l.Count, BandwidthMBps: l.BandwidthMBps, Hops: l.Hops}
+		m[b][a] = Link{A: l.B, B: l.A, Kind: l.Kind, Count: l.Count, BandwidthMBps: l.BandwidthMBps, Hops: l.Hops}
 	}
 	// Slices inherit their parent's row; two slices of one parent share it.
 	root := func(i int) int {

@@ -6,7 +6,8 @@ type TopologyPolicy string
 
 const (
 	// TopologyRequired means every pair of the chosen devices must be connected by
-	// NVLink or NVSwitch, or the request does not fit.
+	// a GPU fabric (NVLink, NVSwitch, or XGMI within one hive), or the request
+	// does not fit.
 	TopologyRequired TopologyPolicy = "required"
 	// TopologyPreferred asks for the best-connected set available, falling
 	// back to worse paths rather than not fitting.

@@ -1,7 +1,9 @@
 // Package gpulink rates the paths between GPUs for the allocation engine. It
-// is shared by the GPU device modules (NVIDIA and simulated) so that both
-// rank interconnects the same way: NVLink, more links first, then NVSwitch,
-// a shared PCIe switch, a host bridge, and last a path across CPU sockets.
+// is shared by the GPU device modules (NVIDIA, AMD and simulated) so that
+// all rank interconnects the same way: NVLink, more links first, or a direct
+// XGMI link, more bandwidth first; then NVSwitch; XGMI over more than one
+// hop; a shared PCIe switch, a host bridge, and last a path across CPU
+// sockets.
 package gpulink
 
 import "github.com/kubegpu/kubegpu/types"
@@ -16,6 +18,16 @@ const (
 	// adds WeightPerNVLink, up to types.MaxLinkWeight.
 	WeightNVLinkBase = 70
 	WeightPerNVLink  = 10
+	// WeightXGMIDirect is the weight of a direct XGMI link of
+	// XGMILinkMBps or less (or of unknown bandwidth); each further
+	// XGMILinkMBps adds WeightPerNVLink, up to types.MaxLinkWeight.
+	// WeightXGMIHops is the weight of GPUs of one hive more than one XGMI
+	// hop apart.
+	WeightXGMIDirect = WeightNVLinkBase
+	WeightXGMIHops   = 40
+	// XGMILinkMBps is one XGMI link's bandwidth on AMD Instinct MI200
+	// (50 GB/s, as rocm-smi --shownodesbw reports a single link).
+	XGMILinkMBps = 50000
 )
 
 // Weight rates the path l. It is pure and does not allocate.
@@ -27,6 +39,12 @@ func Weight(l types.Link) int {
 			n = 1
 		}
 		return min(WeightNVLinkBase+(n-1)*WeightPerNVLink, types.MaxLinkWeight)
+	case types.LinkXGMI:
+		if l.Hops > 1 {
+			return WeightXGMIHops
+		}
+		extra := int(max(0, (l.BandwidthMBps-1)/XGMILinkMBps))
+		return min(WeightXGMIDirect+extra*WeightPerNVLink, types.MaxLinkWeight)
 	case types.LinkNVSwitch:
 		return WeightNVSwitch
 	case types.LinkPCIeSwitch:
