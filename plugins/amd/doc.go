@@ -1,0 +1,16 @@
+// Package amd finds AMD GPUs from the amdkfd driver's topology in sysfs
+// (/sys/class/kfd/kfd/topology): each GPU (or GPU partition) with its
+// memory, compute units, PCI address, NUMA node and render node, and the
+// XGMI links between GPUs of one hive, hops and bandwidth as the kernel
+// reports them, for the engine to place multi-GPU pods on well-connected
+// sets as it does with NVLink.
+//
+// Discovery reads a tree under a root directory, so that tests run on the
+// trees recorded in testdata (see testdata/README.md for where each value
+// comes from). It reads at most a bounded number of nodes, links and bytes
+// per file, and a malformed file is an error that names it.
+//
+// The package is the AMD module's discovery; the module's node and
+// scheduler sides (resource amd.com/gpu, /dev/kfd and the render node in
+// containers) build on it.
+package amd
