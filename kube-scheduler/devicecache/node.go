@@ -76,6 +76,7 @@ func (c *Cache) node(name string) *nodeState {
 // pods on it are counted again.
 func (c *Cache) UpdateNode(logger klog.Logger, node *corev1.Node) {
 	value, has := node.Annotations[kubeinterface.AnnotationInventory]
+	taints := hardTaints(node)
 	c.mu.Lock()
 	ns := c.node(node.Name)
 	delete(c.byObject, ns.object)
@@ -86,7 +87,7 @@ func (c *Cache) UpdateNode(logger klog.Logger, node *corev1.Node) {
 	if rebuilt {
 		c.rebuildNode(logger, ns, node, value, has)
 	}
-	c.taints.set(ns, node)
+	c.taints.set(ns, taints)
 	c.mu.Unlock()
 	if becameReady {
 		c.activateWaiting()

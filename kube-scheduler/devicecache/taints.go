@@ -1,6 +1,7 @@
 package devicecache
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 
@@ -14,8 +15,16 @@ import (
 // whether a pod could land on any node with devices at all: in clusters
 // whose GPU nodes are tainted, a pod without devices that does not tolerate
 // the taint needs no score from the plugin.
+//
+// What a cycle pays is bounded whatever the nodes say: a node with more
+// than maxHardTaints hard taints counts as open to every pod, and with more
+// than maxTaintSets distinct sets every pod is taken to reach a device node
+// (the plugin then scores pods without devices, as it would without this).
 type deviceTaints struct {
 	sets map[string]*taintSet
+	// open counts the device nodes open to every pod: without hard taints,
+	// or with too many to check.
+	open int
 }
 
 // taintSet is one set of hard taints and how many device nodes carry it.
@@ -24,20 +33,37 @@ type taintSet struct {
 	nodes  int
 }
 
-// hardTaints returns node's NoSchedule and NoExecute taints in a stable
-// order, and a key that names them.
-func hardTaints(node *corev1.Node) ([]corev1.Taint, string) {
+// Bounds of deviceTaints (see there).
+const (
+	maxHardTaints = 64
+	maxTaintSets  = 256
+)
+
+// nodeTaints is what deviceTaints counts a node by: its hard taints in a
+// stable order, and a key that names them ("" for none, or too many).
+type nodeTaints struct {
+	taints []corev1.Taint
+	key    string
+}
+
+// hardTaints returns node's NoSchedule and NoExecute taints. Called before
+// the cache's lock is taken: node objects from informers are not changed.
+func hardTaints(node *corev1.Node) nodeTaints {
 	var out []corev1.Taint
 	for _, t := range node.Spec.Taints {
 		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			if len(out) == maxHardTaints {
+				return nodeTaints{} // too many to check per cycle: open
+			}
 			out = append(out, corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
 		}
 	}
 	slices.SortFunc(out, func(a, b corev1.Taint) int {
-		return strings.Compare(string(a.Effect)+"\x00"+a.Key+"\x00"+a.Value, string(b.Effect)+"\x00"+b.Key+"\x00"+b.Value)
+		return cmp.Or(strings.Compare(string(a.Effect), string(b.Effect)), strings.Compare(a.Key, b.Key), strings.Compare(a.Value, b.Value))
 	})
 	var key strings.Builder
 	for _, t := range out {
+		// Keys and values are qualified names and label values: no NUL.
 		key.WriteString(string(t.Effect))
 		key.WriteByte(0)
 		key.WriteString(t.Key)
@@ -45,27 +71,34 @@ func hardTaints(node *corev1.Node) ([]corev1.Taint, string) {
 		key.WriteString(t.Value)
 		key.WriteByte(0)
 	}
-	return out, key.String()
+	return nodeTaints{taints: out, key: key.String()}
 }
 
-// set counts ns under node's hard taints if it publishes devices, and
-// under none otherwise; must hold c.mu for writing.
-func (d *deviceTaints) set(ns *nodeState, node *corev1.Node) {
+// set counts ns under t if it publishes devices (usable or not: its score
+// differs from a node without devices' either way), and not at all
+// otherwise; must hold c.mu for writing.
+func (d *deviceTaints) set(ns *nodeState, t nodeTaints) {
+	if ns.taintCounted && ns.hasInventory && ns.taintKey == t.key {
+		return // unchanged
+	}
 	d.unset(ns)
-	if node == nil || !ns.hasInventory {
+	if !ns.hasInventory {
 		return
 	}
-	taints, key := hardTaints(node)
+	ns.taintKey, ns.taintCounted = t.key, true
+	if t.key == "" {
+		d.open++
+		return
+	}
 	if d.sets == nil {
 		d.sets = map[string]*taintSet{}
 	}
-	s, ok := d.sets[key]
+	s, ok := d.sets[t.key]
 	if !ok {
-		s = &taintSet{taints: taints}
-		d.sets[key] = s
+		s = &taintSet{taints: t.taints}
+		d.sets[t.key] = s
 	}
 	s.nodes++
-	ns.taintKey, ns.taintCounted = key, true
 }
 
 // unset stops counting ns; must hold c.mu for writing.
@@ -73,7 +106,9 @@ func (d *deviceTaints) unset(ns *nodeState) {
 	if !ns.taintCounted {
 		return
 	}
-	if s := d.sets[ns.taintKey]; s != nil {
+	if ns.taintKey == "" {
+		d.open--
+	} else if s := d.sets[ns.taintKey]; s != nil {
 		if s.nodes--; s.nodes <= 0 {
 			delete(d.sets, ns.taintKey)
 		}
@@ -81,15 +116,27 @@ func (d *deviceTaints) unset(ns *nodeState) {
 	ns.taintKey, ns.taintCounted = "", false
 }
 
+// KnowsDevices reports whether the cache knows of a node that publishes
+// devices (usable or not).
+func (c *Cache) KnowsDevices() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.taints.open > 0 || len(c.taints.sets) > 0
+}
+
 // DeviceNodesTolerated reports whether some node that publishes devices
 // (usable or not) has hard taints that tolerated accepts: false when no
 // such node could pass the scheduler's TaintToleration filter for the pod
 // whose tolerations tolerated checks, or when the cache knows of no such
 // node. tolerated gets each distinct set of NoSchedule and NoExecute
-// taints once, and must not keep it.
+// taints at most once, and must not keep it; beyond maxTaintSets sets
+// the answer is true unasked.
 func (c *Cache) DeviceNodesTolerated(tolerated func(taints []corev1.Taint) bool) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	if c.taints.open > 0 || len(c.taints.sets) > maxTaintSets {
+		return true
+	}
 	for _, s := range c.taints.sets {
 		if tolerated(s.taints) {
 			return true

@@ -1,6 +1,7 @@
 package devicecache
 
 import (
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,7 +56,7 @@ func TestDeviceNodesTolerated(t *testing.T) {
 	c.UpdateNode(logger, tainted("gpu-b", corev1.Taint{Key: "other", Effect: corev1.TaintEffectPreferNoSchedule}, gpuTaint))
 	check("tainted GPU nodes, no toleration", none, false)
 	check("tainted GPU nodes, tolerated", gpu, true)
-	if len(c.taints.sets) != 1 || c.taints.sets[func() string { _, k := hardTaints(tainted("x", gpuTaint)); return k }()].nodes != 2 {
+	if len(c.taints.sets) != 1 || c.taints.sets[hardTaints(tainted("x", gpuTaint)).key].nodes != 2 {
 		t.Errorf("sets %v: want one set of two nodes (PreferNoSchedule does not count)", c.taints.sets)
 	}
 
@@ -65,7 +66,7 @@ func TestDeviceNodesTolerated(t *testing.T) {
 	c.UpdateNode(logger, tainted("gpu-c", corev1.Taint{Key: "evicting", Effect: corev1.TaintEffectNoExecute}))
 	check("gpu-c tainted NoExecute", none, false)
 	check("gpu-c tainted NoExecute, GPU toleration (gpu-a and gpu-b)", gpu, true)
-	check("gpu-c tainted NoExecute, tolerating everything", tolerating(corev1.Toleration{Operator: corev1.TolerationOpExists}), true)
+	check("gpu-c tainted NoExecute, tolerating it alone", tolerating(corev1.Toleration{Key: "evicting", Operator: corev1.TolerationOpExists}), true)
 
 	// A node that stops publishing devices stops counting.
 	c.UpdateNode(logger, tainted("gpu-c", corev1.Taint{Key: "evicting", Effect: corev1.TaintEffectNoExecute}))
@@ -75,11 +76,56 @@ func TestDeviceNodesTolerated(t *testing.T) {
 	check("gpu-c without inventory", gpu, true)
 	check("gpu-c without inventory, no toleration", none, false)
 
+	// Deleted and created again, a node is counted once.
+	c.DeleteNode("gpu-a")
+	c.UpdateNode(logger, tainted("gpu-a", gpuTaint))
+	c.UpdateNode(logger, tainted("gpu-a", gpuTaint))
+	if s := c.taints.sets[hardTaints(tainted("x", gpuTaint)).key]; s == nil || s.nodes != 2 {
+		t.Errorf("gpu-a deleted and created again: set %+v, want 2 nodes (gpu-a, gpu-b)", s)
+	}
+
 	for _, name := range []string{"gpu-a", "gpu-b", "gpu-c", "cpu"} {
 		c.DeleteNode(name)
 	}
 	check("all deleted", tolerating(corev1.Toleration{Operator: corev1.TolerationOpExists}), false)
-	if len(c.taints.sets) != 0 {
-		t.Errorf("sets %v after every node went, want none", c.taints.sets)
+	if len(c.taints.sets) != 0 || c.taints.open != 0 || c.KnowsDevices() {
+		t.Errorf("sets %v, %d open after every node went, want none", c.taints.sets, c.taints.open)
+	}
+}
+
+// TestDeviceTaintsBounded: what a node says cannot make a cycle's check
+// cost more than maxHardTaints or maxTaintSets: a node with more hard
+// taints counts as open to every pod, and with more distinct sets every
+// pod is taken to reach a device node.
+func TestDeviceTaintsBounded(t *testing.T) {
+	c, _ := testCache(t)
+	logger := klog.Background()
+	calls := 0
+	none := func([]corev1.Taint) bool { calls++; return false }
+
+	many := testNode(t, "many", "t4x4")
+	for i := range maxHardTaints + 1 {
+		many.Spec.Taints = append(many.Spec.Taints, corev1.Taint{Key: fmt.Sprint("k", i), Effect: corev1.TaintEffectNoSchedule})
+	}
+	c.UpdateNode(logger, many)
+	if !c.DeviceNodesTolerated(none) || calls != 0 {
+		t.Errorf("a node with %d hard taints: not open to every pod (%d sets asked)", maxHardTaints+1, calls)
+	}
+	c.DeleteNode("many")
+
+	for i := range maxTaintSets + 1 {
+		n := testNode(t, fmt.Sprint("n", i), "t4x4")
+		n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: fmt.Sprint("team", i), Effect: corev1.TaintEffectNoSchedule}}
+		c.UpdateNode(logger, n)
+		if i == maxTaintSets-1 {
+			calls = 0
+			if c.DeviceNodesTolerated(none) || calls != maxTaintSets {
+				t.Errorf("%d sets: asked %d, want all and false", maxTaintSets, calls)
+			}
+		}
+	}
+	calls = 0
+	if !c.DeviceNodesTolerated(none) || calls != 0 {
+		t.Errorf("%d sets: want true unasked, asked %d", maxTaintSets+1, calls)
 	}
 }

@@ -204,9 +204,10 @@ func BenchmarkFilterScore(b *testing.B) {
 // BenchmarkHostOnlyCycle is one scheduling cycle of a pod that asks for no
 // devices on 5,000 DGX-1 nodes: PreFilter, PreScore, Score on the 500
 // nodes the scheduler scores at that size, NormalizeScore and Reserve. It
-// reports the cost per node scored. With the GPU nodes tainted (and the
-// profile filtering taints) the pod, which does not tolerate the taint,
-// is not scored: what is left is PreFilter's check of the taints.
+// reports the cost per node scored (ns/op is the cycle's). With the GPU
+// nodes tainted (and the profile filtering taints) the pod, which does not
+// tolerate the taint, is not scored: what is left is PreFilter's check of
+// the taints, and ns/op alone is reported.
 func BenchmarkHostOnlyCycle(b *testing.B) {
 	for _, tainted := range []bool{false, true} {
 		b.Run(map[bool]string{false: "untainted", true: "tainted"}[tainted], func(b *testing.B) {
@@ -247,10 +248,16 @@ func benchmarkHostOnlyCycle(b *testing.B, tainted bool) {
 		// Each cycle's pod another, as the pods of a Deployment: the
 		// learned mix weighs them all.
 		pod.UID = ktypes.UID(fmt.Sprint("cpu-", start, "-", b.N))
-		_ = p.Reserve(ctx, cs, pod, infos[start].Node().Name)
+		node := infos[start].Node().Name
+		if tainted {
+			node = "cpu-only" // where such a pod lands: no GPU node takes it
+		}
+		_ = p.Reserve(ctx, cs, pod, node)
 		start = (start + perCycle) % nodes
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perCycle), "ns/node")
+	if !tainted {
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perCycle), "ns/node")
+	}
 }
 
 // perfCluster is a warm plugin over nodes live DGX-1 nodes with 96 CPUs and

@@ -212,13 +212,64 @@ func TestPodsWithoutDevicesOffTaintedGPUNodes(t *testing.T) {
 			}
 		})
 	}
-	// An untainted GPU node joins: every pod may land on it, and is scored.
-	c.UpdateNode(logger, testNode(t, "gpu-3", "t4x4"))
 	p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}, handle: listedHandle{plugins: withTaints}}
 	p.ready.Store(true)
-	cs := framework.NewCycleState()
-	_, _ = p.PreFilter(context.Background(), cs, plain, nil)
-	if st := p.PreScore(context.Background(), cs, plain, nil); st.IsSkip() {
-		t.Fatalf("PreScore with an untainted GPU node = %v, want scored", st)
+	scored := func(pod *corev1.Pod) (fwk.CycleState, bool) {
+		t.Helper()
+		cs := framework.NewCycleState()
+		_, _ = p.PreFilter(context.Background(), cs, pod, nil)
+		return cs, !p.PreScore(context.Background(), cs, pod, nil).IsSkip()
+	}
+
+	// A pod not scored that lands on a device node all the same (the
+	// snapshot saw a taint go before the cache did) still counts in the
+	// workload mix, as a scored one does.
+	cs, ok := scored(plain)
+	if ok {
+		t.Fatal("a pod that tolerates no GPU node was scored")
+	}
+	plain.UID = "unscored-on-gpu"
+	if st := p.Reserve(context.Background(), cs, plain, "gpu-1"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if !c.Engine().HasPod("unscored-on-gpu") {
+		t.Error("a pod without devices reserved on a GPU node is not in the learned mix")
+	}
+
+	// A node whose inventory is published but unusable is no node without
+	// devices (it ranks last): untainted, it gets pods scored.
+	broken := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "broken", Annotations: map[string]string{kubeinterface.AnnotationInventory: "{"}}}
+	c.UpdateNode(logger, broken)
+	if _, ok := scored(plain); !ok {
+		t.Error("a pod was not scored beside an untainted node with an unusable inventory")
+	}
+	c.DeleteNode("broken")
+	if _, ok := scored(plain); ok {
+		t.Error("a pod was scored once the unusable node went")
+	}
+
+	// An untainted GPU node joins: every pod may land on it, and is scored.
+	c.UpdateNode(logger, testNode(t, "gpu-3", "t4x4"))
+	if _, ok := scored(plain); !ok {
+		t.Fatal("a pod was not scored beside an untainted GPU node")
+	}
+}
+
+// TestPodsWithoutDevicesNoGPUNodes: with no node that publishes devices,
+// every node would score alike: the plugin scores no pod without devices,
+// whether or not the profile filters taints.
+func TestPodsWithoutDevicesNoGPUNodes(t *testing.T) {
+	c, _ := testCache(t)
+	c.UpdateNode(klog.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu"}})
+	pod := testPod("web")
+	pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: resources("2", "4Gi")}}
+	for _, h := range []fwk.Handle{nil, listedHandle{plugins: &schedconfig.Plugins{}}} {
+		p := &Plugin{args: &Args{PodsWithoutDevices: config.PodsWithoutDevicesScore, Enforcement: types.EnforcementBestEffort}, shared: &shared{engine: c.Engine(), cache: c, pending: metrics.NewPendingPods()}, ctx: context.Background(), namespaces: anyNamespace{}, handle: h}
+		p.ready.Store(true)
+		cs := framework.NewCycleState()
+		_, _ = p.PreFilter(context.Background(), cs, pod, nil)
+		if st := p.PreScore(context.Background(), cs, pod, nil); !st.IsSkip() {
+			t.Errorf("handle %T: PreScore = %v, want Skip", h, st)
+		}
 	}
 }

@@ -132,24 +132,30 @@ func (p *Plugin) placesGroups() bool {
 // the cache: until it has synced, nodes without a known inventory simply
 // rank first.
 func (p *Plugin) writeHostOnly(cs fwk.CycleState, pod *corev1.Pod) {
-	host := podHost(pod)
-	r, err := p.engine.NewRequest(types.PodRequest{}, host)
-	if err != nil {
-		return // an empty request is always valid
+	if r, host, err := p.hostOnlyRequest(pod); err == nil {
+		cs.Write(hostOnlyKey, &hostOnlyState{eval: p.cache.HostOnlyInput(r, host)})
 	}
-	cs.Write(hostOnlyKey, &hostOnlyState{eval: p.cache.HostOnlyInput(r, host)})
 }
 
-// mayLandOnDevices reports whether a pod without devices could pass the
-// profile's TaintToleration filter on some node that publishes devices.
-// Where it cannot (the GPU nodes carry a taint the pod does not tolerate,
-// or there are none), every node it could get would score alike: the
-// plugin skips its Score, and the pod costs what it costs without the
-// plugin. A profile without TaintToleration's Filter, or a handle that
-// cannot list its plugins, scores every such pod.
+// hostOnlyRequest is the engine's request of a pod without devices: its
+// CPU and memory alone. An empty request is always valid.
+func (p *Plugin) hostOnlyRequest(pod *corev1.Pod) (*devicescheduler.Request, devicescheduler.Host, error) {
+	host := podHost(pod)
+	r, err := p.engine.NewRequest(types.PodRequest{}, host)
+	return r, host, err
+}
+
+// mayLandOnDevices reports whether a pod without devices could land on a
+// node that publishes devices: whether the cache knows one, and, where the
+// profile runs TaintToleration's Filter, whether the pod tolerates the
+// hard taints of one. Where it cannot, every node it could get would score
+// alike: the plugin skips its Score, and the pod costs what it costs
+// without the plugin. The cache and the scheduler's snapshot take node
+// updates apart: for the moment between them a node just untainted may go
+// unscored (Reserve still counts the pod in the workload mix).
 func (p *Plugin) mayLandOnDevices(pod *corev1.Pod) bool {
 	if !p.taintFilters() {
-		return true
+		return p.cache.KnowsDevices()
 	}
 	logger := klog.FromContext(p.ctx)
 	comparisons := utilfeature.DefaultFeatureGate.Enabled(features.TaintTolerationComparisonOperators)

@@ -10,6 +10,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/apis/config"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 )
 
@@ -22,11 +23,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	p.recorder.Cycle()
 	s := getState(cs)
 	if s == nil {
-		if h := getHostOnly(cs); h != nil && p.cache.HasDevices(nodeName) {
-			// Pods without devices on device nodes are part of the mix:
-			// they take the CPU and memory that idle devices need.
-			p.engine.ObservePod(string(pod.UID), h.eval.Request(), pod.CreationTimestamp.Time)
-		}
+		p.observeHostOnly(ctx, cs, pod, nodeName)
 		return nil
 	}
 	if dropped := s.scores.release(); dropped > 0 { // Score is done
@@ -48,6 +45,24 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		logger.Info("Reserved devices", "pod", klog.KObj(pod), "node", nodeName, "devices", devicesOf(alloc))
 	}
 	return nil
+}
+
+// observeHostOnly adds a pod without devices that lands on a device node
+// to the workload mix the engine learns: it takes the CPU and memory that
+// idle devices need. With podsWithoutDevices: Score only, whether or not
+// the plugin scored the pod (see mayLandOnDevices).
+func (p *Plugin) observeHostOnly(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) {
+	if p.args.PodsWithoutDevices != config.PodsWithoutDevicesScore || !p.cache.HasDevices(nodeName) {
+		return
+	}
+	if h := getHostOnly(cs); h != nil {
+		p.engine.ObservePod(string(pod.UID), h.eval.Request(), pod.CreationTimestamp.Time)
+		return
+	}
+	klog.FromContext(ctx).V(4).Info("A pod the plugin did not score, as no device node seemed to take it, landed on a device node", "pod", klog.KObj(pod), "node", nodeName)
+	if r, _, err := p.hostOnlyRequest(pod); err == nil {
+		p.engine.ObservePod(string(pod.UID), r, pod.CreationTimestamp.Time)
+	}
 }
 
 // nominated are the pods nominated to node (preemptors waiting for their
