@@ -46,7 +46,8 @@ type Node struct {
 	parentOf [MaxDevices]int8
 	// weight[i*n+j] is the link weight between devices i and j.
 	weight []uint8
-	// fastAdj[i] is the mask of devices joined to i by NVLink or NVSwitch.
+	// fastAdj[i] is the mask of devices joined to i by a GPU fabric:
+	// NVLink, NVSwitch, or XGMI within a hive.
 	fastAdj [MaxDevices]uint64
 	host    Host
 	// tieBreak is the node's stable preference among equal scores.

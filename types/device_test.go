@@ -52,6 +52,18 @@ func TestInventoryValidate(t *testing.T) {
 			Devices: []Device{gpu("gpu0", "GPU-0"), gpu("gpu1", "GPU-1"), mig},
 			Links:   []Link{{A: "gpu1", B: "gpu0-mig0", Kind: LinkNVLink}},
 		}, wantErr: "slices use their parent's links"},
+		{name: "xgmi two hops", inv: Inventory{
+			Devices: []Device{gpu("gpu0", "GPU-0"), gpu("gpu1", "GPU-1")},
+			Links:   []Link{{A: "gpu0", B: "gpu1", Kind: LinkXGMI, Hops: 2}},
+		}},
+		{name: "too many hops", inv: Inventory{
+			Devices: []Device{gpu("gpu0", "GPU-0"), gpu("gpu1", "GPU-1")},
+			Links:   []Link{{A: "gpu0", B: "gpu1", Kind: LinkXGMI, Hops: MaxLinkHops + 1}},
+		}, wantErr: "9 hops, want 0 to 8"},
+		{name: "negative hops", inv: Inventory{
+			Devices: []Device{gpu("gpu0", "GPU-0"), gpu("gpu1", "GPU-1")},
+			Links:   []Link{{A: "gpu0", B: "gpu1", Kind: LinkXGMI, Hops: -1}},
+		}, wantErr: "-1 hops"},
 		{name: "pair twice", inv: Inventory{
 			Devices: []Device{gpu("gpu0", "GPU-0"), gpu("gpu1", "GPU-1")},
 			Links:   []Link{{A: "gpu0", B: "gpu1", Kind: LinkNVLink}, {A: "gpu1", B: "gpu0", Kind: LinkPCIeSwitch}},

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -158,13 +159,9 @@ func FuzzReadProperties(f *testing.F) {
 	f.Add("type 11\nweight 15\n\n")
 	f.Add("key\n")
 	f.Add("k 18446744073709551616\n")
-	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data string) {
-		path := filepath.Join(dir, "properties")
-		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		p, err := readProperties(path)
+		r := &reader{fsys: fstest.MapFS{"properties": {Data: []byte(data)}}, budget: maxReadBytes}
+		p, err := r.properties("properties")
 		if err == nil && len(p) > strings.Count(data, "\n")+1 {
 			t.Errorf("%d properties from %d lines", len(p), strings.Count(data, "\n")+1)
 		}

@@ -10,7 +10,9 @@
 // comes from). It reads at most a bounded number of nodes, links and bytes
 // per file, and a malformed file is an error that names it.
 //
-// The package is the AMD module's discovery; the module's node and
-// scheduler sides (resource amd.com/gpu, /dev/kfd and the render node in
-// containers) build on it.
+// GPUs outside the reader's device cgroup, which amdkfd answers with
+// EPERM, are left out and counted (Topology.Hidden). Topology.Edits gives a
+// container /dev/kfd and exactly its GPUs' render nodes; Scheduler rates
+// the links for the engine. The module itself (its .so, the resource
+// amd.com/gpu) is not built yet.
 package amd

@@ -33,6 +33,10 @@ func TestEdits(t *testing.T) {
 	if !reflect.DeepEqual(e.DeviceNodes, want) || len(e.Env) != 0 || len(e.Mounts) != 0 || len(e.CDIDevices) != 0 {
 		t.Errorf("edits %+v, want device nodes %+v and nothing else", e, want)
 	}
+	// A GPU named twice (two slices of it) is one render node.
+	if e, err := topo.Edits(types.ContainerAllocation{Name: "c", Devices: []types.DeviceShare{share(1), share(1)}}); err != nil || !reflect.DeepEqual(e.DeviceNodes, []types.DeviceNode{want[0], want[2]}) {
+		t.Errorf("gpu1 twice: %+v, %v; want /dev/kfd and renderD136 once", e, err)
+	}
 	if e, err := topo.Edits(types.ContainerAllocation{Name: "c"}); err != nil || !reflect.DeepEqual(e, types.ContainerEdits{}) {
 		t.Errorf("no devices: %+v, %v; want no edits", e, err)
 	}

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
-	"path/filepath"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,13 +22,18 @@ const (
 	maxNodeLinks   = 1024
 	maxMemBanks    = 64
 	maxFileBytes   = 64 << 10
+	maxReadBytes   = 16 << 20 // all files of one discovery together
 	maxPropertyLen = 128
+	maxTopoRetries = 3
 )
 
-// IO link types, as kfd_sysfs.h numbers them (HSA_IOLINK_TYPE_*).
+// IO link types, as kfd_sysfs.h numbers them (HSA_IOLINK_TYPE_*), and the
+// link flags discovery heeds (HSA_IOLINK_FLAGS_*).
 const (
-	linkTypePCIe = 2
-	linkTypeXGMI = 11
+	linkTypePCIe     = 2
+	linkTypeXGMI     = 11
+	linkEnabled      = 1 << 0
+	linkNoPeerToPeer = 1 << 4
 )
 
 // Memory heap types of a bank (HSA_MEM_HEAP_TYPE_*): the GPU's own memory,
@@ -45,7 +49,6 @@ type kfdNode struct {
 	// id is the node's number, its directory under nodes/.
 	id    int
 	gpuID uint64
-	name  string
 	props properties
 	// vramBytes is the sum of the node's frame-buffer banks.
 	vramBytes uint64
@@ -61,27 +64,81 @@ func (n kfdNode) gpu() bool { return n.gpuID != 0 && n.props["simd_count"] > 0 }
 // amdkfd prints is a decimal unsigned integer.
 type properties map[string]uint64
 
-// readTopology reads every node of the KFD topology under root (the host's
-// root directory), in node order. A tree without nodes is ErrNoKFD.
-func readTopology(root string) ([]kfdNode, error) {
-	dir := filepath.Join(root, TopologyDir, "nodes")
-	entries, err := os.ReadDir(dir)
+// reader reads the tree within the bounds above.
+type reader struct {
+	fsys fs.FS
+	// budget is what is left of maxReadBytes.
+	budget int
+	// hidden counts the GPU nodes whose files the caller may not read.
+	hidden int
+}
+
+// readTopology reads every node of the KFD topology in fsys (the host's
+// root directory), in node order, and the topology's generation. The
+// kernel renumbers nodes when a GPU goes: a walk that saw the generation
+// change is read again. A tree without nodes is errNoKFD.
+func readTopology(fsys fs.FS) (nodes []kfdNode, generation uint64, hidden int, err error) {
+	for range maxTopoRetries {
+		r := &reader{fsys: fsys, budget: maxReadBytes}
+		before, err := r.generation()
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		nodes, err := r.nodes()
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		after, err := r.generation()
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if before == after {
+			return nodes, after, r.hidden, nil
+		}
+	}
+	return nil, 0, 0, fmt.Errorf("the KFD topology changed while it was read, %d times", maxTopoRetries)
+}
+
+var errNoKFD = errors.New("no KFD topology")
+
+// generation is the topology's generation_id; 0 where the file is absent
+// (recorded trees).
+func (r *reader) generation() (uint64, error) {
+	data, err := r.file(path.Join(TopologyDir, "generation_id"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s does not exist (is the amdgpu driver loaded?)", errNoKFD, dir)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	g, err := strconv.ParseUint(strings.TrimSpace(data), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s/generation_id %q: want a decimal number", TopologyDir, truncate(data))
+	}
+	return g, nil
+}
+
+func (r *reader) nodes() ([]kfdNode, error) {
+	dir := path.Join(TopologyDir, "nodes")
+	ids, err := r.numbered(dir, maxKFDNodes)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: /%s does not exist (is the amdgpu driver loaded?)", errNoKFD, dir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read KFD topology: %w", err)
 	}
-	ids, err := numbered(entries, maxKFDNodes, dir)
-	if err != nil {
-		return nil, err
-	}
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("%w: %s has no nodes", errNoKFD, dir)
+		return nil, fmt.Errorf("%w: /%s has no nodes", errNoKFD, dir)
 	}
 	nodes := make([]kfdNode, 0, len(ids))
 	for _, id := range ids {
-		n, err := readNode(filepath.Join(dir, strconv.Itoa(id)), id)
+		n, err := r.node(path.Join(dir, strconv.Itoa(id)), id)
+		if errors.Is(err, fs.ErrPermission) {
+			// amdkfd answers EPERM for the GPUs outside the reader's
+			// device cgroup: not this reader's to serve.
+			r.hidden++
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -90,62 +147,53 @@ func readTopology(root string) ([]kfdNode, error) {
 	return nodes, nil
 }
 
-var errNoKFD = errors.New("no KFD topology")
-
-func readNode(dir string, id int) (kfdNode, error) {
+func (r *reader) node(dir string, id int) (kfdNode, error) {
 	n := kfdNode{id: id}
 	var err error
-	if n.props, err = readProperties(filepath.Join(dir, "properties")); err != nil {
+	if n.props, err = r.properties(path.Join(dir, "properties")); err != nil {
 		return n, err
 	}
-	gpuID, err := readFile(filepath.Join(dir, "gpu_id"))
+	gpuID, err := r.file(path.Join(dir, "gpu_id"))
 	if err != nil {
 		return n, err
 	}
 	if n.gpuID, err = strconv.ParseUint(strings.TrimSpace(gpuID), 10, 64); err != nil {
-		return n, fmt.Errorf("KFD node %d: gpu_id %q: want a decimal number", id, strings.TrimSpace(gpuID))
-	}
-	if name, err := readFile(filepath.Join(dir, "name")); err == nil {
-		n.name = strings.TrimSpace(name)
+		return n, fmt.Errorf("KFD node %d: gpu_id %q: want a decimal number", id, truncate(strings.TrimSpace(gpuID)))
 	}
 	if !n.gpu() {
 		return n, nil
 	}
-	banks, err := readNumbered(filepath.Join(dir, "mem_banks"), maxMemBanks)
+	banks, err := r.numberedProperties(path.Join(dir, "mem_banks"), maxMemBanks)
 	if err != nil {
 		return n, fmt.Errorf("KFD node %d: %w", id, err)
 	}
 	for _, b := range banks {
 		if t := b["heap_type"]; t == heapFBPublic || t == heapFBPrivate {
-			n.vramBytes += b["size_in_bytes"]
+			n.vramBytes = min(n.vramBytes+b["size_in_bytes"], 1<<62) // saturating: sizes are below 2^62
 		}
 	}
-	if n.ioLinks, err = readNumbered(filepath.Join(dir, "io_links"), maxNodeLinks); err != nil {
+	if n.ioLinks, err = r.numberedProperties(path.Join(dir, "io_links"), maxNodeLinks); err != nil {
 		return n, fmt.Errorf("KFD node %d: %w", id, err)
 	}
-	if n.p2pLinks, err = readNumbered(filepath.Join(dir, "p2p_links"), maxNodeLinks); err != nil {
+	if n.p2pLinks, err = r.numberedProperties(path.Join(dir, "p2p_links"), maxNodeLinks); err != nil {
 		return n, fmt.Errorf("KFD node %d: %w", id, err)
 	}
 	return n, nil
 }
 
-// readNumbered reads the properties of each numbered subdirectory of dir
-// (mem_banks/0, io_links/1, ...), in order; none if dir is absent.
-func readNumbered(dir string, limit int) ([]properties, error) {
-	entries, err := os.ReadDir(dir)
+// numberedProperties reads the properties of each numbered subdirectory
+// of dir (mem_banks/0, io_links/1, ...), in order; none if dir is absent.
+func (r *reader) numberedProperties(dir string, limit int) ([]properties, error) {
+	ids, err := r.numbered(dir, limit)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	ids, err := numbered(entries, limit, dir)
-	if err != nil {
-		return nil, err
-	}
 	out := make([]properties, 0, len(ids))
 	for _, id := range ids {
-		p, err := readProperties(filepath.Join(dir, strconv.Itoa(id), "properties"))
+		p, err := r.properties(path.Join(dir, strconv.Itoa(id), "properties"))
 		if err != nil {
 			return nil, err
 		}
@@ -154,16 +202,22 @@ func readNumbered(dir string, limit int) ([]properties, error) {
 	return out, nil
 }
 
-// numbered returns the numeric names among entries, sorted; at most limit.
-func numbered(entries []os.DirEntry, limit int, dir string) ([]int, error) {
+// numbered returns the numbers that name entries of dir, sorted; at most
+// limit. Only canonical numbers count ("2", not "02" or "+2"), so that no
+// entry is read twice under two names.
+func (r *reader) numbered(dir string, limit int) ([]int, error) {
+	entries, err := fs.ReadDir(r.fsys, dir)
+	if err != nil {
+		return nil, err
+	}
 	var ids []int
 	for _, e := range entries {
 		id, err := strconv.Atoi(e.Name())
-		if err != nil || id < 0 {
+		if err != nil || id < 0 || strconv.Itoa(id) != e.Name() {
 			continue
 		}
 		if len(ids) == limit {
-			return nil, fmt.Errorf("%s: more than %d entries", dir, limit)
+			return nil, fmt.Errorf("/%s: more than %d entries", dir, limit)
 		}
 		ids = append(ids, id)
 	}
@@ -171,10 +225,10 @@ func numbered(entries []os.DirEntry, limit int, dir string) ([]int, error) {
 	return ids, nil
 }
 
-// readProperties parses a KFD properties file: one "key value" per line,
+// properties parses a KFD properties file: one "key value" per line,
 // value a decimal unsigned integer.
-func readProperties(path string) (properties, error) {
-	data, err := readFile(path)
+func (r *reader) properties(name string) (properties, error) {
+	data, err := r.file(name)
 	if err != nil {
 		return nil, err
 	}
@@ -186,32 +240,44 @@ func readProperties(path string) (properties, error) {
 		}
 		key, value, ok := strings.Cut(line, " ")
 		if !ok || key == "" || len(key) > maxPropertyLen {
-			return nil, fmt.Errorf("%s:%d: %q: want \"key value\"", path, i+1, truncate(line))
+			return nil, fmt.Errorf("/%s:%d: %q: want \"key value\"", name, i+1, truncate(line))
 		}
 		v, err := strconv.ParseUint(strings.TrimSpace(value), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %s: value %q: want a decimal number", path, i+1, key, truncate(value))
+			return nil, fmt.Errorf("/%s:%d: %s: value %q: want a decimal number", name, i+1, key, truncate(value))
 		}
 		p[key] = v
 	}
 	return p, nil
 }
 
-// readFile reads at most maxFileBytes of a sysfs file; a longer one is an
-// error, not a silent cut.
-func readFile(path string) (string, error) {
-	f, err := os.Open(path)
+// file reads a regular file of at most maxFileBytes, within the
+// discovery's budget; a longer one is an error, not a silent cut.
+func (r *reader) file(name string) (string, error) {
+	fi, err := fs.Stat(r.fsys, name)
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("/%s: not a regular file", name)
+	}
+	f, err := r.fsys.Open(name)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	limit := min(maxFileBytes, r.budget)
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
 	if err != nil {
 		return "", err
 	}
-	if len(data) > maxFileBytes {
-		return "", fmt.Errorf("%s: longer than %d bytes", path, maxFileBytes)
+	if len(data) > limit {
+		if limit < maxFileBytes {
+			return "", fmt.Errorf("/%s: the topology holds more than %d bytes", name, maxReadBytes)
+		}
+		return "", fmt.Errorf("/%s: longer than %d bytes", name, maxFileBytes)
 	}
+	r.budget -= len(data)
 	return string(data), nil
 }
 
