@@ -13,6 +13,8 @@
 // GPUs outside the reader's device cgroup, which amdkfd answers with
 // EPERM, are left out and counted (Topology.Hidden). Topology.Edits gives a
 // container /dev/kfd and exactly its GPUs' render nodes; Scheduler rates
-// the links for the engine. The module itself (its .so, the resource
-// amd.com/gpu) is not built yet.
+// the links for the engine. NewModule is the device module (node side
+// with the option amd.root, scheduler side); it is not built into a .so
+// yet: that waits for the resource amd.com/gpu, so that no nvidia.com/gpu
+// request is served by an AMD GPU.
 package amd

@@ -1,0 +1,141 @@
+package amd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"k8s.io/klog/v2"
+
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// Name is the module's name; its options are given as amd.KEY=VALUE.
+const Name = "amd"
+
+// OptionRoot is the node side's option naming the host's root directory,
+// under which it reads sysfs ("/" by default; a recorded tree in tests and
+// demos).
+const OptionRoot = "root"
+
+// NewModule returns the AMD GPU module.
+func NewModule() types.Module { return module{} }
+
+type module struct{}
+
+func (module) Name() string { return Name }
+
+// SchedulerPlugin rates AMD GPUs' links; it takes no options.
+func (module) SchedulerPlugin(_ context.Context, cfg types.PluginConfig) (types.SchedulerPlugin, error) {
+	if err := checkOptions(cfg.Options, nil); err != nil {
+		return nil, err
+	}
+	return Scheduler{}, nil
+}
+
+// NodePlugin discovers the node's AMD GPUs under the root option. A node
+// without the amdgpu driver's topology, or without GPUs the shim may see,
+// gives an error wrapping types.ErrNoDevices.
+func (module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.NodePlugin, error) {
+	if err := checkOptions(cfg.Options, []string{OptionRoot}); err != nil {
+		return nil, err
+	}
+	root := cfg.Options[OptionRoot]
+	if root == "" {
+		root = "/"
+	}
+	if !filepath.IsAbs(root) {
+		return nil, fmt.Errorf("%s: %s.%s=%q: want an absolute directory", Name, Name, OptionRoot, root)
+	}
+	n := &node{root: root}
+	t, err := n.discover()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	if t.Hidden > 0 {
+		klog.FromContext(ctx).Info("Some AMD GPUs are hidden from the shim by its device cgroup: they are not served", "hidden", t.Hidden, "root", root)
+	}
+	return n, nil
+}
+
+// checkOptions refuses keys the side does not know, naming those it does.
+func checkOptions(opts map[string]string, known []string) error {
+	var bad []string
+	for k := range opts {
+		if !slices.Contains(known, k) {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	knows := "none"
+	if len(known) > 0 {
+		knows = strings.Join(known, ", ")
+	}
+	return fmt.Errorf("%s: unknown option %s (known: %s)", Name, strings.Join(bad, ", "), knows)
+}
+
+// node is the module's node side: the last discovery, from which container
+// edits are built once it is checked to be current.
+type node struct {
+	root string
+	mu   sync.Mutex
+	last Topology
+}
+
+var _ types.NodePlugin = (*node)(nil)
+
+func (n *node) discover() (Topology, error) {
+	t, err := Discover(n.root)
+	if err != nil {
+		return Topology{}, err
+	}
+	n.mu.Lock()
+	n.last = t
+	n.mu.Unlock()
+	return t, nil
+}
+
+// Discover returns the GPUs and links the KFD topology lists now.
+func (n *node) Discover(context.Context) (types.Inventory, error) {
+	t, err := n.discover()
+	if err != nil {
+		return types.Inventory{}, fmt.Errorf("%s: %w", Name, err)
+	}
+	return t.Inventory, nil
+}
+
+// ContainerEdits gives the container /dev/kfd and exactly its GPUs' render
+// nodes, from a discovery of the topology's current generation: when a GPU
+// came or went since the last one, the kernel renumbered render nodes, and
+// the topology is read again first.
+func (n *node) ContainerEdits(_ context.Context, alloc types.ContainerAllocation) (types.ContainerEdits, error) {
+	n.mu.Lock()
+	t := n.last
+	n.mu.Unlock()
+	r := &reader{fsys: os.DirFS(n.root), budget: maxFileBytes}
+	g, err := r.generation()
+	if err != nil {
+		return types.ContainerEdits{}, fmt.Errorf("%s: %w", Name, err)
+	}
+	if g != t.Generation {
+		if t, err = n.discover(); err != nil {
+			return types.ContainerEdits{}, fmt.Errorf("%s: %w", Name, err)
+		}
+	}
+	e, err := t.Edits(alloc)
+	if err != nil {
+		return types.ContainerEdits{}, fmt.Errorf("%s: %w", Name, err)
+	}
+	return e, nil
+}
+
+// Close releases nothing: the node side holds no handles.
+func (n *node) Close() error { return nil }

@@ -1,0 +1,106 @@
+package amd
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// fixtureCopy copies a recorded tree to a directory the test may change,
+// with a generation_id of 1.
+func fixtureCopy(t *testing.T, name string) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.CopyFS(root, os.DirFS(filepath.Join("testdata", name))); err != nil {
+		t.Fatal(err)
+	}
+	setGeneration(t, root, "1")
+	return root
+}
+
+func setGeneration(t *testing.T, root, g string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(root, TopologyDir, "generation_id"), []byte(g+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNodePlugin: the node side serves the tree under its root, and builds
+// a container's edits from the topology's current generation: a GPU whose
+// render node moved (the driver reloaded) is given at its new node, one
+// that went is refused.
+func TestNodePlugin(t *testing.T) {
+	ctx := context.Background()
+	root := fixtureCopy(t, "mi300x-8")
+	np, err := NewModule().NodePlugin(ctx, types.PluginConfig{NodeName: "n", Options: map[string]string{OptionRoot: root}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer np.Close()
+	inv, err := np.Discover(ctx)
+	if err != nil || len(inv.Devices) != 8 {
+		t.Fatalf("Discover: %d devices, %v", len(inv.Devices), err)
+	}
+	share := func(i int) types.DeviceShare {
+		d := inv.Devices[i]
+		return types.DeviceShare{ID: d.ID, UUID: d.UUID, Exclusive: true, MemoryMiB: d.MemoryMiB, ComputePercent: 100}
+	}
+	renderOf := func(e types.ContainerEdits) string { return e.DeviceNodes[len(e.DeviceNodes)-1].HostPath }
+
+	e, err := np.ContainerEdits(ctx, types.ContainerAllocation{Name: "c", Devices: []types.DeviceShare{share(0)}})
+	if err != nil || renderOf(e) != "/dev/dri/renderD128" {
+		t.Fatalf("gpu0: %+v, %v", e, err)
+	}
+
+	// The driver reloads: gpu0's render node is now 200.
+	props := filepath.Join(root, TopologyDir, "nodes", "2", "properties")
+	data, err := os.ReadFile(props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(props, []byte(strings.Replace(string(data), "drm_render_minor 128", "drm_render_minor 200", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	setGeneration(t, root, "2")
+	if e, err = np.ContainerEdits(ctx, types.ContainerAllocation{Name: "c", Devices: []types.DeviceShare{share(0)}}); err != nil || renderOf(e) != "/dev/dri/renderD200" {
+		t.Errorf("gpu0 after the reload: %+v, %v; want renderD200", e, err)
+	}
+
+	// gpu7 goes.
+	if err := os.RemoveAll(filepath.Join(root, TopologyDir, "nodes", "9")); err != nil {
+		t.Fatal(err)
+	}
+	setGeneration(t, root, "3")
+	if _, err := np.ContainerEdits(ctx, types.ContainerAllocation{Name: "c", Devices: []types.DeviceShare{share(7)}}); !errors.Is(err, ErrNotOnNode) {
+		t.Errorf("gpu7 gone: %v, want ErrNotOnNode", err)
+	}
+}
+
+// TestModuleOptions: unknown options and a relative root are refused; a
+// root without the driver's topology is a node without devices.
+func TestModuleOptions(t *testing.T) {
+	ctx := context.Background()
+	for opts, want := range map[string]map[string]string{
+		"unknown option colour (known: root)": {"colour": "red"},
+		"want an absolute directory":          {OptionRoot: "testdata"},
+	} {
+		if _, err := NewModule().NodePlugin(ctx, types.PluginConfig{Options: want}); err == nil || !strings.Contains(err.Error(), opts) {
+			t.Errorf("NodePlugin(%v) = %v, want %q", want, err, opts)
+		}
+	}
+	if _, err := NewModule().NodePlugin(ctx, types.PluginConfig{Options: map[string]string{OptionRoot: t.TempDir()}}); !errors.Is(err, types.ErrNoDevices) {
+		t.Errorf("no KFD topology: %v, want ErrNoDevices", err)
+	}
+	if _, err := NewModule().SchedulerPlugin(ctx, types.PluginConfig{Options: map[string]string{OptionRoot: "/"}}); err == nil || !strings.Contains(err.Error(), "known: none") {
+		t.Errorf("SchedulerPlugin with an option: %v", err)
+	}
+	sp, err := NewModule().SchedulerPlugin(ctx, types.PluginConfig{})
+	if err != nil || sp.Vendor() != Vendor {
+		t.Errorf("SchedulerPlugin: %v, %v", sp, err)
+	}
+}
