@@ -123,66 +123,43 @@ func buildProfile(t *testing.T, data []byte) (framework.Framework, fwk.Handle) {
 	return fw, handle
 }
 
-// TestFitFiltersFromProfile: the plugin reads from its profile whether
-// NodeResourcesFit filters: yes in the shipped configuration, no where a
-// profile disables its Filter and keeps its PreFilter (whose state alone
-// would say yes), or disables it altogether.
-func TestFitFiltersFromProfile(t *testing.T) {
+// TestFiltersFromProfile: the plugin reads from its profile whether
+// NodeResourcesFit filters (fitFilters) and whether TaintToleration does
+// (taintFilters, see mayLandOnDevices): both in the shipped
+// configurations; not NodeResourcesFit where a profile disables its Filter
+// and keeps its PreFilter (whose state alone would say yes), or disables
+// it altogether; not TaintToleration where its Filter is disabled.
+func TestFiltersFromProfile(t *testing.T) {
 	schedmetrics.Register()
 	shipped, err := os.ReadFile(filepath.Join("..", "config", "kubegpu-scheduler.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	disable := func(point, plugin string) []byte {
+		if point == "" {
+			return []byte(kubeGPUProfile + "      disabled:\n      - name: " + plugin + "\n")
+		}
+		return []byte(kubeGPUProfile + "    " + point + ":\n      disabled:\n      - name: " + plugin + "\n")
+	}
 	for _, tc := range []struct {
-		name   string
-		config []byte
-		want   bool
+		name       string
+		config     []byte
+		fit, taint bool
 	}{
-		{"shipped", shipped, true},
-		{"filter disabled", []byte(kubeGPUProfile + `    filter:
-      disabled:
-      - name: NodeResourcesFit
-`), false},
-		{"disabled", []byte(kubeGPUProfile + `      disabled:
-      - name: NodeResourcesFit
-`), false},
+		{"shipped", shipped, true, true},
+		{"helm", helmSchedulerConfig(t), true, true},
+		{"fit filter disabled", disable("filter", "NodeResourcesFit"), false, true},
+		{"fit disabled", disable("", "NodeResourcesFit"), false, true},
+		{"taint filter disabled", disable("filter", "TaintToleration"), true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, h := buildProfile(t, tc.config)
 			p := &Plugin{handle: h, ctx: t.Context()}
-			if got := p.fitFilters(); got != tc.want {
-				t.Errorf("fitFilters = %v, want %v", got, tc.want)
+			if got := p.fitFilters(); got != tc.fit {
+				t.Errorf("fitFilters = %v, want %v", got, tc.fit)
 			}
-		})
-	}
-}
-
-// TestTaintFiltersFromProfile: the plugin reads from its profile whether
-// TaintToleration filters (see mayLandOnDevices): yes in the shipped
-// configurations, no where a profile disables its Filter.
-func TestTaintFiltersFromProfile(t *testing.T) {
-	schedmetrics.Register()
-	shipped, err := os.ReadFile(filepath.Join("..", "config", "kubegpu-scheduler.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name   string
-		config []byte
-		want   bool
-	}{
-		{"shipped", shipped, true},
-		{"helm", helmSchedulerConfig(t), true},
-		{"filter disabled", []byte(kubeGPUProfile + `    filter:
-      disabled:
-      - name: TaintToleration
-`), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, h := buildProfile(t, tc.config)
-			p := &Plugin{handle: h, ctx: t.Context()}
-			if got := p.taintFilters(); got != tc.want {
-				t.Errorf("taintFilters = %v, want %v", got, tc.want)
+			if got := p.taintFilters(); got != tc.taint {
+				t.Errorf("taintFilters = %v, want %v", got, tc.taint)
 			}
 		})
 	}

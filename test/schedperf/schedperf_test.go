@@ -135,13 +135,9 @@ func writeConfig(dir, pluginDir, keyFile string) (string, error) {
 	// second to count scheduling attempts, and with PerGPU that gather
 	// carries 200,000 per-GPU series at 5,000 nodes, which Prometheus
 	// would scrape every 15 to 60 s, not every second.
-	gpuMetrics := os.Getenv("KUBEGPU_SCHEDPERF_GPU_METRICS")
-	switch gpuMetrics {
-	case "":
-		gpuMetrics = config.GPUMetricsPerModel
-	case config.GPUMetricsPerModel, config.GPUMetricsPerGPU:
-	default:
-		return "", fmt.Errorf("KUBEGPU_SCHEDPERF_GPU_METRICS=%q: want %s or %s", gpuMetrics, config.GPUMetricsPerGPU, config.GPUMetricsPerModel)
+	gpuMetrics, err := envChoice("KUBEGPU_SCHEDPERF_GPU_METRICS", config.GPUMetricsPerModel, config.GPUMetricsPerGPU)
+	if err != nil {
+		return "", err
 	}
 	// nodePolicy kubegpu (the shipped default) unless
 	// KUBEGPU_SCHEDPERF_NODE_POLICY says otherwise: the kubegpu policy
@@ -149,24 +145,17 @@ func writeConfig(dir, pluginDir, keyFile string) (string, error) {
 	// fills one node after another; spread shows the plugin's cost under
 	// another placement (the summary's nodes evaluated per pod say how
 	// many full nodes each scheduler's Filter passed over).
-	nodePolicy := os.Getenv("KUBEGPU_SCHEDPERF_NODE_POLICY")
-	if nodePolicy == "" {
-		nodePolicy = devicescheduler.PolicyKubegpu
-	}
-	if !slices.Contains(devicescheduler.Policies(), nodePolicy) {
-		return "", fmt.Errorf("KUBEGPU_SCHEDPERF_NODE_POLICY=%q: want one of %v", nodePolicy, devicescheduler.Policies())
+	nodePolicy, err := envChoice("KUBEGPU_SCHEDPERF_NODE_POLICY", devicescheduler.PolicyKubegpu, devicescheduler.Policies()...)
+	if err != nil {
+		return "", err
 	}
 	// podsWithoutDevices Score (the shipped default) unless
 	// KUBEGPU_SCHEDPERF_PODS_WITHOUT_DEVICES says Ignore: with Ignore a
 	// pod without devices skips the plugin, and what it still costs is
 	// the plugin's mere presence (informers, device cache, memory).
-	withoutDevices := os.Getenv("KUBEGPU_SCHEDPERF_PODS_WITHOUT_DEVICES")
-	switch withoutDevices {
-	case "":
-		withoutDevices = config.PodsWithoutDevicesScore
-	case config.PodsWithoutDevicesScore, config.PodsWithoutDevicesIgnore:
-	default:
-		return "", fmt.Errorf("KUBEGPU_SCHEDPERF_PODS_WITHOUT_DEVICES=%q: want %s or %s", withoutDevices, config.PodsWithoutDevicesScore, config.PodsWithoutDevicesIgnore)
+	withoutDevices, err := envChoice("KUBEGPU_SCHEDPERF_PODS_WITHOUT_DEVICES", config.PodsWithoutDevicesScore, config.PodsWithoutDevicesIgnore)
+	if err != nil {
+		return "", err
 	}
 	// For hack/schedperf-summary.sh.
 	fmt.Printf("# kubegpu-scheduler gpuMetrics: %s\n", gpuMetrics)
@@ -264,6 +253,20 @@ profiles:
 	}
 	path := filepath.Join(dir, "performance-config.yaml")
 	return path, os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// envChoice is the environment variable name's value, def where unset,
+// which must be def or one of others.
+func envChoice(name, def string, others ...string) (string, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	if v != def && !slices.Contains(others, v) {
+		want := append([]string{def}, slices.DeleteFunc(slices.Clone(others), func(o string) bool { return o == def })...)
+		return "", fmt.Errorf("%s=%q: want one of %v", name, v, want)
+	}
+	return v, nil
 }
 
 // stockBinpack is the stock plugin set bin-packing GPUs (see writeConfig).
