@@ -194,3 +194,18 @@ func TestInventoryKeyIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckOptions: the first unknown key in sorted order is named with
+// the module's options, or the side's having none.
+func TestCheckOptions(t *testing.T) {
+	c := PluginConfig{Options: map[string]string{"b": "1", "a": "2", "root": "/"}}
+	if err := c.CheckOptions("m", "root"); err == nil || err.Error() != "unknown option m.a (known: root)" {
+		t.Errorf("CheckOptions = %v", err)
+	}
+	if err := c.CheckOptions("m"); err == nil || err.Error() != "option m.a: this side of the module takes no options" {
+		t.Errorf("CheckOptions with none known = %v", err)
+	}
+	if err := c.CheckOptions("m", "a", "b", "root"); err != nil {
+		t.Errorf("CheckOptions with all known = %v", err)
+	}
+}

@@ -3,6 +3,10 @@ package types
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -56,6 +60,23 @@ type PluginConfig struct {
 	// --plugin-option NAME.KEY=VALUE flags. A module rejects keys it does not
 	// know.
 	Options map[string]string
+}
+
+// CheckOptions refuses the first option key (in sorted order) that known
+// does not list, naming the side's options or saying it takes none: a
+// misspelt option is an error, never ignored. module is the module's name,
+// which prefixes the keys as operators write them (MODULE.KEY).
+func (c PluginConfig) CheckOptions(module string, known ...string) error {
+	for _, k := range slices.Sorted(maps.Keys(c.Options)) {
+		switch {
+		case slices.Contains(known, k):
+		case len(known) == 0:
+			return fmt.Errorf("option %s.%s: this side of the module takes no options", module, k)
+		default:
+			return fmt.Errorf("unknown option %s.%s (known: %s)", module, k, strings.Join(known, ", "))
+		}
+	}
+	return nil
 }
 
 // NodePlugin is the node side of a device module, used by kubegpu-crishim.

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"sort"
-	"strings"
 	"sync"
 
 	"k8s.io/klog/v2"
@@ -32,8 +29,8 @@ func (module) Name() string { return Name }
 
 // SchedulerPlugin rates AMD GPUs' links; it takes no options.
 func (module) SchedulerPlugin(_ context.Context, cfg types.PluginConfig) (types.SchedulerPlugin, error) {
-	if err := checkOptions(cfg.Options, nil); err != nil {
-		return nil, err
+	if err := cfg.CheckOptions(Name); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	return Scheduler{}, nil
 }
@@ -42,8 +39,8 @@ func (module) SchedulerPlugin(_ context.Context, cfg types.PluginConfig) (types.
 // without the amdgpu driver's topology, or without GPUs the shim may see,
 // gives an error wrapping types.ErrNoDevices.
 func (module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.NodePlugin, error) {
-	if err := checkOptions(cfg.Options, []string{OptionRoot}); err != nil {
-		return nil, err
+	if err := cfg.CheckOptions(Name, OptionRoot); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	root := cfg.Options[OptionRoot]
 	if root == "" {
@@ -61,25 +58,6 @@ func (module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.Nod
 		klog.FromContext(ctx).Info("Some AMD GPUs are hidden from the shim by its device cgroup: they are not served", "hidden", t.Hidden, "root", root)
 	}
 	return n, nil
-}
-
-// checkOptions refuses keys the side does not know, naming those it does.
-func checkOptions(opts map[string]string, known []string) error {
-	var bad []string
-	for k := range opts {
-		if !slices.Contains(known, k) {
-			bad = append(bad, k)
-		}
-	}
-	if len(bad) == 0 {
-		return nil
-	}
-	sort.Strings(bad)
-	knows := "none"
-	if len(known) > 0 {
-		knows = strings.Join(known, ", ")
-	}
-	return fmt.Errorf("%s: unknown option %s (known: %s)", Name, strings.Join(bad, ", "), knows)
 }
 
 // node is the module's node side: the last discovery, from which container

@@ -86,8 +86,8 @@ func TestNodePlugin(t *testing.T) {
 func TestModuleOptions(t *testing.T) {
 	ctx := context.Background()
 	for opts, want := range map[string]map[string]string{
-		"unknown option colour (known: root)": {"colour": "red"},
-		"want an absolute directory":          {OptionRoot: "testdata"},
+		"unknown option amd.colour (known: root)": {"colour": "red"},
+		"want an absolute directory":              {OptionRoot: "testdata"},
 	} {
 		if _, err := NewModule().NodePlugin(ctx, types.PluginConfig{Options: want}); err == nil || !strings.Contains(err.Error(), opts) {
 			t.Errorf("NodePlugin(%v) = %v, want %q", want, err, opts)
@@ -96,7 +96,7 @@ func TestModuleOptions(t *testing.T) {
 	if _, err := NewModule().NodePlugin(ctx, types.PluginConfig{Options: map[string]string{OptionRoot: t.TempDir()}}); !errors.Is(err, types.ErrNoDevices) {
 		t.Errorf("no KFD topology: %v, want ErrNoDevices", err)
 	}
-	if _, err := NewModule().SchedulerPlugin(ctx, types.PluginConfig{Options: map[string]string{OptionRoot: "/"}}); err == nil || !strings.Contains(err.Error(), "known: none") {
+	if _, err := NewModule().SchedulerPlugin(ctx, types.PluginConfig{Options: map[string]string{OptionRoot: "/"}}); err == nil || !strings.Contains(err.Error(), "takes no options") {
 		t.Errorf("SchedulerPlugin with an option: %v", err)
 	}
 	sp, err := NewModule().SchedulerPlugin(ctx, types.PluginConfig{})

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kubegpu/kubegpu/plugins/nvidia/nvmllib"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // Options of the node side, given as --plugin-option nvidia.KEY=VALUE. The
@@ -154,9 +155,9 @@ func parseNodeOptions(opts map[string]string) (config, error) {
 		if why, ok := removedOptions[k]; ok {
 			return config{}, fmt.Errorf("option %s.%s was removed: %s", Name, k, why)
 		}
-		if !slices.Contains(nodeOptions, k) {
-			return config{}, fmt.Errorf("unknown option %s.%s (known: %s)", Name, k, strings.Join(nodeOptions, ", "))
-		}
+	}
+	if err := (types.PluginConfig{Options: opts}).CheckOptions(Name, nodeOptions...); err != nil {
+		return config{}, err
 	}
 	c := config{cdi: true, mpsRoot: DefaultMPSRoot, mpsControl: DefaultMPSControl, mpsShmMiB: DefaultMPSShmMiB, healthChecks: true, library: nvmllib.DefaultPath}
 	bad := func(key, want string) error {

@@ -60,16 +60,16 @@ func (module) Name() string { return Name }
 // SchedulerPlugin rates simulated GPUs as the NVIDIA module rates real ones.
 // It takes no options.
 func (module) SchedulerPlugin(_ context.Context, cfg types.PluginConfig) (types.SchedulerPlugin, error) {
-	if err := checkKeys(cfg.Options, nil); err != nil {
-		return nil, err
+	if err := cfg.CheckOptions(Name); err != nil {
+		return nil, fmt.Errorf("simgpu: %w", err)
 	}
 	return scheduler{}, nil
 }
 
 // NodePlugin builds the node side from the topology the options name.
 func (module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.NodePlugin, error) {
-	if err := checkKeys(cfg.Options, nodeOptions); err != nil {
-		return nil, err
+	if err := cfg.CheckOptions(Name, nodeOptions...); err != nil {
+		return nil, fmt.Errorf("simgpu: %w", err)
 	}
 	if cfg.NodeName == "" {
 		return nil, fmt.Errorf("simgpu: the node name is needed to give GPUs node-unique UUIDs")
@@ -196,18 +196,6 @@ func parseIndexes(s string, gpus int) (map[int]bool, error) {
 		out[i] = true
 	}
 	return out, nil
-}
-
-func checkKeys(opts map[string]string, known []string) error {
-	for k := range opts {
-		if !slices.Contains(known, k) {
-			if len(known) == 0 {
-				return fmt.Errorf("simgpu: option %s.%s: this side of the module takes no options", Name, k)
-			}
-			return fmt.Errorf("simgpu: unknown option %s.%s (known: %s)", Name, k, strings.Join(known, ", "))
-		}
-	}
-	return nil
 }
 
 // readHealthFile returns the unhealthy indexes listed in path; a missing
