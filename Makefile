@@ -221,7 +221,7 @@ bench-replay: build plugins kube-binaries ## Replay the openb trace through the 
 # test and its device modules are built without -trimpath, apart from
 # _output/plugins, and with the tag schedperf, the test's as well (the
 # plugins must match it); its etcd listens on a unix socket, so it runs
-# etcd 3.6 (hack/etcd), not Debian's 3.4.
+# etcd 3.7 (hack/etcd), not Debian's 3.4.
 SCHEDPERF := $(OUT)/schedperf
 SCHEDPERF_BENCH ?= .*/5000Nodes
 SCHEDPERF_FILTER ?= performance

@@ -194,11 +194,12 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		// not resolve here.
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--enable-priority-and-fairness=false",
-		// Gang scheduling (PodGroups, scheduling.k8s.io/v1alpha2) is
-		// alpha in v1.36: served so that kubegpu-scheduler's all-or-
-		// nothing groups can be tested; inert for pods that name no group.
-		"--feature-gates=GenericWorkload=true,GangScheduling=true",
-		"--runtime-config=scheduling.k8s.io/v1alpha2=true",
+		// Gang scheduling (PodGroups, scheduling.k8s.io/v1beta1) is
+		// beta and off by default in v1.37: served so that
+		// kubegpu-scheduler's all-or-nothing groups can be tested; inert
+		// for pods that name no group.
+		"--feature-gates=GenericWorkload=true",
+		"--runtime-config=scheduling.k8s.io/v1beta1=true",
 		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
 		"--v=1")
 	if err != nil {

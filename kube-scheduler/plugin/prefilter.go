@@ -53,7 +53,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		p.pending.Refuse(pod.UID, devicecache.ReasonGroupsOff)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"GPUs: the pod belongs to pod group %q, and this scheduler does not place pod groups (%s), so its group could run partly: "+
-				"remove spec.schedulingGroup, or run kubegpu-scheduler with --feature-gates=GenericWorkload=true,GangScheduling=true "+
+				"remove spec.schedulingGroup, or run kubegpu-scheduler with --feature-gates=GenericWorkload=true "+
 				"and the GangScheduling plugin in its profile", group, errGroupsOff))
 	}
 	warm, err := p.waitForSync(ctx)
@@ -106,17 +106,17 @@ func (p *Plugin) compileNominee(pod *corev1.Pod) (*devicescheduler.Request, bool
 }
 
 // errGroupsOff is why a profile does not place pod groups.
-const errGroupsOff = "feature gates GenericWorkload and GangScheduling off, or no GangScheduling plugin in the profile"
+const errGroupsOff = "feature gate GenericWorkload off, or no GangScheduling plugin in the profile"
 
 // placesGroups reports whether the profile places the pods of a pod group
-// together, all or none: the scheduler's feature gates GenericWorkload and
-// GangScheduling are on and the profile runs the GangScheduling plugin's
+// together, all or none: the scheduler's feature gate GenericWorkload is on
+// and the profile runs the GangScheduling plugin's
 // Permit. Otherwise the scheduler would place a group's pods one by one,
 // as if alone. Decided once, at the first pod of a group.
 func (p *Plugin) placesGroups() bool {
 	p.groupsOnce.Do(func() {
 		gates := utilfeature.DefaultFeatureGate
-		p.groups = gates.Enabled(features.GenericWorkload) && gates.Enabled(features.GangScheduling)
+		p.groups = gates.Enabled(features.GenericWorkload)
 		if l, ok := p.handle.(pluginLister); ok && p.groups {
 			plugins := l.ListPlugins()
 			p.groups = plugins != nil && slices.ContainsFunc(plugins.Permit.Enabled, func(pl schedconfig.Plugin) bool { return pl.Name == names.GangScheduling })

@@ -10,14 +10,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 )
 
 // startGangScheduler starts kubegpu-scheduler with the shipped
-// configuration and v1.36's gang scheduling (alpha) turned on: the upstream
+// configuration and v1.37's gang scheduling (beta, off by default) turned on: the upstream
 // GangScheduling plugin and pod-group scheduling cycles, with kubegpu's
 // plugin choosing each pod's devices.
 func startGangScheduler(ctx context.Context, t *testing.T) {
@@ -28,7 +28,7 @@ func startGangScheduler(ctx context.Context, t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := cluster.StartScheduler(ctx, filepath.Join(binDir, "kubegpu-scheduler"), config, "kubegpu-scheduler-gang", "--v=2",
-		"--feature-gates=GenericWorkload=true,GangScheduling=true")
+		"--feature-gates=GenericWorkload=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,12 +52,12 @@ func gangNodes(ctx context.Context, t *testing.T, prefix string, n int) *simNode
 // whole GPUs each.
 func gangJob(ctx context.Context, t *testing.T, ns, name string, size, gpus int) []*corev1.Pod {
 	t.Helper()
-	pg := &schedulingv1alpha2.PodGroup{
+	pg := &schedulingv1beta1.PodGroup{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: schedulingv1alpha2.PodGroupSpec{SchedulingPolicy: schedulingv1alpha2.PodGroupSchedulingPolicy{
-			Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: int32(size)}}},
+		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(size)}}},
 	}
-	if _, err := tenant(t, ns).SchedulingV1alpha2().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+	if _, err := tenant(t, ns).SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var pods []*corev1.Pod
@@ -139,7 +139,7 @@ func TestSchedulerGangs(t *testing.T) {
 }
 
 // TestSchedulerWithoutGangsHoldsGroups: kubegpu-scheduler run without the
-// gang feature gates (the shipped default on v1.36, where they are alpha)
+// gang feature gate (the default on v1.37, where it is beta and off)
 // while the API server serves PodGroups places no GPU pod of a group
 // alone: each waits, unschedulable, saying why and what to change; a GPU
 // pod of no group is placed as usual.

@@ -572,7 +572,7 @@ func TestHelmTemplate(t *testing.T) {
 		"only": {"--set", "image.tag=v0.0.0-test", "--set", "mode=only", "--set", "plugin.writeAllocation=PreBind", "--set", "plugin.nodePolicy=binpack",
 			"--set", "plugin.pluginOptions={nvidia.nvml-library=/usr/lib/libnvidia-ml.so.1}",
 			"--set", "verificationKeys.secretName=kubegpu-old-key", "--set", "hostNetwork=true", "--set", "securePort=10269",
-			"--set", "apiServer.host=10.0.0.10", "--set", "apiServer.port=6443", "--set", "featureGates=GenericWorkload=true\\,GangScheduling=true",
+			"--set", "apiServer.host=10.0.0.10", "--set", "apiServer.port=6443", "--set", "featureGates=GenericWorkload=true",
 			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true", "-f", values},
 		// Beside the stock scheduler on a dedicated node pool, watched by a
 		// Prometheus in namespace monitoring, behind a NetworkPolicy.
