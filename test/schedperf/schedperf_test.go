@@ -172,8 +172,8 @@ profiles:
         weight: 10
     filter:
       enabled:
-      - name: NodeUnschedulable
       - name: NodeName
+      - name: NodeUnschedulable
       - name: TaintToleration
       - name: NodeAffinity
       - name: KubeGPU
