@@ -37,6 +37,7 @@ import (
 	"github.com/kubegpu/kubegpu/internal/keyfiles"
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/internal/localnode"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
@@ -178,6 +179,10 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	step("The container on the real node: its env, as kubectl logs shows it to the tenant (the pod asked for NVIDIA_VISIBLE_DEVICES=all)")
 	if err := showEnv(runCtx, ids.tenant, "show-my-gpus"); err != nil {
+		return err
+	}
+	step("The real node's GPUs as ResourceSlices of driver %s, published by its shim with the node's credentials", dra.DriverName)
+	if err := showSlices(runCtx, c.Client, "real-node"); err != nil {
 		return err
 	}
 	step("Metrics: kubegpu-scheduler's /metrics as %s (bound to kubegpu-metrics-reader), each shim's on its node", ids.viewer.User)

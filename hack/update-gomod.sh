@@ -4,10 +4,10 @@
 # requires as v0.0.0 and so need a replace line each. This script is the one
 # place that owns those lines.
 #
-# Usage: hack/update-gomod.sh [KUBERNETES_VERSION]   (default: v1.36.3)
+# Usage: hack/update-gomod.sh [KUBERNETES_VERSION]   (default: v1.37.2)
 set -euo pipefail
 
-VERSION=${1:-v1.36.3}
+VERSION=${1:-v1.37.2}
 STAGING_VERSION="v0.${VERSION#v1.}"
 cd "$(dirname "$0")/.."
 

@@ -41,6 +41,9 @@ type Options struct {
 	// KeyIDs are the IDs of the allocation keys the shim verifies with,
 	// published in the inventory (types.Inventory.KeyIDs).
 	KeyIDs []string
+	// Slices, when set, publishes every discovery's devices as the node's
+	// ResourceSlices as well.
+	Slices *Slices
 }
 
 // Advertiser keeps the node's devices published on its Node: the inventory
@@ -128,6 +131,9 @@ func (a *Advertiser) Once(ctx context.Context) error {
 	}
 	published, publishedUID := a.published, a.publishedUID
 	a.mu.Unlock()
+	if a.opts.Slices != nil {
+		a.opts.Slices.Update(ctx, inv)
+	}
 	inv.KeyIDs = a.opts.KeyIDs
 	value, err := kubeinterface.EncodeInventory(inv)
 	if err != nil {

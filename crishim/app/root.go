@@ -36,7 +36,7 @@ on its Node, with the node's own credentials. Point kubelet at it with
 	klog.InitFlags(klogFlags)
 	cmd.PersistentFlags().AddGoFlagSet(klogFlags)
 
-	cmd.AddCommand(newDevicesCommand(), version.NewCommand("kubegpu-crishim"))
+	cmd.AddCommand(newDevicesCommand(), newUnpublishCommand(), version.NewCommand("kubegpu-crishim"))
 	return cmd
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/kubegpu/kubegpu/crishim/proxy"
 	"github.com/kubegpu/kubegpu/crishim/rewrite"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/types"
 	"github.com/kubegpu/kubegpu/utils/version"
 )
@@ -36,6 +37,7 @@ type serveOptions struct {
 	AllocationKey   string
 	Kubeconfig      string
 	Advertise       bool
+	PublishSlices   bool
 	Interval        time.Duration
 	SlicesPerDevice int
 	MetricsAddress  string
@@ -50,6 +52,7 @@ func (o *serveOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.AllocationKey, "allocation-key", "/etc/kubegpu/allocation-key.pub.pem", "the scheduler's Ed25519 public keys (PEM; several during a key rotation) that allocations must be signed with; a private key is refused")
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig with the node's credentials (kubelet's, system:node:NODE) for publishing its devices (default: in-cluster configuration)")
 	f.BoolVar(&o.Advertise, "advertise", true, "publish the node's devices and capacity on its Node")
+	f.BoolVar(&o.PublishSlices, "publish-resource-slices", true, "with --advertise, publish the node's devices as ResourceSlices of driver "+dra.DriverName+" (resource.k8s.io/v1), tainted so that DRA's allocator leaves them to kubegpu-scheduler")
 	f.DurationVar(&o.Interval, "interval", 10*time.Second, "how often devices are discovered and the Node compared with them")
 	f.IntVar(&o.SlicesPerDevice, "slices-per-device", advertiser.DefaultSlicesPerDevice, "nvidia.com/gpu capacity published per device, so that kubelet admits shared slices")
 	f.StringVar(&o.GPUAllowlist, "gpu-allowlist", "", "file listing the namespaces (optionally with a pod label selector) whose containers keep the GPUs they ask for and may be privileged with GPUs, e.g. a DCGM exporter's; empty: none")
@@ -100,9 +103,20 @@ func (o *serveOptions) run(ctx context.Context) error {
 		logger.Error(err, "First device discovery failed; serving CRI without those devices and retrying")
 	}
 	var client advertiser.Client
+	var slices *advertiser.Slices
 	if o.Advertise {
-		if client, err = o.client(); err != nil {
+		cfg, err := o.restConfig()
+		if err != nil {
 			return err
+		}
+		if client, err = advertiser.NewClient(cfg); err != nil {
+			return err
+		}
+		if o.PublishSlices {
+			if slices, err = startSlices(ctx, cfg, o.NodeName, m); err != nil {
+				return err
+			}
+			defer slices.Stop()
 		}
 	}
 
@@ -164,7 +178,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if client != nil {
 		cond := modules.condition()
 		a, err := advertiser.New(advertiser.Options{Node: o.NodeName, Client: client, Discover: d.discover,
-			Interval: o.Interval, SlicesPerDevice: o.SlicesPerDevice, Metrics: m, Condition: &cond, KeyIDs: keys.IDs()})
+			Interval: o.Interval, SlicesPerDevice: o.SlicesPerDevice, Metrics: m, Condition: &cond, KeyIDs: keys.IDs(), Slices: slices})
 		if err != nil {
 			return err
 		}
@@ -193,11 +207,17 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 }
 
-func (o *serveOptions) client() (advertiser.Client, error) {
+func (o *serveOptions) restConfig() (*rest.Config, error) {
+	return restConfig(o.Kubeconfig)
+}
+
+// restConfig is the node's credentials: kubeconfig, or the in-cluster
+// configuration without one.
+func restConfig(kubeconfig string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
-	if o.Kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 	} else {
 		cfg, err = rest.InClusterConfig()
 	}
@@ -205,7 +225,7 @@ func (o *serveOptions) client() (advertiser.Client, error) {
 		return nil, fmt.Errorf("kubernetes client (set --kubeconfig, or --advertise=false): %w", err)
 	}
 	cfg.UserAgent = "kubegpu-crishim/" + version.Get().GitVersion
-	return advertiser.NewClient(cfg)
+	return cfg, nil
 }
 
 // discovery runs the modules' discovery and keeps, per module, the devices

@@ -251,6 +251,9 @@ type Shim struct {
 	// Restores counts the times the Node's inventory was found changed by
 	// someone else and written back.
 	Restores Counter
+	// SliceErrors counts the failures to publish the node's
+	// ResourceSlices (each retried).
+	SliceErrors Counter
 	// Devices is the number of devices in the last discovery.
 	Devices Gauge
 	// Allowlisted counts containers that kept the devices they asked for
@@ -328,6 +331,7 @@ func (s *Shim) WriteText(w io.Writer) error {
 	vec(b, "kubegpu_crishim_inventory_publishes_total", "Writes of the device inventory or capacity to the Node by result.", &s.Publishes)
 	vec(b, "kubegpu_crishim_node_syncs_total", "Rounds of the advertiser (read the Node, write what differs) by result.", &s.Syncs)
 	counter(b, "kubegpu_crishim_inventory_restores_total", "Times the Node's inventory was found changed by someone else and written back.", s.Restores.Value())
+	counter(b, "kubegpu_crishim_resourceslice_errors_total", "Failures to publish the node's devices as ResourceSlices (each retried).", s.SliceErrors.Value())
 	gauge(b, "kubegpu_crishim_devices", "Devices found by the last discovery.", s.Devices.Value())
 	vec(b, "kubegpu_crishim_allowlisted_containers_total", "Containers that kept the devices they asked for because their pod is on the node's GPU allowlist, by namespace.", &s.Allowlisted)
 	counter(b, "kubegpu_crishim_stripped_containers_total", "Containers whose config brought GPU device nodes, mounts or CDI devices of its own, which the shim removed.", s.Stripped.Value())

@@ -584,7 +584,7 @@ func TestHelmTemplate(t *testing.T) {
 			"--set", "plugin.gpuMetrics=PerModel", "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsPodSelector.matchLabels.app\\.kubernetes\\.io/name=prometheus"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			out := helm(ctx, t, append([]string{"template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.36.3"}, args...)...)
+			out := helm(ctx, t, append([]string{"template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.37.2"}, args...)...)
 			got := goldenView(out)
 			path := filepath.Join("testdata", "helm", name+".yaml")
 			if *updateGolden {
@@ -607,7 +607,7 @@ func TestHelmTemplate(t *testing.T) {
 
 	// The alert rules select the jobs the chart's ServiceMonitor and the
 	// shims' scrapes are named.
-	out := helm(ctx, t, "template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.36.3",
+	out := helm(ctx, t, "template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.37.2",
 		"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.serviceMonitor.enabled=true",
 		"--set", "metrics.schedulerJob=gpu-scheduler", "--set", "metrics.crishimJob=gpu-nodes")
 	var rules, service string
@@ -682,7 +682,7 @@ func TestHelmTemplate(t *testing.T) {
 		{[]string{"--set", "hostNetwork=true", "--set", "securePort=10269", "--set", "networkPolicy.enabled=true"}, "host's network"},
 	} {
 		bin := filepath.Join(nodeBinDir, "helm")
-		out, err := exec.CommandContext(ctx, bin, append([]string{"template", "kubegpu", chart, "--kube-version", "1.36.3"}, bad.args...)...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, bin, append([]string{"template", "kubegpu", chart, "--kube-version", "1.37.2"}, bad.args...)...).CombinedOutput()
 		switch {
 		case err == nil:
 			t.Errorf("helm template %v: accepted", bad.args)

@@ -1,0 +1,76 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/klog/v2"
+
+	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	"github.com/kubegpu/kubegpu/crishim/metrics"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
+)
+
+// startSlices starts publishing the node's ResourceSlices, with the PCIe
+// root of each GPU read from this machine's sysfs.
+func startSlices(ctx context.Context, cfg *rest.Config, node string, m *metrics.Shim) (*advertiser.Slices, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client for ResourceSlices: %w", err)
+	}
+	return advertiser.StartSlices(ctx, cs, node, dra.Options{PCIeRoot: pcieRoot}, m)
+}
+
+// pcieRoot is the PCIe root complex of a PCI bus ID, from sysfs.
+func pcieRoot(pciBusID string) (string, error) {
+	a, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(pciBusID)
+	if err != nil {
+		return "", err
+	}
+	if a.Value.StringValue == nil {
+		return "", fmt.Errorf("no PCIe root for %s", pciBusID)
+	}
+	return *a.Value.StringValue, nil
+}
+
+// newUnpublishCommand removes the node's ResourceSlices, for an uninstall:
+// a running shim would publish them again.
+func newUnpublishCommand() *cobra.Command {
+	var kubeconfig, node string
+	cmd := &cobra.Command{
+		Use:   "unpublish",
+		Short: "Remove the node's ResourceSlices of driver " + dra.DriverName + " (run when uninstalling the shim)",
+		Long: `unpublish deletes the ResourceSlices that kubegpu-crishim published for this
+node. Run it after the shim has stopped, with the node's credentials: the
+Node authorizer lets a node delete only its own slices. Deleting the Node
+removes them as well (the Node owns them).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if node == "" {
+				return fmt.Errorf("--node-name is required (the host name could not be read)")
+			}
+			cfg, err := restConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			n, err := advertiser.DeleteSlices(cmd.Context(), cs, node)
+			if err != nil {
+				return err
+			}
+			klog.FromContext(cmd.Context()).Info("Removed the node's ResourceSlices", "node", node, "driver", dra.DriverName, "slices", n)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig with the node's credentials (default: in-cluster configuration)")
+	f.StringVar(&node, "node-name", defaultNodeName(), "the node's name")
+	return cmd
+}

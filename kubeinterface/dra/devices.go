@@ -1,0 +1,223 @@
+package dra
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// DriverName is the DRA driver name under which kubegpu publishes its
+// devices, and the domain of their attributes.
+const DriverName = "gpu.kubegpu.io"
+
+// Attributes of every device, in the driver's domain (a CEL selector reads
+// device.attributes["gpu.kubegpu.io"].model).
+const (
+	// AttributeID is the device's kubegpu ID (types.Device.ID), the name
+	// allocations use; the device's DRA name is the ID where that is a DNS
+	// label, and derived from it otherwise.
+	AttributeID resourceapi.QualifiedName = "id"
+	// AttributeVendor is the vendor domain, e.g. "nvidia.com".
+	AttributeVendor resourceapi.QualifiedName = "vendor"
+	// AttributeModel is the product name, cut to 64 bytes.
+	AttributeModel resourceapi.QualifiedName = "model"
+	// AttributeUUID is the vendor's unique ID.
+	AttributeUUID resourceapi.QualifiedName = "uuid"
+	// AttributeIndex is the index the vendor's tools give the GPU.
+	AttributeIndex resourceapi.QualifiedName = "index"
+	// AttributeComputeUnits counts streaming multiprocessors (or the
+	// vendor's equivalent), when known.
+	AttributeComputeUnits resourceapi.QualifiedName = "computeUnits"
+	// AttributeComputeCapability is the architecture version as a semantic
+	// version ("8.0" is published as 8.0.0), when known.
+	AttributeComputeCapability resourceapi.QualifiedName = "computeCapability"
+	// AttributeParent is the ID of the GPU a partition (MIG) is carved
+	// from; only on partitions.
+	AttributeParent resourceapi.QualifiedName = "parent"
+	// AttributeLinkGroup names the group of GPUs all pairwise linked by
+	// NVLink, NVSwitch or direct XGMI that the GPU belongs to ("nvlink-0",
+	// "xgmi-0"): matchAttribute on it asks for GPUs of one group, such as
+	// one NVLink quad of a DGX-1. Absent on GPUs in no such group and on
+	// partitions.
+	AttributeLinkGroup resourceapi.QualifiedName = "linkGroup"
+	// AttributeSliceEnforcer is what holds slices of the GPU to their
+	// share (e.g. "mps"), when something does.
+	AttributeSliceEnforcer resourceapi.QualifiedName = "sliceEnforcer"
+)
+
+// Standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute).
+const (
+	AttributePCIBusID resourceapi.QualifiedName = "resource.kubernetes.io/pciBusID"
+	AttributePCIeRoot resourceapi.QualifiedName = "resource.kubernetes.io/pcieRoot"
+	AttributeNUMANode resourceapi.QualifiedName = "resource.kubernetes.io/numaNode"
+)
+
+// Capacities of every device.
+const (
+	// CapacityMemory is the device's memory.
+	CapacityMemory resourceapi.QualifiedName = "memory"
+	// CapacityCores is the device's compute as kubegpu slices it: 100
+	// (percent), what kubegpu.io/gpu-cores requests.
+	CapacityCores resourceapi.QualifiedName = "cores"
+)
+
+// Taints.
+const (
+	// TaintManaged is on every device: kubegpu-scheduler allocates it
+	// through pod annotations, which DRA's accounting does not see, so a
+	// claim that DRA's allocator gave it could share it with a kubegpu
+	// pod. Value TaintManagedValue, effect NoSchedule.
+	TaintManaged      = DriverName + "/managed"
+	TaintManagedValue = "annotations"
+	// TaintUnhealthy is on devices whose module reports them unhealthy,
+	// effect NoSchedule (containers already using one keep it, as under
+	// kubegpu's own rules).
+	TaintUnhealthy = DriverName + "/unhealthy"
+)
+
+// MaxDevicesPerSlice is how many devices one ResourceSlice holds: the API's
+// bound for devices with taints.
+const MaxDevicesPerSlice = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
+
+// Options supply what only the node knows.
+type Options struct {
+	// PCIeRoot returns the PCIe root complex ("pci0000:00") of a PCI bus
+	// ID, read from the node's sysfs (deviceattribute.
+	// GetPCIeRootAttributeByPCIBusID); nil or an error: no pcieRoot
+	// attribute.
+	PCIeRoot func(pciBusID string) (string, error)
+}
+
+// Devices describes inv's devices as ResourceSlice devices, in inv's
+// order. inv must be valid (types.Inventory.Validate). A value the API
+// cannot hold is adapted, never dropped silently: a string attribute over
+// 64 bytes is cut (the whole value stays in the node's inventory
+// annotation), a compute capability that is no version is left out and
+// reported in the returned error, which also names every PCIe root that
+// could not be read; the devices are returned all the same.
+func Devices(inv types.Inventory, opts Options) ([]resourceapi.Device, error) {
+	groups := linkGroups(inv)
+	names := deviceNames(inv)
+	var errs []error
+	out := make([]resourceapi.Device, 0, len(inv.Devices))
+	for i, d := range inv.Devices {
+		attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			AttributeID:     str(d.ID),
+			AttributeVendor: str(d.Vendor),
+			AttributeModel:  str(d.Model),
+			AttributeUUID:   str(d.UUID),
+			AttributeIndex:  {IntValue: ptr.To(int64(d.Index))},
+		}
+		if d.ComputeUnits > 0 {
+			attrs[AttributeComputeUnits] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(d.ComputeUnits))}
+		}
+		if d.ComputeCapability != "" {
+			if v, ok := semver(d.ComputeCapability); ok {
+				attrs[AttributeComputeCapability] = resourceapi.DeviceAttribute{VersionValue: &v}
+			} else {
+				errs = append(errs, fmt.Errorf("device %q: compute capability %q is no version", d.ID, d.ComputeCapability))
+			}
+		}
+		if d.Parent != "" {
+			attrs[AttributeParent] = str(d.Parent)
+		}
+		if g := groups[i]; g != "" {
+			attrs[AttributeLinkGroup] = str(g)
+		}
+		if d.SliceEnforcer != "" {
+			attrs[AttributeSliceEnforcer] = str(d.SliceEnforcer)
+		}
+		if d.NUMANode >= 0 {
+			attrs[AttributeNUMANode] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(d.NUMANode))}
+		}
+		if d.PCIBusID != "" {
+			attrs[AttributePCIBusID] = str(d.PCIBusID)
+			if opts.PCIeRoot != nil {
+				if root, err := opts.PCIeRoot(d.PCIBusID); err != nil {
+					errs = append(errs, fmt.Errorf("device %q: PCIe root of %s: %w", d.ID, d.PCIBusID, err))
+				} else {
+					attrs[AttributePCIeRoot] = str(root)
+				}
+			}
+		}
+		dev := resourceapi.Device{
+			Name:       names[i],
+			Attributes: attrs,
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				CapacityMemory: {Value: *resource.NewQuantity(d.MemoryMiB<<20, resource.BinarySI)},
+				CapacityCores:  {Value: *resource.NewQuantity(100, resource.DecimalSI)},
+			},
+			Taints: []resourceapi.DeviceTaint{{Key: TaintManaged, Value: TaintManagedValue, Effect: resourceapi.DeviceTaintEffectNoSchedule}},
+		}
+		if d.Health != types.Healthy {
+			dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{Key: TaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule})
+		}
+		out = append(out, dev)
+	}
+	return out, errors.Join(errs...)
+}
+
+// Slices splits devices into slices of at most MaxDevicesPerSlice.
+func Slices(devices []resourceapi.Device) [][]resourceapi.Device {
+	var out [][]resourceapi.Device
+	for len(devices) > MaxDevicesPerSlice {
+		out = append(out, devices[:MaxDevicesPerSlice:MaxDevicesPerSlice])
+		devices = devices[MaxDevicesPerSlice:]
+	}
+	return append(out, devices)
+}
+
+// str is a string attribute, cut to the API's 64 bytes at a character's
+// boundary.
+func str(s string) resourceapi.DeviceAttribute {
+	if len(s) > resourceapi.DeviceAttributeMaxValueLength {
+		s = s[:resourceapi.DeviceAttributeMaxValueLength]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+	}
+	return resourceapi.DeviceAttribute{StringValue: &s}
+}
+
+// semver reads a compute capability ("8.0", "9") as a semantic version.
+func semver(s string) (string, bool) {
+	parts := strings.Split(s, ".")
+	if len(parts) > 3 {
+		return "", false
+	}
+	for _, p := range parts {
+		if p == "" || len(p) > 9 || strings.Trim(p, "0123456789") != "" || (len(p) > 1 && p[0] == '0') {
+			return "", false
+		}
+	}
+	for len(parts) < 3 {
+		parts = append(parts, "0")
+	}
+	return strings.Join(parts, "."), true
+}
+
+// deviceNames are the devices' DRA names: the ID where it is a DNS label
+// that does not start with "dev-", otherwise "dev-" and the first 16 hex
+// digits of the ID's SHA-256 (the ID itself is the attribute AttributeID).
+func deviceNames(inv types.Inventory) []string {
+	names := make([]string, len(inv.Devices))
+	for i, d := range inv.Devices {
+		if len(validation.IsDNS1123Label(d.ID)) == 0 && !strings.HasPrefix(d.ID, "dev-") {
+			names[i] = d.ID
+			continue
+		}
+		sum := sha256.Sum256([]byte(d.ID))
+		names[i] = "dev-" + hex.EncodeToString(sum[:8])
+	}
+	return names
+}

@@ -1,0 +1,176 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
+	"github.com/kubegpu/kubegpu/plugins/simgpu"
+)
+
+// nodeSlices are node's ResourceSlices of kubegpu's driver, read as an
+// administrator.
+func nodeSlices(ctx context.Context, node string) ([]resourceapi.ResourceSlice, error) {
+	sel := fields.Set{resourceapi.ResourceSliceSelectorDriver: dra.DriverName, resourceapi.ResourceSliceSelectorNodeName: node}.String()
+	list, err := cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// TestShimPublishesResourceSlices: kubegpu-crishim on a real kubelet node
+// publishes the node's simulated GPUs as ResourceSlices of driver
+// gpu.kubegpu.io with its own credentials, owned by the Node, every device
+// tainted for kubegpu; a GPU that turns unhealthy gets the unhealthy taint
+// within a few advertise intervals; the node's credentials cannot write
+// another node's slices; and `kubegpu-crishim unpublish` removes them.
+func TestShimPublishesResourceSlices(t *testing.T) {
+	ctx := context.Background()
+	const nodeName = "slices-node"
+	n := startNode(ctx, t)
+	nodeID, err := cluster.NodeIdentity(nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := filepath.Join(t.TempDir(), "unhealthy")
+	shim, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--plugin-option=simgpu.health-file="+health,
+		"--kubeconfig="+nodeID.Kubeconfig, "--interval=1s")
+	startKubelet(ctx, t, n, nodeName, sock, 0)
+	topo, err := simgpu.Preset("t4x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := simgpu.Inventory(topo, nodeName)
+
+	// devicesOf polls until the node's slices hold len(inv.Devices)
+	// devices and check accepts them.
+	devicesOf := func(what string, check func(map[string]resourceapi.Device) error) []resourceapi.ResourceSlice {
+		t.Helper()
+		var got []resourceapi.ResourceSlice
+		var last error
+		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, last = nodeSlices(ctx, nodeName)
+			if last != nil {
+				return false, nil
+			}
+			devs := map[string]resourceapi.Device{}
+			for _, s := range got {
+				for _, d := range s.Spec.Devices {
+					devs[d.Name] = d
+				}
+			}
+			if len(devs) != len(inv.Devices) {
+				last = fmt.Errorf("%d devices in %d slices, want %d", len(devs), len(got), len(inv.Devices))
+				return false, nil
+			}
+			last = check(devs)
+			return last == nil, nil
+		}); err != nil {
+			t.Fatalf("%s: %v (last: %v); shim log %s", what, err, last, shim.Log)
+		}
+		return got
+	}
+	slicesNow := devicesOf("published", func(devs map[string]resourceapi.Device) error {
+		for _, want := range inv.Devices {
+			d, ok := devs[want.ID]
+			if !ok {
+				return fmt.Errorf("no device %s", want.ID)
+			}
+			if uuid := d.Attributes[dra.AttributeUUID].StringValue; uuid == nil || *uuid != want.UUID {
+				return fmt.Errorf("%s: uuid %v, want %s", want.ID, uuid, want.UUID)
+			}
+			if model := d.Attributes[dra.AttributeModel].StringValue; model == nil || *model != want.Model {
+				return fmt.Errorf("%s: model %v, want %s", want.ID, model, want.Model)
+			}
+			if m := d.Capacity[dra.CapacityMemory].Value; m.Value() != want.MemoryMiB<<20 {
+				return fmt.Errorf("%s: memory %s, want %d MiB", want.ID, m.String(), want.MemoryMiB)
+			}
+			if !slices.ContainsFunc(d.Taints, func(tn resourceapi.DeviceTaint) bool {
+				return tn.Key == dra.TaintManaged && tn.Effect == resourceapi.DeviceTaintEffectNoSchedule
+			}) {
+				return fmt.Errorf("%s: taints %v, want %s", want.ID, d.Taints, dra.TaintManaged)
+			}
+		}
+		return nil
+	})
+	for _, s := range slicesNow {
+		if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "Node" || s.OwnerReferences[0].Name != nodeName {
+			t.Errorf("slice %s is owned by %v, want the Node %s (so that it goes with the Node)", s.Name, s.OwnerReferences, nodeName)
+		}
+		if s.Spec.Pool.Name != nodeName || ptr.Deref(s.Spec.NodeName, "") != nodeName {
+			t.Errorf("slice %s: pool %q, node %v; want both %s", s.Name, s.Spec.Pool.Name, s.Spec.NodeName, nodeName)
+		}
+	}
+	t.Logf("%s's GPUs in %d ResourceSlice(s) of driver %s", nodeName, len(slicesNow), dra.DriverName)
+
+	// A GPU turns unhealthy: its device gets the unhealthy taint.
+	if err := os.WriteFile(health, []byte("2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	devicesOf("GPU 2 unhealthy", func(devs map[string]resourceapi.Device) error {
+		for id, d := range devs {
+			tainted := slices.ContainsFunc(d.Taints, func(tn resourceapi.DeviceTaint) bool { return tn.Key == dra.TaintUnhealthy })
+			if tainted != (id == inv.Devices[2].ID) {
+				return fmt.Errorf("%s: taints %v", id, d.Taints)
+			}
+		}
+		return nil
+	})
+
+	// The node's credentials reach no other node's slices.
+	other := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "forged-" + nodeName},
+		Spec: resourceapi.ResourceSliceSpec{Driver: dra.DriverName, NodeName: ptr.To("other-node"),
+			Pool: resourceapi.ResourcePool{Name: "other-node", ResourceSliceCount: 1}, Devices: []resourceapi.Device{{Name: "gpu0"}}},
+	}
+	if _, err := nodeID.Client.ResourceV1().ResourceSlices().Create(ctx, other, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the node created a slice of another node: %v", err)
+	}
+	other.Name = "other-node-slice"
+	if _, err := cluster.Client.ResourceV1().ResourceSlices().Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.Client.ResourceV1().ResourceSlices().Delete(context.Background(), other.Name, metav1.DeleteOptions{})
+	})
+	if err := nodeID.Client.ResourceV1().ResourceSlices().Delete(ctx, other.Name, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the node deleted another node's slice: %v", err)
+	}
+	if _, err := nodeID.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the node listed every node's slices: %v", err)
+	}
+
+	// Uninstall: the shim stops, and unpublish removes its slices.
+	if err := shim.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "kubegpu-crishim"), "unpublish", "--kubeconfig="+nodeID.Kubeconfig, "--node-name="+nodeName).CombinedOutput()
+	if err != nil {
+		t.Fatalf("unpublish: %v\n%s", err, out)
+	}
+	left, err := nodeSlices(ctx, nodeName)
+	if err != nil || len(left) != 0 {
+		t.Errorf("after unpublish: %d slices left, %v\n%s", len(left), err, out)
+	}
+	if !strings.Contains(string(out), "Removed the node's ResourceSlices") {
+		t.Errorf("unpublish said:\n%s", out)
+	}
+	if _, err := cluster.Client.ResourceV1().ResourceSlices().Get(ctx, other.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("unpublish touched another node's slice: %v", err)
+	}
+}
