@@ -42,7 +42,8 @@ type Options struct {
 	// published in the inventory (types.Inventory.KeyIDs).
 	KeyIDs []string
 	// Slices, when set, publishes every discovery's devices as the node's
-	// ResourceSlices as well.
+	// ResourceSlices as well, owned by the Node the advertiser read
+	// (Slices.Run must run beside the advertiser).
 	Slices *Slices
 }
 
@@ -131,9 +132,6 @@ func (a *Advertiser) Once(ctx context.Context) error {
 	}
 	published, publishedUID := a.published, a.publishedUID
 	a.mu.Unlock()
-	if a.opts.Slices != nil {
-		a.opts.Slices.Update(ctx, inv)
-	}
 	inv.KeyIDs = a.opts.KeyIDs
 	value, err := kubeinterface.EncodeInventory(inv)
 	if err != nil {
@@ -148,6 +146,9 @@ func (a *Advertiser) Once(ctx context.Context) error {
 			return fmt.Errorf("node %s is not registered yet (its kubelet registers it): %w", a.opts.Node, err)
 		}
 		return fmt.Errorf("read node %s: %w", a.opts.Node, err)
+	}
+	if a.opts.Slices != nil {
+		a.opts.Slices.Update(ctx, inv, node.UID)
 	}
 	// The condition first: it says why the inventory may lack devices.
 	if want := a.opts.Condition; want != nil && (node.DevicesReady == nil || *node.DevicesReady != *want) {

@@ -19,9 +19,9 @@ import (
 // Client is what the advertiser reads and writes in the API: its own Node,
 // nothing else. With the node's own credentials (kubelet's kubeconfig) the
 // Node authorizer and NodeRestriction let it change no other object.
-// NewClient implements it with a REST client for Nodes only: a clientset
-// (or the core API types) would link every API group into kubegpu-crishim,
-// which runs on every node, and keep it in memory there.
+// NewClient implements it with a REST client for Nodes only. (The
+// ResourceSlice publisher, Slices, uses upstream's controller and so a
+// clientset.)
 type Client interface {
 	// GetNode returns what the advertiser owns on the named Node.
 	GetNode(ctx context.Context, name string) (*Node, error)

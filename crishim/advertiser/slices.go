@@ -2,13 +2,16 @@ package advertiser
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -27,46 +30,43 @@ import (
 // k8s.io/dynamic-resource-allocation/resourceslice controller does the
 // writing: it compares what is stored with what is wanted and creates,
 // updates and deletes slices until they agree, retrying with backoff.
+//
+// Run owns the controller, in a goroutine of its own: starting one waits
+// until it has listed the node's slices, which an unreachable API server,
+// or one that does not serve resource.k8s.io/v1, delays indefinitely, and
+// neither the CRI server nor the advertiser may wait for that.
 type Slices struct {
+	client  kubernetes.Interface
 	node    string
 	opts    dra.Options
 	metrics *metrics.Shim
-	ctrl    *resourceslice.Controller
+	wake    chan struct{}
 
-	mu   sync.Mutex
-	last string // the encoded inventory last handed to the controller
+	mu        sync.Mutex
+	want      *resourceslice.DriverResources // nil until the first Update
+	wantValue string                         // the encoded inventory of want
+	uid       ktypes.UID                     // of the Node the slices belong to
+	// withdrawn: the API server dropped the devices' taints (feature
+	// gate DRADeviceTaints off), so DRA's allocator could hand out
+	// kubegpu's GPUs: nothing is published until the shim restarts.
+	withdrawn bool
 }
 
-// StartSlices starts publishing for node, with no devices until the first
-// Update. client must carry the node's credentials (or others that may
-// write ResourceSlices of that node). Stop ends it; the slices stay (a
-// restarted shim takes them over), and DeleteSlices removes them.
-func StartSlices(ctx context.Context, client kubernetes.Interface, node string, opts dra.Options, m *metrics.Shim) (*Slices, error) {
+// NewSlices returns a publisher for node; Run publishes. client must carry
+// the node's credentials (or others that may write that node's
+// ResourceSlices).
+func NewSlices(client kubernetes.Interface, node string, opts dra.Options, m *metrics.Shim) *Slices {
 	if m == nil {
 		m = metrics.New()
 	}
-	s := &Slices{node: node, opts: opts, metrics: m}
-	logger := klog.FromContext(ctx).WithName("resourceslices")
-	ctrl, err := resourceslice.StartController(klog.NewContext(ctx, logger), resourceslice.Options{
-		DriverName: dra.DriverName,
-		KubeClient: client,
-		Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: node},
-		ErrorHandler: func(ctx context.Context, err error, msg string) {
-			m.SliceErrors.Inc()
-			logger.Error(err, "Publishing the node's ResourceSlices failed; retrying", "step", msg)
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("publish ResourceSlices of node %s: %w", node, err)
-	}
-	s.ctrl = ctrl
-	return s, nil
+	return &Slices{client: client, node: node, opts: opts, metrics: m, wake: make(chan struct{}, 1)}
 }
 
-// Update publishes inv (nothing is written when it equals the last one).
-// Devices the API cannot hold exactly are adapted as dra.Devices says and
-// logged.
-func (s *Slices) Update(ctx context.Context, inv types.Inventory) {
+// Update sets the devices to publish: inv, for the Node of UID uid (read
+// by the advertiser, so that slices are owned by the Node that exists; a
+// Node deleted and registered again gets a new controller). Devices the
+// API cannot hold exactly are adapted as dra.Devices says and logged.
+func (s *Slices) Update(ctx context.Context, inv types.Inventory, uid ktypes.UID) {
 	inv.KeyIDs = nil // not the devices'
 	value, err := kubeinterface.EncodeInventory(inv)
 	if err != nil {
@@ -75,28 +75,107 @@ func (s *Slices) Update(ctx context.Context, inv types.Inventory) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if value == s.last {
+	if value == s.wantValue && uid == s.uid && s.want != nil {
 		return
 	}
 	devices, err := dra.Devices(inv, s.opts)
 	if err != nil {
 		klog.FromContext(ctx).Info("Some device details cannot be published in ResourceSlices", "details", err.Error())
 	}
-	s.ctrl.Update(DriverResources(s.node, devices))
-	s.last = value
+	s.want, s.wantValue, s.uid = DriverResources(s.node, devices), value, uid
+	s.signal()
 }
 
-// Stop stops publishing and waits for the controller to end.
-func (s *Slices) Stop() { s.ctrl.Stop() }
+func (s *Slices) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes until ctx ends, then stops the controller; the slices
+// stay (a restarted shim takes them over), and DeleteSlices removes them.
+func (s *Slices) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("resourceslices")
+	ctx = klog.NewContext(ctx, logger)
+	var ctrl *resourceslice.Controller
+	var ctrlUID ktypes.UID
+	pushed := ""
+	defer func() { ctrl.Stop() }() // Stop on a nil controller does nothing
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+		s.mu.Lock()
+		uid, started := s.uid, s.want != nil
+		s.mu.Unlock()
+		if !started {
+			continue
+		}
+		if ctrl == nil || uid != ctrlUID {
+			ctrl.Stop()
+			ctrl = nil
+			logger.V(2).Info("Starting the ResourceSlice controller", "nodeUID", uid)
+			c, err := resourceslice.StartController(ctx, resourceslice.Options{
+				DriverName:   dra.DriverName,
+				KubeClient:   s.client,
+				Owner:        &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: s.node, UID: uid},
+				ErrorHandler: s.handleError,
+			})
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.metrics.SliceErrors.Inc()
+				logger.Error(err, "Cannot publish the node's ResourceSlices")
+				return
+			}
+			ctrl, ctrlUID, pushed = c, uid, ""
+		}
+		s.mu.Lock()
+		want, value := s.want, s.wantValue
+		if s.withdrawn {
+			want, value = &resourceslice.DriverResources{}, "withdrawn"
+		}
+		s.mu.Unlock()
+		if value != pushed {
+			ctrl.Update(want)
+			pushed = value
+		}
+	}
+}
+
+// handleError is the controller's error handler: every failure is logged
+// and counted (the controller retries); slices stored without their taints
+// are withdrawn.
+func (s *Slices) handleError(ctx context.Context, err error, msg string) {
+	s.metrics.SliceErrors.Inc()
+	logger := klog.FromContext(ctx)
+	var dropped *resourceslice.DroppedFieldsError
+	if errors.As(err, &dropped) && slices.Contains(dropped.DisabledFeatures(), "DRADeviceTaints") {
+		s.mu.Lock()
+		first := !s.withdrawn
+		s.withdrawn = true
+		s.mu.Unlock()
+		if first {
+			logger.Error(err, "The API server dropped the devices' taints (feature gate DRADeviceTaints off): withdrawing the node's ResourceSlices, so that DRA cannot allocate GPUs that kubegpu allocates; turn the gate on and restart kubegpu-crishim to publish them again")
+		}
+		s.signal()
+		return
+	}
+	logger.Error(err, "Publishing the node's ResourceSlices failed; retrying", "step", msg)
+}
 
 // DriverResources is the one pool of node's devices, in slices of at most
 // dra.MaxDevicesPerSlice.
 func DriverResources(node string, devices []resourceapi.Device) *resourceslice.DriverResources {
-	var slices []resourceslice.Slice
+	var out []resourceslice.Slice
 	for _, d := range dra.Slices(devices) {
-		slices = append(slices, resourceslice.Slice{Devices: d})
+		out = append(out, resourceslice.Slice{Devices: d})
 	}
-	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{node: {Slices: slices}}}
+	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{node: {Slices: out}}}
 }
 
 // DeleteSlices deletes node's ResourceSlices of driver dra.DriverName and

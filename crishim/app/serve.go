@@ -113,10 +113,9 @@ func (o *serveOptions) run(ctx context.Context) error {
 			return err
 		}
 		if o.PublishSlices {
-			if slices, err = startSlices(ctx, cfg, o.NodeName, m); err != nil {
+			if slices, err = newSlices(cfg, o.NodeName, m); err != nil {
 				return err
 			}
-			defer slices.Stop()
 		}
 	}
 
@@ -183,6 +182,9 @@ func (o *serveOptions) run(ctx context.Context) error {
 			return err
 		}
 		wg.Go(func() { a.Run(ctx) })
+		if slices != nil {
+			wg.Go(func() { slices.Run(ctx) })
+		}
 	} else {
 		// Keep the device list fresh for CreateContainer.
 		wg.Go(func() { d.loop(ctx, o.Interval) })

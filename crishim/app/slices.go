@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -15,14 +14,14 @@ import (
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 )
 
-// startSlices starts publishing the node's ResourceSlices, with the PCIe
-// root of each GPU read from this machine's sysfs.
-func startSlices(ctx context.Context, cfg *rest.Config, node string, m *metrics.Shim) (*advertiser.Slices, error) {
+// newSlices is the node's ResourceSlice publisher, with the PCIe root of
+// each GPU read from this machine's sysfs.
+func newSlices(cfg *rest.Config, node string, m *metrics.Shim) (*advertiser.Slices, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client for ResourceSlices: %w", err)
 	}
-	return advertiser.StartSlices(ctx, cs, node, dra.Options{PCIeRoot: pcieRoot}, m)
+	return advertiser.NewSlices(cs, node, dra.Options{PCIeRoot: pcieRoot}, m), nil
 }
 
 // pcieRoot is the PCIe root complex of a PCI bus ID, from sysfs.

@@ -8,7 +8,7 @@
 #   crishim/deploy/install.sh --kubeconfig FILE --allocation-key PUBLIC_KEYS [--module NAME ...]
 #       [--gpu-allowlist FILE] [--plugin-option nvidia.edits=env ...]
 #       [--kubelet-config /var/lib/kubelet/config.yaml] [--kubelet-flags /var/lib/kubelet/kubeadm-flags.env]
-#       [--from DIR] [--no-preflight]
+#       [--from DIR] [--no-preflight] [--no-resource-slices]
 #
 # --kubeconfig is the node's own credentials: kubelet's kubeconfig
 # (/etc/kubernetes/kubelet.conf on a kubeadm node). It is linked, not
@@ -17,6 +17,8 @@
 # The simulated-GPU module (simgpu) is for demos and tests only. Each module
 # is pinned to its SHA-256 (--plugin-sha256). --gpu-allowlist installs the
 # GPU allowlist (monitoring agents; see crishim/README.md).
+# --no-resource-slices keeps the node's devices out of ResourceSlices
+# (kubegpu-crishim --publish-resource-slices=false).
 #
 # Before anything installed is touched, the new binary loads the new
 # modules with the node's options (`kubegpu-crishim devices`): a build whose
@@ -130,6 +132,7 @@ while [ $# -gt 0 ]; do
 	--kubelet-flags) kubelet_flags=$2; shift 2 ;;
 	--from) src=$(cd "$2" && pwd); shift 2 ;;
 	--no-preflight) preflight=0; shift ;;
+	--no-resource-slices) args+=("--publish-resource-slices=false"); shift ;;
 	*) echo "install.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done

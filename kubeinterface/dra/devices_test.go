@@ -3,6 +3,7 @@ package dra
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -192,5 +193,47 @@ func TestSlices(t *testing.T) {
 	}
 	if n := len(Slices(nil)); n != 1 {
 		t.Errorf("%d slices of no devices, want one empty slice (the pool says it has none)", n)
+	}
+}
+
+// TestLinkGroupsWhateverTheOrder: a DGX-1 listed in any order gives its two
+// NVLink quads, and a GPU linked to one member of a larger group does not
+// take that member away from it.
+func TestLinkGroupsWhateverTheOrder(t *testing.T) {
+	quads := func(inv types.Inventory) string {
+		byGroup := map[string][]string{}
+		for i, g := range linkGroups(inv) {
+			byGroup[g] = append(byGroup[g], inv.Devices[i].ID)
+		}
+		var out []string
+		for _, ids := range byGroup {
+			slices.Sort(ids)
+			out = append(out, strings.Join(ids, ","))
+		}
+		slices.Sort(out)
+		return strings.Join(out, " ")
+	}
+	want := "gpu0,gpu1,gpu2,gpu3 gpu4,gpu5,gpu6,gpu7"
+	for _, order := range [][]int{{0, 4, 1, 5, 2, 6, 3, 7}, {7, 6, 5, 4, 3, 2, 1, 0}, {4, 0, 5, 1, 6, 2, 7, 3}} {
+		inv := dgx1()
+		devs := make([]types.Device, 0, 8)
+		for _, i := range order {
+			devs = append(devs, inv.Devices[i])
+		}
+		inv.Devices = devs
+		if got := quads(inv); got != want {
+			t.Errorf("order %v: groups %s, want %s", order, got, want)
+		}
+	}
+	// a-b linked; b, c, d all linked: {b, c, d}, and a alone.
+	var inv types.Inventory
+	for _, id := range []string{"a", "b", "c", "d"} {
+		inv.Devices = append(inv.Devices, types.Device{ID: id, UUID: id, Health: types.Healthy, NUMANode: -1})
+	}
+	for _, p := range [][2]string{{"a", "b"}, {"b", "c"}, {"b", "d"}, {"c", "d"}} {
+		inv.Links = append(inv.Links, types.Link{A: p[0], B: p[1], Kind: types.LinkNVLink, Count: 1})
+	}
+	if got := linkGroups(inv); strings.Join(got, " ") != " nvlink-0 nvlink-0 nvlink-0" {
+		t.Errorf("groups %q, want a alone and b, c, d together", got)
 	}
 }

@@ -678,6 +678,8 @@ func TestHelmTemplate(t *testing.T) {
 		{[]string{"--set", "mode=only", "--set", "replicaCount=1"}, "replicaCount of 2 or more"},
 		{[]string{"--set", "leaderElection.enabled=false"}, "leaderElection.enabled=false"},
 		{[]string{"--set", "apiServer.host=10.0.0.10"}, "apiServer.port"},
+		// v1.36's second gang gate, gone in v1.37: kube-scheduler would not start.
+		{[]string{"--set", "featureGates=GenericWorkload=true\\,GangScheduling=true"}, "no GangScheduling gate"},
 		{[]string{"--set", "hostNetwork=true"}, "securePort"},
 		{[]string{"--set", "hostNetwork=true", "--set", "securePort=10269", "--set", "networkPolicy.enabled=true"}, "host's network"},
 	} {

@@ -37,8 +37,10 @@ func nodeSlices(ctx context.Context, node string) ([]resourceapi.ResourceSlice, 
 // publishes the node's simulated GPUs as ResourceSlices of driver
 // gpu.kubegpu.io with its own credentials, owned by the Node, every device
 // tainted for kubegpu; a GPU that turns unhealthy gets the unhealthy taint
-// within a few advertise intervals; the node's credentials cannot write
-// another node's slices; and `kubegpu-crishim unpublish` removes them.
+// within a few advertise intervals; the node's credentials cannot create,
+// change, list or delete another node's slices; a Node deleted and
+// registered again gets its slices anew; and `kubegpu-crishim unpublish`
+// removes them.
 func TestShimPublishesResourceSlices(t *testing.T) {
 	ctx := context.Background()
 	const nodeName = "slices-node"
@@ -108,9 +110,13 @@ func TestShimPublishesResourceSlices(t *testing.T) {
 		}
 		return nil
 	})
+	node, err := cluster.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range slicesNow {
-		if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "Node" || s.OwnerReferences[0].Name != nodeName {
-			t.Errorf("slice %s is owned by %v, want the Node %s (so that it goes with the Node)", s.Name, s.OwnerReferences, nodeName)
+		if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "Node" || s.OwnerReferences[0].Name != nodeName || s.OwnerReferences[0].UID != node.UID {
+			t.Errorf("slice %s is owned by %v, want the Node %s of UID %s (so that it goes with the Node)", s.Name, s.OwnerReferences, nodeName, node.UID)
 		}
 		if s.Spec.Pool.Name != nodeName || ptr.Deref(s.Spec.NodeName, "") != nodeName {
 			t.Errorf("slice %s: pool %q, node %v; want both %s", s.Name, s.Spec.Pool.Name, s.Spec.NodeName, nodeName)
@@ -148,11 +154,45 @@ func TestShimPublishesResourceSlices(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cluster.Client.ResourceV1().ResourceSlices().Delete(context.Background(), other.Name, metav1.DeleteOptions{})
 	})
+	forged := other.DeepCopy()
+	forged.Spec.Devices = []resourceapi.Device{{Name: "gpu9"}}
+	if _, err := nodeID.Client.ResourceV1().ResourceSlices().Update(ctx, forged, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the node changed another node's slice: %v", err)
+	}
 	if err := nodeID.Client.ResourceV1().ResourceSlices().Delete(ctx, other.Name, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the node deleted another node's slice: %v", err)
 	}
 	if _, err := nodeID.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the node listed every node's slices: %v", err)
+	}
+
+	// The Node is deleted and its kubelet registers it again: the old
+	// slices go with the old Node (the garbage collector), and the shim
+	// publishes new ones owned by the new Node.
+	if err := cluster.Client.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil || n.UID == node.UID {
+			last = fmt.Sprintf("node: %v", err)
+			return false, nil
+		}
+		got, err := nodeSlices(ctx, nodeName)
+		if err != nil || len(got) == 0 {
+			last = fmt.Sprintf("%d slices: %v", len(got), err)
+			return false, nil
+		}
+		for _, s := range got {
+			if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != n.UID {
+				last = fmt.Sprintf("slice %s owned by %v, want the new Node %s", s.Name, s.OwnerReferences, n.UID)
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("after the Node was registered again: %v (last: %s); shim log %s", err, last, shim.Log)
 	}
 
 	// Uninstall: the shim stops, and unpublish removes its slices.
@@ -173,4 +213,30 @@ func TestShimPublishesResourceSlices(t *testing.T) {
 	if _, err := cluster.Client.ResourceV1().ResourceSlices().Get(ctx, other.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("unpublish touched another node's slice: %v", err)
 	}
+}
+
+// TestShimServesWithoutTheAPIServer: a shim whose API server cannot be
+// reached (or does not serve ResourceSlices) still serves CRI: publishing
+// waits in the background, not in front of kubelet's runtime.
+func TestShimServesWithoutTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(ctx, t)
+	kubeconfig := filepath.Join(t.TempDir(), "unreachable.kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}
+users:
+- name: u
+  user: {token: none}
+contexts:
+- name: c
+  context: {cluster: c, user: u}
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// startShim waits until crictl reaches the shim's CRI socket.
+	startShim(ctx, t, n, "no-api-node", "--plugin-option=simgpu.preset=t4x4", "--kubeconfig="+kubeconfig, "--interval=1s")
 }

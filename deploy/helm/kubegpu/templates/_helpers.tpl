@@ -51,6 +51,9 @@ a stock kube-scheduler still leads, and never two serve default-scheduler. */}}
 {{- if and .Values.hostNetwork .Values.networkPolicy.enabled -}}
 {{- fail "networkPolicy.enabled=true does nothing with hostNetwork=true: a NetworkPolicy does not apply to pods on the host's network" -}}
 {{- end -}}
+{{- if regexMatch "(^|,) *GangScheduling *=" (.Values.featureGates | default "") -}}
+{{- fail "featureGates: kube-scheduler v1.37 has no GangScheduling gate (it would not start): GenericWorkload=true alone turns gang scheduling on" -}}
+{{- end -}}
 {{- if and .Values.hostNetwork (eq (int .Values.securePort) 10259) -}}
 {{- fail "with hostNetwork=true set securePort to a port other than 10259, kube-scheduler's, which a control-plane node already uses (e.g. 10269)" -}}
 {{- end -}}
