@@ -92,10 +92,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return nil, fmt.Errorf("localcluster: %w (run make deps / make kube-binaries)", err)
 		}
 	}
-	c = &Cluster{opts: opts, identities: map[string]*Identity{}}
+	started := &Cluster{opts: opts, identities: map[string]*Identity{}}
+	c = started
 	defer func() {
 		if err != nil {
-			c.Stop()
+			started.Stop() // c is nil by now
 		}
 	}()
 	if c.pki, err = newPKI(opts.Dir); err != nil {
@@ -173,6 +174,12 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	c.apiserver, err = StartProcess(filepath.Join(c.opts.Dir, "kube-apiserver.log"), c.opts.APIServer,
 		"--etcd-servers="+c.etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		// v1.37 refuses a loopback address for the default (lease)
+		// endpoint reconciler, which would publish it as the endpoint of
+		// the kubernetes Service, unreachable from pods anyway: pods that
+		// need the API server here are told its address (the chart's
+		// apiServer.host) and run on the host's network.
+		"--endpoint-reconciler-type=none",
 		"--secure-port="+strconv.Itoa(c.port),
 		"--cert-dir="+filepath.Join(c.opts.Dir, "apiserver-certs"),
 		"--tls-cert-file="+c.pki.serverCertFile, "--tls-private-key-file="+c.pki.serverKeyFile,
