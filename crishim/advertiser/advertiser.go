@@ -143,6 +143,9 @@ func (a *Advertiser) Once(ctx context.Context) error {
 	if err != nil {
 		a.opts.Metrics.Syncs.With("error").Inc()
 		if apierrors.IsNotFound(err) {
+			if a.opts.Slices != nil {
+				a.opts.Slices.NodeGone()
+			}
 			return fmt.Errorf("node %s is not registered yet (its kubelet registers it): %w", a.opts.Node, err)
 		}
 		return fmt.Errorf("read node %s: %w", a.opts.Node, err)

@@ -86,6 +86,16 @@ func (s *Slices) Update(ctx context.Context, inv types.Inventory, uid ktypes.UID
 	s.signal()
 }
 
+// NodeGone says the Node is not registered (deleted, or not yet there):
+// the controller stops, and the garbage collector removes the slices of a
+// deleted Node; publishing starts again with the next Update.
+func (s *Slices) NodeGone() {
+	s.mu.Lock()
+	s.uid = ""
+	s.mu.Unlock()
+	s.signal()
+}
+
 func (s *Slices) signal() {
 	select {
 	case s.wake <- struct{}{}:
@@ -111,7 +121,12 @@ func (s *Slices) Run(ctx context.Context) {
 		s.mu.Lock()
 		uid, started := s.uid, s.want != nil
 		s.mu.Unlock()
-		if !started {
+		if uid == "" && ctrl != nil {
+			logger.V(2).Info("The Node is gone: stopping the ResourceSlice controller")
+			ctrl.Stop()
+			ctrl = nil
+		}
+		if !started || uid == "" {
 			continue
 		}
 		if ctrl == nil || uid != ctrlUID {

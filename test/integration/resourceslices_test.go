@@ -52,7 +52,7 @@ func TestShimPublishesResourceSlices(t *testing.T) {
 	health := filepath.Join(t.TempDir(), "unhealthy")
 	shim, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--plugin-option=simgpu.health-file="+health,
 		"--kubeconfig="+nodeID.Kubeconfig, "--interval=1s")
-	startKubelet(ctx, t, n, nodeName, sock, 0)
+	k := startKubelet(ctx, t, n, nodeName, sock, 0)
 	topo, err := simgpu.Preset("t4x4")
 	if err != nil {
 		t.Fatal(err)
@@ -166,12 +166,23 @@ func TestShimPublishesResourceSlices(t *testing.T) {
 		t.Errorf("the node listed every node's slices: %v", err)
 	}
 
-	// The Node is deleted and its kubelet registers it again: the old
-	// slices go with the old Node (the garbage collector), and the shim
-	// publishes new ones owned by the new Node.
+	// The Node is deleted: its slices go with it (the garbage collector;
+	// the shim stops publishing while it finds no Node).
 	if err := cluster.Client.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := nodeSlices(ctx, nodeName)
+		return err == nil && len(got) == 0, nil
+	}); err != nil {
+		t.Fatalf("the deleted Node's slices stayed: %v; shim log %s", err, shim.Log)
+	}
+	// Its kubelet restarts and registers it again: the shim publishes
+	// slices owned by the new Node.
+	if err := k.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	startKubelet(ctx, t, n, nodeName, sock, 0)
 	var last string
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
