@@ -65,6 +65,7 @@ type Advertiser struct {
 
 	mu   sync.Mutex
 	last types.Inventory // last good discovery
+	good bool            // whether a discovery has succeeded
 	// published is the annotation value last written and the UID of the
 	// Node it was written on, to tell a change by someone else.
 	published    string
@@ -128,8 +129,9 @@ func (a *Advertiser) Once(ctx context.Context) error {
 		logger.Error(err, "Device discovery failed; keeping the last inventory")
 		inv = a.last
 	} else {
-		a.last = inv
+		a.last, a.good = inv, true
 	}
+	good := a.good
 	published, publishedUID := a.published, a.publishedUID
 	a.mu.Unlock()
 	inv.KeyIDs = a.opts.KeyIDs
@@ -150,7 +152,9 @@ func (a *Advertiser) Once(ctx context.Context) error {
 		}
 		return fmt.Errorf("read node %s: %w", a.opts.Node, err)
 	}
-	if a.opts.Slices != nil {
+	// Slices only from a discovery that succeeded: an empty pool would
+	// delete what the previous shim published.
+	if a.opts.Slices != nil && good {
 		a.opts.Slices.Update(ctx, inv, node.UID)
 	}
 	// The condition first: it says why the inventory may lack devices.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +43,11 @@ type Slices struct {
 	opts    dra.Options
 	metrics *metrics.Shim
 	wake    chan struct{}
+	// syncDelay is the controller's wait after a change it saw before it
+	// compares again (0: upstream's default, 30 s); tests shorten it.
+	syncDelay time.Duration
+	// rounds counts the wake-ups Run has handled, for tests.
+	rounds atomic.Uint64
 
 	mu        sync.Mutex
 	want      *resourceslice.DriverResources // nil until the first Update
@@ -50,6 +57,10 @@ type Slices struct {
 	// gate DRADeviceTaints off), so DRA's allocator could hand out
 	// kubegpu's GPUs: nothing is published until the shim restarts.
 	withdrawn bool
+	// pushed is what Run last handed the controller ("" none,
+	// "withdrawn" no devices); running whether a controller runs.
+	pushed  string
+	running bool
 }
 
 // NewSlices returns a publisher for node; Run publishes. client must carry
@@ -118,48 +129,66 @@ func (s *Slices) Run(ctx context.Context) {
 			return
 		case <-s.wake:
 		}
+		if !s.handle(ctx, &ctrl, &ctrlUID, &pushed) {
+			return
+		}
 		s.mu.Lock()
-		uid, started := s.uid, s.want != nil
+		s.pushed, s.running = pushed, ctrl != nil
 		s.mu.Unlock()
-		if uid == "" && ctrl != nil {
-			logger.V(2).Info("The Node is gone: stopping the ResourceSlice controller")
-			ctrl.Stop()
-			ctrl = nil
+		s.rounds.Add(1)
+	}
+}
+
+// handle brings the controller in line with what is wanted: stopped while
+// the Node is missing, one per Node UID, handed the devices (or none, when
+// withdrawn). It reports false when publishing must end.
+func (s *Slices) handle(ctx context.Context, ctrl **resourceslice.Controller, ctrlUID *ktypes.UID, pushed *string) bool {
+	logger := klog.FromContext(ctx)
+	s.mu.Lock()
+	uid, started := s.uid, s.want != nil
+	s.mu.Unlock()
+	if uid == "" && *ctrl != nil {
+		logger.V(2).Info("The Node is gone: stopping the ResourceSlice controller")
+		(*ctrl).Stop()
+		*ctrl = nil
+	}
+	if !started || uid == "" {
+		return true
+	}
+	if *ctrl == nil || uid != *ctrlUID {
+		(*ctrl).Stop()
+		*ctrl = nil
+		logger.V(2).Info("Starting the ResourceSlice controller", "nodeUID", uid)
+		opts := resourceslice.Options{
+			DriverName:   dra.DriverName,
+			KubeClient:   s.client,
+			Owner:        &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: s.node, UID: uid},
+			ErrorHandler: s.handleError,
 		}
-		if !started || uid == "" {
-			continue
+		if s.syncDelay > 0 {
+			opts.SyncDelay = &s.syncDelay
 		}
-		if ctrl == nil || uid != ctrlUID {
-			ctrl.Stop()
-			ctrl = nil
-			logger.V(2).Info("Starting the ResourceSlice controller", "nodeUID", uid)
-			c, err := resourceslice.StartController(ctx, resourceslice.Options{
-				DriverName:   dra.DriverName,
-				KubeClient:   s.client,
-				Owner:        &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: s.node, UID: uid},
-				ErrorHandler: s.handleError,
-			})
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
+		c, err := resourceslice.StartController(ctx, opts)
+		if err != nil {
+			if ctx.Err() == nil {
 				s.metrics.SliceErrors.Inc()
 				logger.Error(err, "Cannot publish the node's ResourceSlices")
-				return
 			}
-			ctrl, ctrlUID, pushed = c, uid, ""
+			return false
 		}
-		s.mu.Lock()
-		want, value := s.want, s.wantValue
-		if s.withdrawn {
-			want, value = &resourceslice.DriverResources{}, "withdrawn"
-		}
-		s.mu.Unlock()
-		if value != pushed {
-			ctrl.Update(want)
-			pushed = value
-		}
+		*ctrl, *ctrlUID, *pushed = c, uid, ""
 	}
+	s.mu.Lock()
+	want, value := s.want, s.wantValue
+	if s.withdrawn {
+		want, value = &resourceslice.DriverResources{}, "withdrawn"
+	}
+	s.mu.Unlock()
+	if value != *pushed {
+		(*ctrl).Update(want)
+		*pushed = value
+	}
+	return true
 }
 
 // handleError is the controller's error handler: every failure is logged

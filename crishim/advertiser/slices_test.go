@@ -67,6 +67,7 @@ func runSlices(t *testing.T, client *fake.Clientset, m *metrics.Shim) (*Slices, 
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := NewSlices(client, "n1", dra.Options{}, m)
+	s.syncDelay = 100 * time.Millisecond
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -146,9 +147,56 @@ func TestSlicesWithdrawnWithoutTaints(t *testing.T) {
 	if m.SliceErrors.Value() == 0 {
 		t.Error("the dropped taints were not counted")
 	}
-	// A later discovery does not bring them back.
+	// A later discovery does not bring them back: Run handles it and
+	// hands the controller nothing new.
 	inv := twoGPUs()
 	inv.Devices[1].Health = types.Unhealthy
-	s.Update(ctx, inv, "uid-1")
-	pollSlices(t, ctx, client, "still withdrawn", func(items []resourceapi.ResourceSlice) bool { return len(items) == 0 })
+	handled(t, ctx, s, func() { s.Update(ctx, inv, "uid-1") })
+	s.mu.Lock()
+	pushed := s.pushed
+	s.mu.Unlock()
+	if pushed != "withdrawn" {
+		t.Errorf("after a new discovery the controller was handed %q, want nothing (withdrawn)", pushed)
+	}
+}
+
+// handled runs change and waits until Run has handled it.
+func handled(t *testing.T, ctx context.Context, s *Slices, change func()) {
+	t.Helper()
+	r0 := s.rounds.Load()
+	change()
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return s.rounds.Load() > r0, nil
+	}); err != nil {
+		t.Fatalf("Run did not handle the change: %v", err)
+	}
+}
+
+// TestSlicesStopWhileTheNodeIsGone: without a Node the controller stops,
+// so that it does not publish again what the garbage collector removes.
+func TestSlicesStopWhileTheNodeIsGone(t *testing.T) {
+	client := fakeSlicesClient(false)
+	s, ctx := runSlices(t, client, nil)
+	s.Update(ctx, twoGPUs(), "uid-1")
+	pollSlices(t, ctx, client, "published", func(items []resourceapi.ResourceSlice) bool { return len(items) == 1 })
+	handled(t, ctx, s, s.NodeGone)
+	s.mu.Lock()
+	running := s.running
+	s.mu.Unlock()
+	if running {
+		t.Fatal("the controller still runs without a Node")
+	}
+	// The garbage collector removes the slices; nothing publishes them
+	// again. The same Node back: they are.
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range list.Items {
+		if err := client.ResourceV1().ResourceSlices().Delete(ctx, it.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Update(ctx, twoGPUs(), "uid-1")
+	pollSlices(t, ctx, client, "published again", func(items []resourceapi.ResourceSlice) bool { return len(items) == 1 })
 }

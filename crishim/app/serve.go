@@ -116,6 +116,8 @@ func (o *serveOptions) run(ctx context.Context) error {
 			if slices, err = newSlices(cfg, o.NodeName, m); err != nil {
 				return err
 			}
+		} else {
+			defer unpublishInBackground(ctx, cfg, o.NodeName, o.Interval)()
 		}
 	}
 

@@ -1,7 +1,9 @@
 package app
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -22,6 +24,38 @@ func newSlices(cfg *rest.Config, node string, m *metrics.Shim) (*advertiser.Slic
 		return nil, fmt.Errorf("kubernetes client for ResourceSlices: %w", err)
 	}
 	return advertiser.NewSlices(cs, node, dra.Options{PCIeRoot: pcieRoot}, m), nil
+}
+
+// unpublishInBackground removes the node's ResourceSlices that an earlier
+// shim published, now that publishing is off: retried every interval until
+// it succeeds or ctx ends. It returns a function that waits for it.
+func unpublishInBackground(ctx context.Context, cfg *rest.Config, node string, interval time.Duration) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		logger := klog.FromContext(ctx)
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			logger.Error(err, "Cannot remove the node's ResourceSlices")
+			return
+		}
+		for {
+			n, err := advertiser.DeleteSlices(ctx, cs, node)
+			if err == nil {
+				if n > 0 {
+					logger.Info("Publishing ResourceSlices is off: removed the node's", "slices", n)
+				}
+				return
+			}
+			logger.Error(err, "Cannot remove the node's ResourceSlices (publishing is off); retrying", "in", interval)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(interval):
+			}
+		}
+	}()
+	return func() { <-done }
 }
 
 // pcieRoot is the PCIe root complex of a PCI bus ID, from sysfs.

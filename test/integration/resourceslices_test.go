@@ -227,8 +227,8 @@ func TestShimPublishesResourceSlices(t *testing.T) {
 }
 
 // TestShimServesWithoutTheAPIServer: a shim whose API server cannot be
-// reached (or does not serve ResourceSlices) still serves CRI: publishing
-// waits in the background, not in front of kubelet's runtime.
+// reached still serves CRI: publishing (which waits for the node's slices
+// to be listed) runs beside the CRI server, not in front of it.
 func TestShimServesWithoutTheAPIServer(t *testing.T) {
 	ctx := context.Background()
 	n := startNode(ctx, t)
