@@ -81,7 +81,7 @@ func runSlices(t *testing.T, client *fake.Clientset, m *metrics.Shim) (*Slices, 
 }
 
 // pollSlices waits until the stored slices satisfy ok.
-func pollSlices(t *testing.T, ctx context.Context, client *fake.Clientset, what string, ok func([]resourceapi.ResourceSlice) bool) {
+func pollSlices(ctx context.Context, t *testing.T, client *fake.Clientset, what string, ok func([]resourceapi.ResourceSlice) bool) {
 	t.Helper()
 	var items []resourceapi.ResourceSlice
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -114,11 +114,11 @@ func TestSlicesFollowTheNode(t *testing.T) {
 		}
 	}
 	s.Update(ctx, twoGPUs(), "uid-1")
-	pollSlices(t, ctx, client, "first Node", ownedBy("uid-1"))
+	pollSlices(ctx, t, client, "first Node", ownedBy("uid-1"))
 	// The Node is deleted and registered again: the garbage collector
 	// deletes the slices of the old Node whenever it finds them.
 	s.Update(ctx, twoGPUs(), "uid-2")
-	pollSlices(t, ctx, client, "Node registered again", func(items []resourceapi.ResourceSlice) bool {
+	pollSlices(ctx, t, client, "Node registered again", func(items []resourceapi.ResourceSlice) bool {
 		for _, it := range items {
 			if len(it.OwnerReferences) == 1 && it.OwnerReferences[0].UID == "uid-1" {
 				_ = client.ResourceV1().ResourceSlices().Delete(ctx, it.Name, metav1.DeleteOptions{})
@@ -143,7 +143,7 @@ func TestSlicesWithdrawnWithoutTaints(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the dropped taints were not noticed: %v", err)
 	}
-	pollSlices(t, ctx, client, "withdrawn", func(items []resourceapi.ResourceSlice) bool { return len(items) == 0 })
+	pollSlices(ctx, t, client, "withdrawn", func(items []resourceapi.ResourceSlice) bool { return len(items) == 0 })
 	if m.SliceErrors.Value() == 0 {
 		t.Error("the dropped taints were not counted")
 	}
@@ -151,7 +151,7 @@ func TestSlicesWithdrawnWithoutTaints(t *testing.T) {
 	// hands the controller nothing new.
 	inv := twoGPUs()
 	inv.Devices[1].Health = types.Unhealthy
-	handled(t, ctx, s, func() { s.Update(ctx, inv, "uid-1") })
+	handled(ctx, t, s, func() { s.Update(ctx, inv, "uid-1") })
 	s.mu.Lock()
 	pushed := s.pushed
 	s.mu.Unlock()
@@ -161,7 +161,7 @@ func TestSlicesWithdrawnWithoutTaints(t *testing.T) {
 }
 
 // handled runs change and waits until Run has handled it.
-func handled(t *testing.T, ctx context.Context, s *Slices, change func()) {
+func handled(ctx context.Context, t *testing.T, s *Slices, change func()) {
 	t.Helper()
 	r0 := s.rounds.Load()
 	change()
@@ -178,8 +178,8 @@ func TestSlicesStopWhileTheNodeIsGone(t *testing.T) {
 	client := fakeSlicesClient(false)
 	s, ctx := runSlices(t, client, nil)
 	s.Update(ctx, twoGPUs(), "uid-1")
-	pollSlices(t, ctx, client, "published", func(items []resourceapi.ResourceSlice) bool { return len(items) == 1 })
-	handled(t, ctx, s, s.NodeGone)
+	pollSlices(ctx, t, client, "published", func(items []resourceapi.ResourceSlice) bool { return len(items) == 1 })
+	handled(ctx, t, s, s.NodeGone)
 	s.mu.Lock()
 	running := s.running
 	s.mu.Unlock()
@@ -198,5 +198,5 @@ func TestSlicesStopWhileTheNodeIsGone(t *testing.T) {
 		}
 	}
 	s.Update(ctx, twoGPUs(), "uid-1")
-	pollSlices(t, ctx, client, "published again", func(items []resourceapi.ResourceSlice) bool { return len(items) == 1 })
+	pollSlices(ctx, t, client, "published again", func(items []resourceapi.ResourceSlice) bool { return len(items) == 1 })
 }
