@@ -117,7 +117,13 @@ func (o *serveOptions) run(ctx context.Context) error {
 				return err
 			}
 		} else {
-			defer unpublishInBackground(ctx, cfg, o.NodeName, o.Interval)()
+			// Ended with the shim, whether or not it got through.
+			uctx, cancel := context.WithCancel(ctx)
+			wait := unpublishInBackground(uctx, cfg, o.NodeName, o.Interval)
+			defer func() {
+				cancel()
+				wait()
+			}()
 		}
 	}
 
