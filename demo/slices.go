@@ -8,7 +8,6 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -18,10 +17,9 @@ import (
 // showSlices prints node's ResourceSlices of kubegpu's driver, one line per
 // device, once the shim has published them.
 func showSlices(ctx context.Context, client kubernetes.Interface, node string) error {
-	sel := fields.Set{resourceapi.ResourceSliceSelectorDriver: dra.DriverName, resourceapi.ResourceSliceSelectorNodeName: node}.String()
 	var slices []resourceapi.ResourceSlice
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
+		list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: dra.NodeSelector(node)})
 		if err != nil {
 			return false, nil
 		}

@@ -12,7 +12,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -119,45 +118,55 @@ func (s *Slices) signal() {
 func (s *Slices) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("resourceslices")
 	ctx = klog.NewContext(ctx, logger)
-	var ctrl *resourceslice.Controller
-	var ctrlUID ktypes.UID
-	pushed := ""
-	defer func() { ctrl.Stop() }() // Stop on a nil controller does nothing
+	var c controller
+	defer func() { c.ctrl.Stop() }() // Stop on a nil controller does nothing
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.wake:
 		}
-		if !s.handle(ctx, &ctrl, &ctrlUID, &pushed) {
+		if !s.handle(ctx, &c) {
 			return
 		}
 		s.mu.Lock()
-		s.pushed, s.running = pushed, ctrl != nil
+		s.pushed, s.running = c.pushed, c.ctrl != nil
 		s.mu.Unlock()
 		s.rounds.Add(1)
 	}
 }
 
+// controller is the controller Run owns, the Node UID it publishes for and
+// what Run last handed it ("" nothing, "withdrawn" no devices).
+type controller struct {
+	ctrl   *resourceslice.Controller
+	uid    ktypes.UID
+	pushed string
+}
+
+// stop stops the controller, if one runs.
+func (c *controller) stop() {
+	c.ctrl.Stop() // Stop on a nil controller does nothing
+	*c = controller{}
+}
+
 // handle brings the controller in line with what is wanted: stopped while
 // the Node is missing, one per Node UID, handed the devices (or none, when
 // withdrawn). It reports false when publishing must end.
-func (s *Slices) handle(ctx context.Context, ctrl **resourceslice.Controller, ctrlUID *ktypes.UID, pushed *string) bool {
+func (s *Slices) handle(ctx context.Context, c *controller) bool {
 	logger := klog.FromContext(ctx)
 	s.mu.Lock()
 	uid, started := s.uid, s.want != nil
 	s.mu.Unlock()
-	if uid == "" && *ctrl != nil {
+	if uid == "" && c.ctrl != nil {
 		logger.V(2).Info("The Node is gone: stopping the ResourceSlice controller")
-		(*ctrl).Stop()
-		*ctrl = nil
+		c.stop()
 	}
 	if !started || uid == "" {
 		return true
 	}
-	if *ctrl == nil || uid != *ctrlUID {
-		(*ctrl).Stop()
-		*ctrl = nil
+	if c.ctrl == nil || uid != c.uid {
+		c.stop()
 		logger.V(2).Info("Starting the ResourceSlice controller", "nodeUID", uid)
 		opts := resourceslice.Options{
 			DriverName:   dra.DriverName,
@@ -168,7 +177,7 @@ func (s *Slices) handle(ctx context.Context, ctrl **resourceslice.Controller, ct
 		if s.syncDelay > 0 {
 			opts.SyncDelay = &s.syncDelay
 		}
-		c, err := resourceslice.StartController(ctx, opts)
+		ctrl, err := resourceslice.StartController(ctx, opts)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.metrics.SliceErrors.Inc()
@@ -176,7 +185,7 @@ func (s *Slices) handle(ctx context.Context, ctrl **resourceslice.Controller, ct
 			}
 			return false
 		}
-		*ctrl, *ctrlUID, *pushed = c, uid, ""
+		*c = controller{ctrl: ctrl, uid: uid}
 	}
 	s.mu.Lock()
 	want, value := s.want, s.wantValue
@@ -184,9 +193,9 @@ func (s *Slices) handle(ctx context.Context, ctrl **resourceslice.Controller, ct
 		want, value = &resourceslice.DriverResources{}, "withdrawn"
 	}
 	s.mu.Unlock()
-	if value != *pushed {
-		(*ctrl).Update(want)
-		*pushed = value
+	if value != c.pushed {
+		c.ctrl.Update(want)
+		c.pushed = value
 	}
 	return true
 }
@@ -226,8 +235,7 @@ func DriverResources(node string, devices []resourceapi.Device) *resourceslice.D
 // returns how many there were. With the node's credentials the Node
 // authorizer allows the list and each delete for the node's own slices.
 func DeleteSlices(ctx context.Context, client kubernetes.Interface, node string) (int, error) {
-	selector := fields.Set{resourceapi.ResourceSliceSelectorDriver: dra.DriverName, resourceapi.ResourceSliceSelectorNodeName: node}.String()
-	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: selector})
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: dra.NodeSelector(node)})
 	if err != nil {
 		return 0, fmt.Errorf("list the ResourceSlices of node %s: %w", node, err)
 	}

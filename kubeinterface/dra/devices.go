@@ -10,6 +10,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
@@ -84,6 +85,12 @@ const (
 	// kubegpu's own rules).
 	TaintUnhealthy = DriverName + "/unhealthy"
 )
+
+// NodeSelector is the field selector of node's ResourceSlices of driver
+// DriverName: the one a node's own credentials may list them with.
+func NodeSelector(node string) string {
+	return fields.Set{resourceapi.ResourceSliceSelectorDriver: DriverName, resourceapi.ResourceSliceSelectorNodeName: node}.String()
+}
 
 // MaxDevicesPerSlice is how many devices one ResourceSlice holds: the API's
 // bound for devices with taints.

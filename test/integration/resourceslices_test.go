@@ -14,7 +14,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
@@ -25,8 +24,7 @@ import (
 // nodeSlices are node's ResourceSlices of kubegpu's driver, read as an
 // administrator.
 func nodeSlices(ctx context.Context, node string) ([]resourceapi.ResourceSlice, error) {
-	sel := fields.Set{resourceapi.ResourceSliceSelectorDriver: dra.DriverName, resourceapi.ResourceSliceSelectorNodeName: node}.String()
-	list, err := cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
+	list, err := cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: dra.NodeSelector(node)})
 	if err != nil {
 		return nil, err
 	}
