@@ -196,6 +196,12 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 	for _, n := range s.nodes {
 		c.UpdateNode(logger, n.node)
 	}
+	for _, sl := range s.slices {
+		c.UpdateResourceSlice(logger, sl)
+	}
+	for _, dc := range s.classes {
+		c.UpdateDeviceClass(dc)
+	}
 	for i := range s.leases {
 		l := &s.leases[i]
 		switch {
@@ -221,6 +227,7 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 	}
 	c.LearnPods(logger)
 	in := c.InputOnce(r)
+	c.ForPod(&in, self)
 	nominated := nominatedBefore(self, s.nominated, o.schedulerNames)
 	affinity := nodeaffinity.GetRequiredNodeAffinity(self)
 	var rows []explainRow

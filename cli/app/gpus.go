@@ -38,6 +38,10 @@ type GPU struct {
 	// Slices are the pods with a slice of this GPU and what their node
 	// recorded of its enforcement.
 	Slices []SliceState `json:"slices,omitempty"`
+	// DRA names the other DRA driver's ResourceSlice and device that
+	// publish this GPU as well; kubegpu places no GPU pod on its node
+	// while one does.
+	DRA string `json:"dra,omitempty"`
 }
 
 // SliceState is a slice's enforcement as its pod's kubegpu.io/Enforced
@@ -71,13 +75,16 @@ func newGPUsCommand(client func() (kubernetes.Interface, error), key func() (*ku
 			if err != nil {
 				return err
 			}
-			if err := printGPUs(cmd.OutOrStdout(), gpus(s), output); err != nil {
+			rows := gpus(s)
+			markDRA(s, rows)
+			if err := printGPUs(cmd.OutOrStdout(), rows, output); err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
 			if output == "json" || output == "yaml" {
 				w = cmd.ErrOrStderr()
 			}
+			printDRA(w, s, rows)
 			return printUnverified(w, s.unverified, k != nil)
 		},
 	}

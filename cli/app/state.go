@@ -9,10 +9,12 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -45,6 +47,10 @@ type clusterState struct {
 	// policies is the enforcement policy of the nominated pods'
 	// namespaces (namespacePolicies), for their devices.
 	policies map[string]types.EnforcementPolicy
+	// slices are the ResourceSlices of other DRA drivers, and classes the
+	// DeviceClasses: what kubegpu leaves to DRA.
+	slices  []*resourceapi.ResourceSlice
+	classes []*resourceapi.DeviceClass
 }
 
 type nodeState struct {
@@ -96,6 +102,9 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 	}
 	s := &clusterState{pods: map[string][]podAllocation{}, withoutDevices: map[string][]*corev1.Pod{},
 		leases: leases.Items, requestedBytes: map[string][2]int64{}}
+	if err := s.loadDRA(ctx, client); err != nil {
+		return nil, err
+	}
 	for i := range nominated.Items {
 		p := &nominated.Items[i]
 		if p.Spec.NodeName == "" && p.Status.NominatedNodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
@@ -134,6 +143,28 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 			source: h.Source, annotationDiffers: h.AnnotationDiffers})
 	}
 	return s, nil
+}
+
+// loadDRA lists other DRA drivers' node-local ResourceSlices and the
+// DeviceClasses.
+func (s *clusterState) loadDRA(ctx context.Context, client kubernetes.Interface) error {
+	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list ResourceSlices (GPUs other DRA drivers publish; the role kubegpu-viewer grants it): %w", err)
+	}
+	classes, err := client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list DeviceClasses (resources mapped to DRA; the role kubegpu-viewer grants it): %w", err)
+	}
+	for i := range slices.Items {
+		if sl := &slices.Items[i]; sl.Spec.Driver != dra.DriverName && sl.Spec.NodeName != nil {
+			s.slices = append(s.slices, sl)
+		}
+	}
+	for i := range classes.Items {
+		s.classes = append(s.classes, &classes.Items[i])
+	}
+	return nil
 }
 
 // hasInventory reports whether n publishes a usable inventory.

@@ -68,8 +68,13 @@ type Cache struct {
 	// they are activated when a node is live again (the scheduler learns
 	// of the Leases only through this cache). deviceWaiters are the pods
 	// refused for want of devices; they are activated once the cache has
-	// freed devices or rebuilt an inventory (see waitSet).
-	liveWaiters, deviceWaiters *waitSet
+	// freed devices or rebuilt an inventory (see waitSet). draWaiters are
+	// the pods refused for DRA's sake; they are activated when a conflict
+	// with DRA ends (see dra.go).
+	liveWaiters, deviceWaiters, draWaiters *waitSet
+	// dra is what the cache knows of other DRA drivers' ResourceSlices and
+	// of DeviceClasses; guarded by mu.
+	dra draState
 
 	// learnMu guards learnState and gone: the pods forgotten while the mix
 	// is learned from the pods listed at start (see LearnPods).
@@ -139,7 +144,7 @@ func New(cfg Config) *Cache {
 		engine: cfg.Engine, keys: cfg.Keys, formOnly: cfg.FormOnly, signingKey: cfg.SigningKey, staleness: cfg.Staleness, now: cfg.Now,
 		metrics: cfg.Metrics, recorder: cfg.Recorder, activate: cfg.Activate, listPods: cfg.ListPods,
 		nodes: map[string]*nodeState{}, byObject: map[*corev1.Node]*nodeState{}, pods: map[ktypes.UID]*podState{},
-		liveWaiters: newWaitSet(), deviceWaiters: newWaitSet(), shapes: map[ShapeKey]uint32{},
+		liveWaiters: newWaitSet(), deviceWaiters: newWaitSet(), draWaiters: newWaitSet(), shapes: map[ShapeKey]uint32{},
 	}
 	if c.now == nil {
 		c.now = time.Now

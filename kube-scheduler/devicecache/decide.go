@@ -26,6 +26,9 @@ func (c *Cache) Evaluate(node *corev1.Node, in *Input, capacity, free devicesche
 	if err := c.usableAt(ns, in.now); err != nil {
 		return 0, err
 	}
+	if err := classRefusal(node, in.mapped); err != nil {
+		return 0, err
+	}
 	return c.evaluateLocked(ns, in, capacity, free, p)
 }
 
@@ -121,11 +124,14 @@ func (r *Refusal) Unwrap() error { return r.error }
 // engine's details where Message has its constant reason.
 func (r *Refusal) Detail() string {
 	var nf *devicescheduler.NotFitError
+	var d interface{ Detail() string }
 	switch {
 	case errors.As(r.error, &nf) && errors.Is(r.error, errNeverFits):
 		return nf.Detail() + neverFitsSuffix
 	case errors.As(r.error, &nf):
 		return nf.Detail()
+	case errors.As(r.error, &d): // a DRA refusal
+		return d.Detail()
 	}
 	return strings.TrimPrefix(r.Message, "GPUs: ")
 }
@@ -142,7 +148,7 @@ func Classify(err error) *Refusal {
 	r := &Refusal{error: err, Reason: ReasonOf(err)}
 	var nf *devicescheduler.NotFitError
 	switch {
-	case errors.Is(err, ErrNoInventory), errors.Is(err, ErrKeyRefused):
+	case errors.Is(err, ErrNoInventory), errors.Is(err, ErrKeyRefused), errors.Is(err, ErrDRA):
 		r.Unresolvable, r.Message = true, "GPUs: "+err.Error()
 	case errors.Is(err, ErrStale):
 		r.Message = "GPUs: " + notLiveReason(err)

@@ -190,6 +190,9 @@ func (c *Cache) usableAt(ns *nodeState, now time.Time) error {
 	if ns.refuses != nil {
 		return ns.refuses
 	}
+	if ns.draConflict != nil {
+		return ns.draConflict
+	}
 	return c.liveAt(ns, now)
 }
 

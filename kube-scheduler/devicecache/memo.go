@@ -5,6 +5,7 @@ import (
 	"time"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 )
 
 // filterMemo remembers, per request shape, whether pods fit on a node and
@@ -61,6 +62,9 @@ type Input struct {
 	// host is, for a pod without devices, its CPU and memory: the key of
 	// the nodes' host-only memo.
 	host devicescheduler.Host
+	// mapped are the resources the pod asks for that a DeviceClass maps
+	// to DRA (see ForPod).
+	mapped []dra.Mapping
 }
 
 // Input prepares a cycle's evaluations of request r, whose shape is key.

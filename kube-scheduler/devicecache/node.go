@@ -10,6 +10,7 @@ import (
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
@@ -53,6 +54,11 @@ type nodeState struct {
 	// refuses is why the node's shim would refuse the scheduler's
 	// allocations (keyRefusal), or nil.
 	refuses error
+	// keys identify the node's devices to other DRA drivers' slices
+	// (dra.InventoryKeys); draConflict is the first such slice that
+	// publishes one of them, or nil (see dra.go).
+	keys        map[string]string
+	draConflict *DriverConflict
 	// object is the Node object last seen, its key in byObject.
 	object *corev1.Node
 	pods   map[ktypes.UID]struct{}
@@ -100,7 +106,7 @@ func (c *Cache) UpdateNode(logger klog.Logger, node *corev1.Node) {
 // rebuildNode builds the node's devices from its inventory annotation and
 // counts its pods again; must hold c.mu.
 func (c *Cache) rebuildNode(logger klog.Logger, ns *nodeState, node *corev1.Node, value string, has bool) {
-	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.idle, ns.err, ns.refuses = true, has, value, nil, nil, ErrNoInventory, nil
+	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.idle, ns.err, ns.refuses, ns.keys = true, has, value, nil, nil, ErrNoInventory, nil, nil
 	// A rebuilt Node starts its version again: forget its Filter results.
 	ns.memo.clear()
 	if has {
@@ -110,6 +116,7 @@ func (c *Cache) rebuildNode(logger klog.Logger, ns *nodeState, node *corev1.Node
 				logger.Error(ns.refuses, "Node gets no GPU pods until its shim accepts the scheduler's key", "node", klog.KObj(node), "nodeAccepts", inv.KeyIDs)
 			}
 			ns.devices, err = c.engine.NewNode(node.Name, inv, devicescheduler.Host{})
+			ns.keys = dra.InventoryKeys(inv)
 		}
 		if err == nil {
 			ns.idle = ns.devices.Clone()
@@ -120,6 +127,7 @@ func (c *Cache) rebuildNode(logger klog.Logger, ns *nodeState, node *corev1.Node
 			logger.Error(err, "Node's kubegpu inventory is unusable; the node gets no GPU pods until it is fixed", "node", klog.KObj(node))
 		}
 	}
+	c.refreshDRALocked(logger, ns.name)
 	for uid := range ns.pods {
 		c.pods[uid].applied = false
 		c.apply(logger, uid, c.pods[uid])
@@ -168,7 +176,7 @@ func (c *Cache) DeleteNode(name string) {
 	for uid := range ns.pods {
 		c.pods[uid].applied = false
 	}
-	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err, ns.gpus = false, false, "", nil, ErrNoInventory, false
+	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err, ns.gpus, ns.keys, ns.draConflict = false, false, "", nil, ErrNoInventory, false, nil, nil
 	ns.memo.clear()
 	c.taints.unset(ns)
 	delete(c.byObject, ns.object)

@@ -63,6 +63,10 @@ func (c *Cache) EvaluateWith(node *corev1.Node, o *Overlay, in *Input, prio int3
 		c.mu.RUnlock()
 		return 0, err
 	}
+	if err := classRefusal(node, in.mapped); err != nil {
+		c.mu.RUnlock()
+		return 0, err
+	}
 	n, idle := ns.devices.Clone(), ns.idle
 	evicting, gone := c.preemptedOn(ns, math.MaxInt32), c.preemptedOn(ns, prio)
 	c.mu.RUnlock()

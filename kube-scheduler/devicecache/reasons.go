@@ -25,6 +25,10 @@ const (
 	ReasonNodeNotLive
 	ReasonInvalidRequest
 	ReasonWarmingUp
+	// ReasonDRA: the node's GPUs are left to DRA (another driver
+	// publishes them, or a DeviceClass maps the resource the pod asks
+	// for).
+	ReasonDRA
 	// ReasonGroupsOff: the pod belongs to a pod group, which the
 	// scheduler does not place whole.
 	ReasonGroupsOff
@@ -37,7 +41,7 @@ const (
 
 var reasonNames = [NumReasons]string{
 	"not_enough_free_gpus", "topology", "selectors", "unhealthy_gpus", "host_resources",
-	"too_many_shares", "unenforced", "no_inventory", "node_not_live", "invalid_request", "warming_up", "pod_groups_off", "other",
+	"too_many_shares", "unenforced", "no_inventory", "node_not_live", "invalid_request", "warming_up", "dra", "pod_groups_off", "other",
 }
 
 // String is the reason's label value.
@@ -74,6 +78,8 @@ func ReasonOf(err error) Reason {
 		return ReasonNoInventory
 	case errors.Is(err, ErrStale):
 		return ReasonNodeNotLive
+	case errors.Is(err, ErrDRA):
+		return ReasonDRA
 	}
 	return ReasonOther
 }

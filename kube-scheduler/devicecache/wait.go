@@ -81,6 +81,7 @@ func (c *Cache) WaitForDevices(pod *corev1.Pod) { c.deviceWaiters.add(pod) }
 func (c *Cache) NotWaiting(uid ktypes.UID) {
 	c.liveWaiters.remove(uid)
 	c.deviceWaiters.remove(uid)
+	c.draWaiters.remove(uid)
 }
 
 // activateWaiting sends the pods refused for a node that was not live back

@@ -107,6 +107,8 @@ func (p *Plugin) filterStatus(pod *corev1.Pod, s *cycleState, err error) *fwk.St
 	switch {
 	case r.Reason == devicecache.ReasonNodeNotLive:
 		p.cache.WaitForHeartbeat(pod)
+	case r.Reason == devicecache.ReasonDRA:
+		p.cache.WaitForDRA(pod)
 	case r.Waits && s.waitsForDevices.CompareAndSwap(false, true):
 		p.cache.WaitForDevices(pod)
 	}

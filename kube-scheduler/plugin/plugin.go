@@ -15,6 +15,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
@@ -212,7 +213,7 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 		case <-ctx.Done():
 		case <-timer.C:
 			if !synced() {
-				logger.Error(nil, "Device cache not synced after a minute: GPU pods wait. Check that the scheduler may list and watch nodes, pods and Leases in kube-node-lease (kube-scheduler/deploy/rbac.yaml)")
+				logger.Error(nil, "Device cache not synced after a minute: GPU pods wait. Check that the scheduler may list and watch nodes, pods, ResourceSlices, DeviceClasses and Leases in kube-node-lease (kube-scheduler/deploy/rbac.yaml)")
 			}
 		}
 	}()
@@ -294,6 +295,21 @@ func addHandlers(logger klog.Logger, c *devicecache.Cache, pending *metrics.Pend
 					pending.Remove(p.UID)
 				})
 			},
+		}),
+		// Other DRA drivers' slices and the DeviceClasses: what kubegpu
+		// leaves to DRA (devicecache/dra.go). The same informers as the
+		// DynamicResources plugin's.
+		add(factory.Resource().V1().ResourceSlices().Informer(), toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { withObject(obj, func(s *resourcev1.ResourceSlice) { c.UpdateResourceSlice(logger, s) }) },
+			UpdateFunc: func(_, obj any) { withObject(obj, func(s *resourcev1.ResourceSlice) { c.UpdateResourceSlice(logger, s) }) },
+			DeleteFunc: func(obj any) {
+				withObject(obj, func(s *resourcev1.ResourceSlice) { c.DeleteResourceSlice(logger, s.Name) })
+			},
+		}),
+		add(factory.Resource().V1().DeviceClasses().Informer(), toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { withObject(obj, c.UpdateDeviceClass) },
+			UpdateFunc: func(_, obj any) { withObject(obj, c.UpdateDeviceClass) },
+			DeleteFunc: func(obj any) { withObject(obj, func(d *resourcev1.DeviceClass) { c.DeleteDeviceClass(d.Name) }) },
 		}),
 		add(leases.Coordination().V1().Leases().Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
 			AddFunc: func(obj any, initial bool) {

@@ -71,6 +71,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		p.cache.NotWaiting(pod.UID)
 	}
 	s := &cycleState{request: r, eval: p.cache.Input(devicecache.RequestShape(req, r.Host, r.Enforcement), r), pending: p.pending.Start(pod.UID)}
+	p.cache.ForPod(&s.eval, pod)
 	s.scores.reset(len(nodes))
 	cs.Write(stateKey, s)
 	return nil, nil

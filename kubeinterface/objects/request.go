@@ -60,13 +60,16 @@ func WantSliceCount(name string) string {
 var ListAnnotations = []string{kubeinterface.AnnotationModelInclude, kubeinterface.AnnotationModelExclude,
 	kubeinterface.AnnotationUUIDInclude, kubeinterface.AnnotationUUIDExclude}
 
+// RequestResources are the resources a container asks for GPUs with.
+var RequestResources = []corev1.ResourceName{kubeinterface.ResourceGPU, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUCores}
+
 // WantsDevices reports cheaply whether any container of the pod asks for
 // GPUs, so that callers can skip non-GPU pods before decoding anything.
 func WantsDevices(pod *corev1.Pod) bool {
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
 			for _, rl := range []corev1.ResourceList{list[i].Resources.Limits, list[i].Resources.Requests} {
-				for _, name := range []corev1.ResourceName{kubeinterface.ResourceGPU, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUCores} {
+				for _, name := range RequestResources {
 					if q, ok := rl[name]; ok && !q.IsZero() {
 						return true
 					}

@@ -1,0 +1,286 @@
+package devicecache
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+)
+
+// kubegpu leaves to Dynamic Resource Allocation what DRA may hand out as
+// well, so that no GPU is given twice:
+//
+//   - a node where another DRA driver's ResourceSlices publish any of the
+//     node's kubegpu GPUs (same UUID or PCI bus ID, dra.Overlaps) gets no
+//     GPU pods from kubegpu while they do;
+//   - a pod that asks for a resource a DeviceClass maps to DRA
+//     (spec.extendedResourceName) gets no devices from kubegpu on a node
+//     where DRA serves that resource: one that advertises none of it.
+//
+// Both refusals are unresolvable (preemption cannot help) and name the
+// driver or the class.
+
+// ErrDRA is wrapped by every refusal that leaves a node's GPUs to DRA.
+var ErrDRA = errors.New("left to DRA")
+
+// DriverConflict is why a node gets no GPU pods: another DRA driver
+// publishes its GPUs.
+type DriverConflict struct {
+	// Driver and Slice name the other driver's ResourceSlice, the first
+	// by name that overlaps; Devices are the kubegpu GPUs it publishes.
+	Driver, Slice string
+	Devices       []string
+}
+
+// Error is the same for every node of the driver: Filter's statuses are
+// counted by message.
+func (e *DriverConflict) Error() string {
+	return fmt.Sprintf("DRA driver %s publishes this node's GPUs as well: kubegpu leaves the node to DRA", e.Driver)
+}
+
+// Is makes errors.Is(err, ErrDRA) true.
+func (e *DriverConflict) Is(target error) bool { return target == ErrDRA }
+
+// Detail names the slice and the GPUs, for people.
+func (e *DriverConflict) Detail() string {
+	return fmt.Sprintf("GPUs %s of this node are published by DRA driver %s as well (ResourceSlice %s): kubegpu allocates no GPU of the node while another driver may hand them out",
+		strings.Join(e.Devices, ", "), e.Driver, e.Slice)
+}
+
+// ClassConflict is why a pod gets no devices from kubegpu on a node: a
+// DeviceClass maps a resource it asks for to DRA, which serves it there.
+type ClassConflict struct {
+	Class    string
+	Resource corev1.ResourceName
+}
+
+func (e *ClassConflict) Error() string {
+	return fmt.Sprintf("DeviceClass %s maps %s to DRA, which serves it on nodes that advertise none: kubegpu leaves it to DRA here", e.Class, e.Resource)
+}
+
+// Is makes errors.Is(err, ErrDRA) true.
+func (e *ClassConflict) Is(target error) bool { return target == ErrDRA }
+
+// Detail is Error: it says it all.
+func (e *ClassConflict) Detail() string { return e.Error() }
+
+// foreignSlice is what the cache keeps of another driver's ResourceSlice:
+// the identifiers of its devices.
+type foreignSlice struct {
+	node, driver string
+	devices      []string // device names, in the slice's order
+	keys         [][]string
+}
+
+// draState is what the cache knows of DRA: other drivers' node-local
+// ResourceSlices, and the DeviceClasses that map a resource kubegpu reads.
+type draState struct {
+	slices map[string]*foreignSlice
+	// byNode maps a node to the names of its foreign slices.
+	byNode  map[string]map[string]struct{}
+	classes map[string]dra.Mapping
+	// mappings is classes sorted (dra.Mappings), read by Input.
+	mappings []dra.Mapping
+}
+
+// UpdateResourceSlice takes in a ResourceSlice. Slices of kubegpu's own
+// driver, and slices of no one node, are not kept.
+func (c *Cache) UpdateResourceSlice(logger klog.Logger, s *resourceapi.ResourceSlice) {
+	if s.Spec.Driver == dra.DriverName || s.Spec.NodeName == nil || *s.Spec.NodeName == "" {
+		c.DeleteResourceSlice(logger, s.Name)
+		return
+	}
+	fs := &foreignSlice{node: *s.Spec.NodeName, driver: s.Spec.Driver}
+	for i := range s.Spec.Devices {
+		if k := dra.DeviceKeys(&s.Spec.Devices[i]); len(k) > 0 {
+			fs.devices = append(fs.devices, s.Spec.Devices[i].Name)
+			fs.keys = append(fs.keys, k)
+		}
+	}
+	c.mu.Lock()
+	old := c.dra.slices[s.Name]
+	if c.dra.slices == nil {
+		c.dra.slices, c.dra.byNode = map[string]*foreignSlice{}, map[string]map[string]struct{}{}
+	}
+	c.dra.slices[s.Name] = fs
+	if old != nil && old.node != fs.node {
+		c.unindexSliceLocked(s.Name, old.node)
+	}
+	if c.dra.byNode[fs.node] == nil {
+		c.dra.byNode[fs.node] = map[string]struct{}{}
+	}
+	c.dra.byNode[fs.node][s.Name] = struct{}{}
+	freed := c.refreshDRALocked(logger, fs.node)
+	if old != nil && old.node != fs.node {
+		freed = c.refreshDRALocked(logger, old.node) || freed
+	}
+	c.mu.Unlock()
+	if freed {
+		c.wake(c.draWaiters)
+	}
+}
+
+// DeleteResourceSlice forgets a ResourceSlice.
+func (c *Cache) DeleteResourceSlice(logger klog.Logger, name string) {
+	c.mu.Lock()
+	old, ok := c.dra.slices[name]
+	freed := false
+	if ok {
+		delete(c.dra.slices, name)
+		c.unindexSliceLocked(name, old.node)
+		freed = c.refreshDRALocked(logger, old.node)
+	}
+	c.mu.Unlock()
+	if freed {
+		c.wake(c.draWaiters)
+	}
+}
+
+func (c *Cache) unindexSliceLocked(name, node string) {
+	delete(c.dra.byNode[node], name)
+	if len(c.dra.byNode[node]) == 0 {
+		delete(c.dra.byNode, node)
+	}
+}
+
+// refreshDRALocked matches the named node's devices against the foreign
+// slices on it and reports whether a conflict ended. Must hold c.mu.
+func (c *Cache) refreshDRALocked(logger klog.Logger, node string) bool {
+	ns, ok := c.nodes[node]
+	if !ok {
+		return false
+	}
+	was := ns.draConflict
+	ns.draConflict = nil
+	if len(ns.keys) > 0 {
+		names := make([]string, 0, len(c.dra.byNode[node]))
+		for name := range c.dra.byNode[node] {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			fs := c.dra.slices[name]
+			if devices, _ := dra.MatchKeys(fs.keys, ns.keys); len(devices) > 0 {
+				ns.draConflict = &DriverConflict{Driver: fs.driver, Slice: name, Devices: devices}
+				break
+			}
+		}
+	}
+	switch {
+	case ns.draConflict != nil && (was == nil || was.Driver != ns.draConflict.Driver || was.Slice != ns.draConflict.Slice):
+		logger.Info("Another DRA driver publishes the node's GPUs: the node gets no GPU pods from kubegpu while it does",
+			"node", klog.KRef("", node), "driver", ns.draConflict.Driver, "resourceSlice", ns.draConflict.Slice, "gpus", ns.draConflict.Devices)
+	case ns.draConflict == nil && was != nil:
+		logger.Info("No other DRA driver publishes the node's GPUs any longer", "node", klog.KRef("", node))
+		return true
+	}
+	return false
+}
+
+// UpdateDeviceClass takes in a DeviceClass.
+func (c *Cache) UpdateDeviceClass(class *resourceapi.DeviceClass) {
+	m := dra.Mappings([]*resourceapi.DeviceClass{class}, objects.RequestResources)
+	c.mu.Lock()
+	_, had := c.dra.classes[class.Name]
+	if len(m) == 0 {
+		delete(c.dra.classes, class.Name)
+	} else {
+		if c.dra.classes == nil {
+			c.dra.classes = map[string]dra.Mapping{}
+		}
+		c.dra.classes[class.Name] = m[0]
+	}
+	c.sortMappingsLocked()
+	c.mu.Unlock()
+	if had && len(m) == 0 {
+		c.wake(c.draWaiters)
+	}
+}
+
+// DeleteDeviceClass forgets a DeviceClass.
+func (c *Cache) DeleteDeviceClass(name string) {
+	c.mu.Lock()
+	_, had := c.dra.classes[name]
+	delete(c.dra.classes, name)
+	c.sortMappingsLocked()
+	c.mu.Unlock()
+	if had {
+		c.wake(c.draWaiters)
+	}
+}
+
+func (c *Cache) sortMappingsLocked() {
+	ms := make([]dra.Mapping, 0, len(c.dra.classes))
+	for _, m := range c.dra.classes {
+		ms = append(ms, m)
+	}
+	slices.SortFunc(ms, func(a, b dra.Mapping) int {
+		if x := strings.Compare(string(a.Resource), string(b.Resource)); x != 0 {
+			return x
+		}
+		return strings.Compare(a.Class, b.Class)
+	})
+	c.dra.mappings = ms
+}
+
+// ForPod completes in for pod: the resources it asks for that a
+// DeviceClass maps to DRA. PreFilter and `kubegpu explain` call it after
+// Input or InputOnce.
+func (c *Cache) ForPod(in *Input, pod *corev1.Pod) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	in.mapped = nil
+	for _, m := range c.dra.mappings {
+		if asksFor(pod, m.Resource) && (len(in.mapped) == 0 || in.mapped[len(in.mapped)-1].Resource != m.Resource) {
+			in.mapped = append(in.mapped, m) // the first class by name, per resource
+		}
+	}
+}
+
+// asksFor reports whether a container of pod asks for r.
+func asksFor(pod *corev1.Pod, r corev1.ResourceName) bool {
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			for _, rl := range []corev1.ResourceList{list[i].Resources.Limits, list[i].Resources.Requests} {
+				if q, ok := rl[r]; ok && !q.IsZero() {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// classRefusal is why node's devices are left to DRA for a pod that asks
+// for mapped resources, or nil. (A node's DriverConflict is one of the
+// reasons it is not usable at all: see usableAt.)
+func classRefusal(node *corev1.Node, mapped []dra.Mapping) error {
+	for _, m := range mapped {
+		if dra.ServedByDRA(node, m.Resource) {
+			return &ClassConflict{Class: m.Class, Resource: m.Resource}
+		}
+	}
+	return nil
+}
+
+// WaitForDRA remembers a pod that a node refused for DRA's sake: it is
+// activated when a conflict ends.
+func (c *Cache) WaitForDRA(pod *corev1.Pod) { c.draWaiters.add(pod) }
+
+// DRAConflict says why another DRA driver keeps kubegpu off the named
+// node's GPUs, or returns nil.
+func (c *Cache) DRAConflict(node string) *DriverConflict {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if ns, ok := c.nodes[node]; ok && ns.draConflict != nil {
+		return ns.draConflict
+	}
+	return nil
+}
