@@ -137,6 +137,20 @@ const (
 	ReasonModuleLoadFailed = "ModuleLoadFailed"
 )
 
+// ConditionDRAConflict is the Node condition kubegpu-crishim's
+// advertiser keeps while it publishes: True (reason ReasonDRAConflict)
+// while another DRA driver's ResourceSlices publish GPUs of the node's
+// kubegpu inventory, its message naming the drivers and GPUs: the node
+// gets no GPU pods from kubegpu-scheduler then; False (reason
+// ReasonNoDRAConflict) otherwise.
+const ConditionDRAConflict = Domain + "DRAConflict"
+
+// Reasons of ConditionDRAConflict.
+const (
+	ReasonDRAConflict   = "OtherDriverPublishesGPUs"
+	ReasonNoDRAConflict = "NoOtherDriver"
+)
+
 // LeaseNamespace holds each node's Lease, renewed by its kubelet and named
 // as the node: the liveness kubegpu-scheduler judges a node by.
 const LeaseNamespace = "kube-node-lease"

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/kubegpu/kubegpu/crishim/metrics"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -45,6 +48,20 @@ type Options struct {
 	// ResourceSlices as well, owned by the Node the advertiser read
 	// (Slices.Run must run beside the advertiser).
 	Slices *Slices
+	// DRA, when set, is told every good discovery's devices and says
+	// which of them other DRA drivers publish: the advertiser keeps the
+	// condition kubeinterface.ConditionDRAConflict from it.
+	DRA DRA
+}
+
+// DRA is what the advertiser learns of other DRA drivers (package
+// draclaims implements it).
+type DRA interface {
+	SetInventory(inv types.Inventory)
+	// Overlaps lists the node's devices other drivers publish, and
+	// whether the node's slices have been read (no condition is written
+	// before).
+	Overlaps() ([]dra.Overlap, bool)
 }
 
 // Advertiser keeps the node's devices published on its Node: the inventory
@@ -157,16 +174,22 @@ func (a *Advertiser) Once(ctx context.Context) error {
 	if a.opts.Slices != nil && good {
 		a.opts.Slices.Update(ctx, inv, node.UID)
 	}
+	if a.opts.DRA != nil && good {
+		a.opts.DRA.SetInventory(inv)
+	}
 	// The condition first: it says why the inventory may lack devices.
 	if want := a.opts.Condition; want != nil && (node.DevicesReady == nil || *node.DevicesReady != *want) {
 		transition := node.DevicesReady == nil || node.DevicesReady.Status != want.Status
-		if err := patchCondition(ctx, a.opts.Client, a.opts.Node, *want, a.opts.Now(), transition); err != nil {
+		if err := patchCondition(ctx, a.opts.Client, a.opts.Node, kubeinterface.ConditionDevicesReady, *want, a.opts.Now(), transition); err != nil {
 			a.opts.Metrics.Publishes.With("error").Inc()
 			a.opts.Metrics.Syncs.With("error").Inc()
 			return err
 		}
 		a.opts.Metrics.Publishes.With("ok").Inc()
 		logger.V(2).Info("Wrote the node's condition", "type", kubeinterface.ConditionDevicesReady, "status", want.Status, "reason", want.Reason)
+	}
+	if err := a.draCondition(ctx, node); err != nil {
+		return err
 	}
 	if !node.HasInventory || node.Inventory != value {
 		if published == value && publishedUID == string(node.UID) {
@@ -195,6 +218,54 @@ func (a *Advertiser) Once(ctx context.Context) error {
 	}
 	a.opts.Metrics.Syncs.With("ok").Inc()
 	return nil
+}
+
+// draCondition writes the condition kubeinterface.ConditionDRAConflict
+// where the Node's differs from what the DRA guard says; nothing before the
+// guard has read the node's slices.
+func (a *Advertiser) draCondition(ctx context.Context, node *Node) error {
+	if a.opts.DRA == nil {
+		return nil
+	}
+	overlaps, synced := a.opts.DRA.Overlaps()
+	if !synced {
+		return nil
+	}
+	want := Condition{Status: "False", Reason: kubeinterface.ReasonNoDRAConflict, Message: "no other DRA driver publishes this node's GPUs"}
+	if len(overlaps) > 0 {
+		want = Condition{Status: "True", Reason: kubeinterface.ReasonDRAConflict,
+			Message: boundMessage(describeOverlaps(overlaps) + ": kubegpu-scheduler places no GPU pods on this node while they do, and kubegpu-crishim refuses containers GPUs that DRA claims hold")}
+	}
+	if node.DRAConflict != nil && *node.DRAConflict == want {
+		return nil
+	}
+	transition := node.DRAConflict == nil || node.DRAConflict.Status != want.Status
+	if err := patchCondition(ctx, a.opts.Client, a.opts.Node, kubeinterface.ConditionDRAConflict, want, a.opts.Now(), transition); err != nil {
+		a.opts.Metrics.Publishes.With("error").Inc()
+		a.opts.Metrics.Syncs.With("error").Inc()
+		return err
+	}
+	a.opts.Metrics.Publishes.With("ok").Inc()
+	klog.FromContext(ctx).Info("Wrote the node's condition", "type", kubeinterface.ConditionDRAConflict, "status", want.Status, "message", want.Message)
+	return nil
+}
+
+// describeOverlaps names the drivers and the GPUs each publishes.
+func describeOverlaps(overlaps []dra.Overlap) string {
+	byDriver := map[string][]string{}
+	var drivers []string
+	for _, o := range overlaps {
+		if _, ok := byDriver[o.Driver]; !ok {
+			drivers = append(drivers, o.Driver)
+		}
+		byDriver[o.Driver] = append(byDriver[o.Driver], o.Device)
+	}
+	slices.Sort(drivers)
+	parts := make([]string, len(drivers))
+	for i, d := range drivers {
+		parts[i] = fmt.Sprintf("DRA driver %s publishes GPUs %s", d, strings.Join(byDriver[d], ", "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // MergeInventories joins the inventories of several modules.

@@ -34,7 +34,7 @@ type Client interface {
 
 // Node is what the advertiser owns on a Node object: the inventory
 // annotation, the extended resources' capacity and allocatable, and the
-// condition kubeinterface.ConditionDevicesReady.
+// conditions kubeinterface.ConditionDevicesReady and ConditionDRAConflict.
 type Node struct {
 	UID ktypes.UID
 	// Inventory is the kubegpu.io/inventory annotation; HasInventory is
@@ -45,8 +45,9 @@ type Node struct {
 	// publishes, as the Node's status has them.
 	Capacity, Allocatable ResourceList
 	// DevicesReady is the Node's kubeinterface.ConditionDevicesReady
-	// condition; nil without one.
-	DevicesReady *Condition
+	// condition, DRAConflict its kubeinterface.ConditionDRAConflict; nil
+	// without one.
+	DevicesReady, DRAConflict *Condition
 }
 
 // Condition is a Node condition as the advertiser writes it: the time
@@ -140,8 +141,11 @@ func decodeNode(body []byte) (*Node, error) {
 		}
 	}
 	for _, c := range n.Status.Conditions {
-		if c.Type == kubeinterface.ConditionDevicesReady {
+		switch c.Type {
+		case kubeinterface.ConditionDevicesReady:
 			out.DevicesReady = &Condition{Status: c.Status, Reason: c.Reason, Message: c.Message}
+		case kubeinterface.ConditionDRAConflict:
+			out.DRAConflict = &Condition{Status: c.Status, Reason: c.Reason, Message: c.Message}
 		}
 	}
 	return out, nil

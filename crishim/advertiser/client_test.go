@@ -73,7 +73,7 @@ func TestClientRequests(t *testing.T) {
 	if err := c.PatchNode(ctx, "n1", ktypes.MergePatchType, []byte(`{"status":{}}`), "status"); err != nil {
 		t.Error(err)
 	}
-	if err := patchCondition(ctx, c, "n1", Condition{Status: "False", Reason: "ModuleLoadFailed", Message: "nvidia.so: bad"}, time.Unix(0, 0), true); err != nil {
+	if err := patchCondition(ctx, c, "n1", kubeinterface.ConditionDevicesReady, Condition{Status: "False", Reason: "ModuleLoadFailed", Message: "nvidia.so: bad"}, time.Unix(0, 0), true); err != nil {
 		t.Error(err)
 	}
 	want := []string{

@@ -131,14 +131,14 @@ func boundMessage(msg string) string {
 	return strings.ToValidUTF8(msg[:maxConditionMessage-len("…")], "") + "…"
 }
 
-// patchCondition writes the node's DevicesReady condition with a strategic
+// patchCondition writes the node's condition of type typ with a strategic
 // merge patch of its status, which merges conditions by type and so leaves
 // kubelet's own alone (a JSON merge patch would replace the whole list).
 // transition says whether its status changed, which moves
 // lastTransitionTime.
-func patchCondition(ctx context.Context, client Client, node string, c Condition, now time.Time, transition bool) error {
+func patchCondition(ctx context.Context, client Client, node, typ string, c Condition, now time.Time, transition bool) error {
 	ts := now.UTC().Format(time.RFC3339)
-	cond := map[string]string{"type": kubeinterface.ConditionDevicesReady, "status": c.Status, "reason": c.Reason,
+	cond := map[string]string{"type": typ, "status": c.Status, "reason": c.Reason,
 		"message": c.Message, "lastHeartbeatTime": ts}
 	if transition {
 		cond["lastTransitionTime"] = ts
@@ -148,7 +148,7 @@ func patchCondition(ctx context.Context, client Client, node string, c Condition
 		return err
 	}
 	if err := client.PatchNode(ctx, node, ktypes.StrategicMergePatchType, patch, "status"); err != nil {
-		return fmt.Errorf("write condition %s of node %s: %w", kubeinterface.ConditionDevicesReady, node, err)
+		return fmt.Errorf("write condition %s of node %s: %w", typ, node, err)
 	}
 	return nil
 }

@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	"github.com/kubegpu/kubegpu/crishim/draclaims"
 	"github.com/kubegpu/kubegpu/crishim/enforce"
 	"github.com/kubegpu/kubegpu/crishim/ledger"
 	"github.com/kubegpu/kubegpu/crishim/metrics"
@@ -42,6 +44,7 @@ type serveOptions struct {
 	SlicesPerDevice int
 	MetricsAddress  string
 	GPUAllowlist    string
+	PodResources    string
 }
 
 func (o *serveOptions) addFlags(cmd *cobra.Command) {
@@ -56,6 +59,7 @@ func (o *serveOptions) addFlags(cmd *cobra.Command) {
 	f.DurationVar(&o.Interval, "interval", 10*time.Second, "how often devices are discovered and the Node compared with them")
 	f.IntVar(&o.SlicesPerDevice, "slices-per-device", advertiser.DefaultSlicesPerDevice, "nvidia.com/gpu capacity published per device, so that kubelet admits shared slices")
 	f.StringVar(&o.GPUAllowlist, "gpu-allowlist", "", "file listing the namespaces (optionally with a pod label selector) whose containers keep the GPUs they ask for and may be privileged with GPUs, e.g. a DCGM exporter's; empty: none")
+	f.StringVar(&o.PodResources, "pod-resources-endpoint", "unix:///var/lib/kubelet/pod-resources/kubelet.sock", "kubelet's PodResources API, asked which GPUs prepared DRA claims hold while another DRA driver publishes the node's GPUs (with --advertise); empty: not asked, and GPU containers are refused while another driver publishes the node's GPUs")
 	f.StringVar(&o.MetricsAddress, "metrics-bind-address", "", "host:port to serve /metrics (Prometheus text format) and /healthz on, e.g. 127.0.0.1:10368; empty: off")
 }
 
@@ -104,6 +108,8 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	var client advertiser.Client
 	var slices *advertiser.Slices
+	var clientset kubernetes.Interface
+	var guard *draclaims.Guard
 	if o.Advertise {
 		cfg, err := o.restConfig()
 		if err != nil {
@@ -112,10 +118,14 @@ func (o *serveOptions) run(ctx context.Context) error {
 		if client, err = advertiser.NewClient(cfg); err != nil {
 			return err
 		}
+		if clientset, err = kubernetes.NewForConfig(cfg); err != nil {
+			return fmt.Errorf("kubernetes client for ResourceSlices: %w", err)
+		}
+		if guard, err = newGuard(o.NodeName, o.PodResources); err != nil {
+			return err
+		}
 		if o.PublishSlices {
-			if slices, err = newSlices(cfg, o.NodeName, m); err != nil {
-				return err
-			}
+			slices = newSlices(clientset, o.NodeName, m)
 		} else {
 			// Ended with the shim, whether or not it got through.
 			uctx, cancel := context.WithCancel(ctx)
@@ -149,6 +159,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 			Ledger:       book,
 			Metrics:      m,
 			CDIOff:       cdiOff.Load,
+			DRA:          draClaims(guard),
 		}),
 		Metrics: m,
 	})
@@ -185,11 +196,12 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if client != nil {
 		cond := modules.condition()
 		a, err := advertiser.New(advertiser.Options{Node: o.NodeName, Client: client, Discover: d.discover,
-			Interval: o.Interval, SlicesPerDevice: o.SlicesPerDevice, Metrics: m, Condition: &cond, KeyIDs: keys.IDs(), Slices: slices})
+			Interval: o.Interval, SlicesPerDevice: o.SlicesPerDevice, Metrics: m, Condition: &cond, KeyIDs: keys.IDs(), Slices: slices, DRA: guard})
 		if err != nil {
 			return err
 		}
 		wg.Go(func() { a.Run(ctx) })
+		wg.Go(func() { guard.Run(ctx, clientset) })
 		if slices != nil {
 			wg.Go(func() { slices.Run(ctx) })
 		}

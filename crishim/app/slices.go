@@ -12,18 +12,38 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	"github.com/kubegpu/kubegpu/crishim/draclaims"
 	"github.com/kubegpu/kubegpu/crishim/metrics"
+	"github.com/kubegpu/kubegpu/crishim/proxy"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 )
 
 // newSlices is the node's ResourceSlice publisher, with the PCIe root of
 // each GPU read from this machine's sysfs.
-func newSlices(cfg *rest.Config, node string, m *metrics.Shim) (*advertiser.Slices, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client for ResourceSlices: %w", err)
+func newSlices(cs kubernetes.Interface, node string, m *metrics.Shim) *advertiser.Slices {
+	return advertiser.NewSlices(cs, node, dra.Options{PCIeRoot: pcieRoot}, m)
+}
+
+// newGuard is the node's guard against GPUs that other DRA drivers' claims
+// hold, asking kubelet's PodResources API at endpoint (empty: not asked).
+func newGuard(node, endpoint string) (*draclaims.Guard, error) {
+	if endpoint == "" {
+		return draclaims.New(node, nil), nil
 	}
-	return advertiser.NewSlices(cs, node, dra.Options{PCIeRoot: pcieRoot}, m), nil
+	k, err := draclaims.DialKubelet(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	return draclaims.New(node, k), nil
+}
+
+// draClaims is g for CreateContainer; nil without one (a nil *Guard in
+// the interface would not be nil).
+func draClaims(g *draclaims.Guard) proxy.DRAClaims {
+	if g == nil {
+		return nil
+	}
+	return g
 }
 
 // unpublishInBackground removes the node's ResourceSlices that an earlier

@@ -211,6 +211,13 @@ const (
 	// ReasonCDIOff: the container's devices are CDI devices and the
 	// runtime has CDI off.
 	ReasonCDIOff Reason = "cdi_off"
+	// ReasonDRAHeld: a prepared ResourceClaim of another DRA driver holds
+	// a GPU of the container's allocation.
+	ReasonDRAHeld Reason = "dra_held"
+	// ReasonDRAUnknown: another DRA driver publishes the node's GPUs and
+	// the shim cannot tell what its claims hold (kubelet's PodResources
+	// API does not answer).
+	ReasonDRAUnknown Reason = "dra_unknown"
 	// ReasonOther: an error the shim does not classify.
 	ReasonOther Reason = "other"
 )
@@ -218,7 +225,7 @@ const (
 // Reasons are all the Reason values, in the order the README lists them.
 var Reasons = []Reason{ReasonBadRequest, ReasonShuttingDown, ReasonInvalidAllocation, ReasonBadSignature,
 	ReasonOtherPod, ReasonOtherNode, ReasonPrivileged, ReasonDevicesHeld, ReasonLedgerUnavailable,
-	ReasonUnknownDevice, ReasonModuleFailed, ReasonModuleError, ReasonCDIOff, ReasonOther}
+	ReasonUnknownDevice, ReasonModuleFailed, ReasonModuleError, ReasonCDIOff, ReasonDRAHeld, ReasonDRAUnknown, ReasonOther}
 
 // Shim is every metric of kubegpu-crishim.
 type Shim struct {

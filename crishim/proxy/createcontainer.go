@@ -3,7 +3,9 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -12,10 +14,12 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kubegpu/kubegpu/crishim/draclaims"
 	"github.com/kubegpu/kubegpu/crishim/ledger"
 	"github.com/kubegpu/kubegpu/crishim/metrics"
 	"github.com/kubegpu/kubegpu/crishim/rewrite"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // Devices is what deciding a container's devices takes.
@@ -36,7 +40,19 @@ type Devices struct {
 	// CDIOff reports whether the runtime is known to ignore CDI devices
 	// (containerd 1.7 without enable_cdi). Nil: it is not.
 	CDIOff func() bool
+	// DRA says what the prepared claims of other DRA drivers hold
+	// (draclaims.Guard). Nil: not checked.
+	DRA DRAClaims
 }
+
+// DRAClaims is what CreateContainer asks of the node's DRA claims.
+type DRAClaims interface {
+	For(ctx context.Context, namespace, name string) (draclaims.Claims, error)
+}
+
+// ErrHeldByDRA is wrapped when a prepared ResourceClaim of another DRA
+// driver holds a GPU of the container's allocation.
+var ErrHeldByDRA = errors.New("a DRA claim holds the GPU")
 
 // ErrCDIOff is wrapped when a container's devices are CDI devices and the
 // runtime would drop them.
@@ -100,12 +116,34 @@ func CreateContainer(d Devices) Interceptor {
 		if privileged && !allowed && len(alloc.Devices) > 0 {
 			return refuse(codes.FailedPrecondition, metrics.ReasonPrivileged, ErrPrivileged)
 		}
+		// What DRA claims hold: a GPU of the allocation that another
+		// pod's claim holds is refused; the GPUs the pod's own claims
+		// hold go into the ledger with the container (so that no kubegpu
+		// container gets them meanwhile), and the claims' CDI devices
+		// stay. Only containers that may get a device ask.
+		var claims draclaims.Claims
+		if d.DRA != nil && (len(alloc.Devices) > 0 || len(cfg.GetCDIDevices()) > 0 || rewrite.HasCDIAnnotations(cfg.GetAnnotations())) {
+			if claims, err = d.DRA.For(ctx, md.GetNamespace(), md.GetName()); err != nil {
+				return refuse(codes.Unavailable, metrics.ReasonDRAUnknown, err)
+			}
+			for _, s := range alloc.Devices {
+				if h, ok := claims.Others[s.ID]; ok {
+					return refuse(codes.ResourceExhausted, metrics.ReasonDRAHeld, fmt.Errorf("%w: GPU %s is held by %s", ErrHeldByDRA, s.ID, h))
+				}
+			}
+		}
+		held := alloc.Devices
+		for _, id := range claims.Own {
+			if !slices.ContainsFunc(held, func(s types.DeviceShare) bool { return s.ID == id }) {
+				held = append(slices.Clip(held), types.DeviceShare{ID: id, Exclusive: true})
+			}
+		}
 		// The ledger first: a container refused here starts nothing (no
 		// MPS daemon) for devices another pod holds.
 		var claimLabels, claimAnnotations map[string]string
-		if len(alloc.Devices) > 0 && d.Ledger != nil {
+		if len(held) > 0 && d.Ledger != nil {
 			c := ledger.Claim{PodUID: md.GetUid(), Pod: md.GetNamespace() + "/" + md.GetName(), Container: name,
-				Attempt: cfg.GetMetadata().GetAttempt(), Devices: alloc.Devices}
+				Attempt: cfg.GetMetadata().GetAttempt(), Devices: held}
 			if claimLabels, claimAnnotations, err = ledger.Labels(c); err != nil {
 				return refuse(codes.FailedPrecondition, metrics.ReasonInvalidAllocation, err)
 			}
@@ -134,10 +172,10 @@ func CreateContainer(d Devices) Interceptor {
 			return refuse(codes.FailedPrecondition, metrics.ReasonCDIOff, ErrCDIOff)
 		}
 		if !allowed {
-			stripped := rewrite.Strip(cfg)
+			stripped := rewrite.Strip(cfg, claims.CDI)
 			// containerd may pass the pod's annotations on to the runtime
 			// (pod_annotations), and CDI-aware runtimes read them.
-			if sbStripped := rewrite.StripCDIAnnotations(sb.GetAnnotations()); len(sbStripped) > 0 {
+			if sbStripped := rewrite.StripCDIAnnotations(sb.GetAnnotations(), nil); len(sbStripped) > 0 {
 				stripped.CDIDevices = append(stripped.CDIDevices, sbStripped...)
 			}
 			if !stripped.Empty() {

@@ -154,9 +154,11 @@ func IsGPUCDIDevice(name string) bool {
 // Strip removes from cfg every way to a GPU that the shim did not add: the
 // NVIDIA driver's device nodes, mounts of them or of the NVIDIA runtime's
 // device-list paths, and GPU CDI devices, in the config's fields and in
-// its CDI annotations. Env variables are not touched here: the edits
-// (Baseline and the modules') replace them. It changes cfg in place.
-func Strip(cfg *runtimeapi.ContainerConfig) Stripped {
+// its CDI annotations, but for the CDI devices named in keep: those of the
+// pod's prepared DRA claims, which kubelet adds. Env variables are not
+// touched here: the edits (Baseline and the modules') replace them. It
+// changes cfg in place.
+func Strip(cfg *runtimeapi.ContainerConfig, keep []string) Stripped {
 	var s Stripped
 	var majors map[uint32]bool // read once, if a device entry needs it
 	cfg.Devices = slices.DeleteFunc(cfg.Devices, func(d *runtimeapi.Device) bool {
@@ -181,31 +183,42 @@ func Strip(cfg *runtimeapi.ContainerConfig) Stripped {
 		return false
 	})
 	cfg.CDIDevices = slices.DeleteFunc(cfg.CDIDevices, func(d *runtimeapi.CDIDevice) bool {
-		if IsGPUCDIDevice(d.GetName()) {
+		if IsGPUCDIDevice(d.GetName()) && !slices.Contains(keep, d.GetName()) {
 			s.CDIDevices = append(s.CDIDevices, d.GetName())
 			return true
 		}
 		return false
 	})
-	s.CDIDevices = append(s.CDIDevices, StripCDIAnnotations(cfg.Annotations)...)
+	s.CDIDevices = append(s.CDIDevices, StripCDIAnnotations(cfg.Annotations, keep)...)
 	return s
 }
 
-// StripCDIAnnotations removes GPU CDI device names from the cdi.k8s.io/*
-// annotations in m (in place) and returns them.
-func StripCDIAnnotations(m map[string]string) []string {
+// HasCDIAnnotations reports whether m has a cdi.k8s.io/* annotation.
+func HasCDIAnnotations(m map[string]string) bool {
+	for k := range m {
+		if strings.HasPrefix(k, CDIAnnotationPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// StripCDIAnnotations removes GPU CDI device names but those in keep from
+// the cdi.k8s.io/* annotations in m (in place) and returns them.
+func StripCDIAnnotations(m map[string]string, keep []string) []string {
+	strip := func(n string) bool { return IsGPUCDIDevice(n) && !slices.Contains(keep, n) }
 	var removed []string
 	for k, v := range m {
 		if !strings.HasPrefix(k, CDIAnnotationPrefix) {
 			continue
 		}
 		names := strings.Split(v, ",")
-		kept := slices.DeleteFunc(slices.Clone(names), IsGPUCDIDevice)
+		kept := slices.DeleteFunc(slices.Clone(names), strip)
 		if len(kept) == len(names) {
 			continue
 		}
 		for _, n := range names {
-			if IsGPUCDIDevice(n) {
+			if strip(n) {
 				removed = append(removed, n)
 			}
 		}

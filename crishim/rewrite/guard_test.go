@@ -35,7 +35,7 @@ func TestStrip(t *testing.T) {
 			"keep":             "nvidia.com/gpu=0",
 		},
 	}
-	s := Strip(cfg)
+	s := Strip(cfg, nil)
 	var left []string
 	for _, d := range cfg.Devices {
 		left = append(left, d.HostPath+":"+d.ContainerPath)
@@ -56,7 +56,7 @@ func TestStrip(t *testing.T) {
 	if len(s.DeviceNodes) != 3 || len(s.Mounts) != 3 || len(s.CDIDevices) != 6 {
 		t.Errorf("stripped %+v", s)
 	}
-	if !Strip(cfg).Empty() {
+	if !Strip(cfg, nil).Empty() {
 		t.Error("a second Strip removed more")
 	}
 }
@@ -133,7 +133,7 @@ func TestStripDevicesReachingGPUs(t *testing.T) {
 		{HostPath: link, ContainerPath: "/linked"},
 		{HostPath: null, ContainerPath: "/dev/mynull"},
 	}}
-	s := Strip(cfg)
+	s := Strip(cfg, nil)
 	if len(cfg.Devices) != 1 || cfg.Devices[0].HostPath != null || len(s.DeviceNodes) != 3 {
 		t.Errorf("left %v, removed %v: want only %s left", cfg.Devices, s.DeviceNodes, null)
 	}
