@@ -300,8 +300,10 @@ func addHandlers(logger klog.Logger, c *devicecache.Cache, pending *metrics.Pend
 		// leaves to DRA (devicecache/dra.go). The same informers as the
 		// DynamicResources plugin's.
 		add(factory.Resource().V1().ResourceSlices().Informer(), toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { withObject(obj, func(s *resourcev1.ResourceSlice) { c.UpdateResourceSlice(logger, s) }) },
-			UpdateFunc: func(_, obj any) { withObject(obj, func(s *resourcev1.ResourceSlice) { c.UpdateResourceSlice(logger, s) }) },
+			AddFunc: func(obj any) { withObject(obj, func(s *resourcev1.ResourceSlice) { c.UpdateResourceSlice(logger, s) }) },
+			UpdateFunc: func(_, obj any) {
+				withObject(obj, func(s *resourcev1.ResourceSlice) { c.UpdateResourceSlice(logger, s) })
+			},
 			DeleteFunc: func(obj any) {
 				withObject(obj, func(s *resourcev1.ResourceSlice) { c.DeleteResourceSlice(logger, s.Name) })
 			},
