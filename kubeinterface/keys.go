@@ -108,6 +108,11 @@ const (
 	LabelContainerLedger = Domain + "ledger"
 	// LabelContainerPodUID is the UID of the container's pod.
 	LabelContainerPodUID = Domain + "pod-uid"
+	// AnnotationContainerDRAHeld lists, as AnnotationContainerHeld does,
+	// the kubegpu devices the container's pod holds through ResourceClaims
+	// of another DRA driver: the pods of one shared claim hold them
+	// together, and no container holds them through kubegpu meanwhile.
+	AnnotationContainerDRAHeld = Domain + "dra-held"
 	// AnnotationContainerHeld lists the devices the container holds (see
 	// EncodeHeld).
 	AnnotationContainerHeld = Domain + "held"

@@ -83,6 +83,9 @@ type explainRow struct {
 	// reason is why not, in full; status is the scheduler's Filter
 	// status message for it (constant per reason).
 	reason, status string
+	// dra is set where DRA, not kubegpu, serves the pod (reason says
+	// why): the scheduler passes the node to the DynamicResources plugin.
+	dra bool
 }
 
 func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name string) error {
@@ -159,6 +162,9 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	}
 	if note := unknownModels(req, s.nodes); note != "" {
 		fmt.Fprintln(w, note)
+	}
+	if s.draUnread != "" {
+		fmt.Fprintln(w, sanitize(s.draUnread))
 	}
 	if msg := schedulerSays(pod); msg != "" {
 		fmt.Fprintf(w, "The scheduler's last attempt: %s\n", msg)
@@ -297,6 +303,9 @@ func decide(c *devicecache.Cache, in *devicecache.Input, node *corev1.Node, requ
 		}
 		capacity, free := devicecache.NodeHost(a.Cpu().MilliValue(), a.Memory().Value(), with[0], with[1])
 		if _, err := c.EvaluateWith(node, o, in, corev1helpers.PodPriority(self), capacity, free, &pl); err != nil {
+			if row, ok := draRow(node, err); ok {
+				return row
+			}
 			refusal := devicecache.Classify(err)
 			row := explainRow{node: node.Name, reason: refusal.Detail(), status: refusal.Message}
 			capacity, free = devicecache.NodeHost(a.Cpu().MilliValue(), a.Memory().Value(), requested[0], requested[1])
@@ -308,6 +317,9 @@ func decide(c *devicecache.Cache, in *devicecache.Input, node *corev1.Node, requ
 	}
 	capacity, free := devicecache.NodeHost(a.Cpu().MilliValue(), a.Memory().Value(), requested[0], requested[1])
 	score, err := c.Evaluate(node, in, capacity, free, &pl)
+	if row, ok := draRow(node, err); ok {
+		return row
+	}
 	if err != nil {
 		refusal := devicecache.Classify(err)
 		return explainRow{node: node.Name, reason: refusal.Detail(), status: refusal.Message}
@@ -316,13 +328,20 @@ func decide(c *devicecache.Cache, in *devicecache.Input, node *corev1.Node, requ
 }
 
 func printExplain(w io.Writer, rows []explainRow, top int) error {
-	fits := 0
+	fits, dra := 0, 0
 	for _, r := range rows {
-		if r.fits {
+		switch {
+		case r.fits:
 			fits++
+		case r.dra:
+			dra++
 		}
 	}
-	fmt.Fprintf(w, "Fits on %d of %d nodes.\n\n", fits, len(rows))
+	fmt.Fprintf(w, "Fits on %d of %d nodes.\n", fits, len(rows))
+	if dra > 0 {
+		fmt.Fprintf(w, "DRA serves the pod's request on %d more: kubegpu-scheduler ranks them after the nodes it fits on.\n", dra)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tFITS\tRANK\tDEVICES / REASON")
 	for i, r := range rows {
@@ -332,6 +351,8 @@ func printExplain(w io.Writer, rows []explainRow, top int) error {
 				devices = "..."
 			}
 			fmt.Fprintf(tw, "%s\tyes\t%d\t%s\n", r.node, i+1, sanitize(devices))
+		} else if r.dra {
+			fmt.Fprintf(tw, "%s\tDRA\t-\t%s\n", r.node, sanitize(r.reason))
 		} else {
 			fmt.Fprintf(tw, "%s\tno\t-\t%s\n", r.node, sanitize(r.reason))
 		}

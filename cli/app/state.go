@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -51,6 +52,9 @@ type clusterState struct {
 	// DeviceClasses: what kubegpu leaves to DRA.
 	slices  []*resourceapi.ResourceSlice
 	classes []*resourceapi.DeviceClass
+	// draUnread says why the slices or classes could not be read (a role
+	// from before kubegpu read them), or is empty.
+	draUnread string
 }
 
 type nodeState struct {
@@ -146,23 +150,32 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 }
 
 // loadDRA lists other DRA drivers' node-local ResourceSlices and the
-// DeviceClasses.
+// DeviceClasses. Not being allowed to is said (draUnread), not an error:
+// a viewer bound to the role of an earlier kubegpu still sees the rest.
 func (s *clusterState) loadDRA(ctx context.Context, client kubernetes.Interface) error {
 	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		s.draUnread = fmt.Sprintf("Not checked: which GPUs other DRA drivers publish, and which resources DeviceClasses map to DRA (%v); the role kubegpu-viewer grants it.", err)
+		return nil
+	}
 	if err != nil {
-		return fmt.Errorf("list ResourceSlices (GPUs other DRA drivers publish; the role kubegpu-viewer grants it): %w", err)
+		return fmt.Errorf("list ResourceSlices (GPUs other DRA drivers publish): %w", err)
 	}
 	classes, err := client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("list DeviceClasses (resources mapped to DRA; the role kubegpu-viewer grants it): %w", err)
+	if apierrors.IsForbidden(err) {
+		s.draUnread = fmt.Sprintf("Not checked: which resources DeviceClasses map to DRA (%v); the role kubegpu-viewer grants it.", err)
+	} else if err != nil {
+		return fmt.Errorf("list DeviceClasses (resources mapped to DRA): %w", err)
 	}
 	for i := range slices.Items {
 		if sl := &slices.Items[i]; sl.Spec.Driver != dra.DriverName && sl.Spec.NodeName != nil {
 			s.slices = append(s.slices, sl)
 		}
 	}
-	for i := range classes.Items {
-		s.classes = append(s.classes, &classes.Items[i])
+	if classes != nil {
+		for i := range classes.Items {
+			s.classes = append(s.classes, &classes.Items[i])
+		}
 	}
 	return nil
 }

@@ -151,6 +151,11 @@ func (a *Advertiser) Once(ctx context.Context) error {
 	good := a.good
 	published, publishedUID := a.published, a.publishedUID
 	a.mu.Unlock()
+	// Known to the DRA guard at once: CreateContainer needs it without
+	// the API server.
+	if a.opts.DRA != nil && good {
+		a.opts.DRA.SetInventory(inv)
+	}
 	inv.KeyIDs = a.opts.KeyIDs
 	value, err := kubeinterface.EncodeInventory(inv)
 	if err != nil {
@@ -173,9 +178,6 @@ func (a *Advertiser) Once(ctx context.Context) error {
 	// delete what the previous shim published.
 	if a.opts.Slices != nil && good {
 		a.opts.Slices.Update(ctx, inv, node.UID)
-	}
-	if a.opts.DRA != nil && good {
-		a.opts.DRA.SetInventory(inv)
 	}
 	// The condition first: it says why the inventory may lack devices.
 	if want := a.opts.Condition; want != nil && (node.DevicesReady == nil || *node.DevicesReady != *want) {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/kubegpu/kubegpu/crishim/rewrite"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -46,6 +47,9 @@ type Guard struct {
 	// have identifiers (dra.DeviceKeys).
 	slices map[string]sliceDevices
 	keys   map[string]string // dra.InventoryKeys of the node's devices
+	// family maps a GPU to its partitions (MIG) and a partition to its
+	// GPU: a claim on either holds both.
+	family map[string][]string
 	synced bool
 }
 
@@ -65,8 +69,15 @@ func New(node string, pr PodResources) *Guard {
 // SetInventory sets the node's kubegpu devices.
 func (g *Guard) SetInventory(inv types.Inventory) {
 	keys := dra.InventoryKeys(inv)
+	family := map[string][]string{}
+	for _, d := range inv.Devices {
+		if d.Parent != "" {
+			family[d.Parent] = append(family[d.Parent], d.ID)
+			family[d.ID] = append(family[d.ID], d.Parent)
+		}
+	}
 	g.mu.Lock()
-	g.keys = keys
+	g.keys, g.family = keys, family
 	g.mu.Unlock()
 }
 
@@ -148,17 +159,18 @@ func (g *Guard) Overlaps() ([]dra.Overlap, bool) {
 	return out, g.synced
 }
 
-// resolver maps the devices of other drivers' slices to kubegpu device
-// IDs; active is false when no other driver publishes a kubegpu device and
-// the slices have been read: nothing to check.
-func (g *Guard) resolver() (byDevice map[device]string, active, synced bool) {
+// resolver maps the devices of other drivers' slices to the kubegpu
+// devices they hold: the device itself, and its GPU or partitions;
+// active is false when no other driver publishes a kubegpu device and the
+// slices have been read: nothing to check.
+func (g *Guard) resolver() (byDevice map[device][]string, active, synced bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	byDevice = map[device]string{}
+	byDevice = map[device][]string{}
 	for _, sd := range g.slices {
 		devices, at := dra.MatchKeys(sd.keys, g.keys)
 		for i, id := range devices {
-			byDevice[device{sd.driver, sd.pool, sd.names[at[i]]}] = id
+			byDevice[device{sd.driver, sd.pool, sd.names[at[i]]}] = append([]string{id}, g.family[id]...)
 		}
 	}
 	return byDevice, len(byDevice) > 0 || !g.synced, g.synced
@@ -194,7 +206,10 @@ const listTimeout = 5 * time.Second
 // For returns what the prepared claims hold, for a container of pod
 // (namespace, name). It asks kubelet only while another driver publishes
 // a kubegpu device of the node, or the node's slices are not read yet;
-// otherwise it returns nothing at once. An error wraps ErrUnknown.
+// otherwise it returns nothing at once. Before the slices are read, a
+// claim of another driver whose CDI devices are GPUs'
+// (rewrite.IsGPUCDIDevice) cannot be resolved and is an error; other
+// claims (a NIC's) are not. An error wraps ErrUnknown.
 func (g *Guard) For(ctx context.Context, namespace, name string) (Claims, error) {
 	var out Claims
 	byDevice, active, synced := g.resolver()
@@ -232,24 +247,26 @@ func (g *Guard) For(ctx context.Context, namespace, name string) (Claims, error)
 					if cr.GetDriverName() == dra.DriverName {
 						continue
 					}
-					id, ok := byDevice[device{cr.GetDriverName(), cr.GetPoolName(), cr.GetDeviceName()}]
+					ids, ok := byDevice[device{cr.GetDriverName(), cr.GetPoolName(), cr.GetDeviceName()}]
 					if !ok {
-						if !synced {
-							return Claims{}, fmt.Errorf("%w: pod %s/%s holds device %s of DRA driver %s and the node's ResourceSlices are not read yet",
+						if !synced && slices.ContainsFunc(cr.GetCdiDevices(), func(d *podresourcesapi.CDIDevice) bool { return rewrite.IsGPUCDIDevice(d.GetName()) }) {
+							return Claims{}, fmt.Errorf("%w: pod %s/%s holds GPU %s of DRA driver %s and the node's ResourceSlices are not read yet",
 								ErrUnknown, p.GetNamespace(), p.GetName(), cr.GetDeviceName(), cr.GetDriverName())
 						}
 						continue // not a kubegpu device
 					}
 					if own {
-						out.Own = append(out.Own, id)
+						out.Own = append(out.Own, ids...)
 						continue
 					}
 					if out.Others == nil {
 						out.Others = map[string]Holder{}
 					}
-					if _, seen := out.Others[id]; !seen {
-						out.Others[id] = Holder{Pod: p.GetNamespace() + "/" + p.GetName(), Claim: dr.GetClaimNamespace() + "/" + dr.GetClaimName(),
-							Driver: cr.GetDriverName(), Device: cr.GetDeviceName()}
+					for _, id := range ids {
+						if _, seen := out.Others[id]; !seen {
+							out.Others[id] = Holder{Pod: p.GetNamespace() + "/" + p.GetName(), Claim: dr.GetClaimNamespace() + "/" + dr.GetClaimName(),
+								Driver: cr.GetDriverName(), Device: cr.GetDeviceName()}
+						}
 					}
 				}
 			}

@@ -61,8 +61,8 @@ func TestGuard(t *testing.T) {
 		t.Fatalf("Overlaps() = %+v, %v", o, synced)
 	}
 	k.pods = []*podresourcesapi.PodResources{
-		claimOf("other", "holder", "c1", "gpu.example.com", "n1", "dev-b", "gpu.example.com/gpu=dev-b"),
-		claimOf("ns", "p", "mine", "gpu.example.com", "n1", "dev-b", "gpu.example.com/gpu=dev-b"),
+		claimOf("other", "holder", "c1", "gpu.example.com", "n1", "dev-b", "k8s.gpu.nvidia.com/device=dev-b"),
+		claimOf("ns", "p", "mine", "gpu.example.com", "n1", "dev-b", "k8s.gpu.nvidia.com/device=dev-b"),
 		claimOf("ns", "p", "nic", "nic.example.com", "n1", "nic0", "nic.example.com/nic=nic0"),
 	}
 	c, err := g.For(ctx, "ns", "p")
@@ -79,12 +79,17 @@ func TestGuard(t *testing.T) {
 	if _, err := g.For(ctx, "ns", "p"); !errors.Is(err, ErrUnknown) {
 		t.Errorf("kubelet not answering: %v, want ErrUnknown", err)
 	}
-	// Slices not read yet: claims of other drivers cannot be resolved.
+	// Slices not read yet: GPU claims of other drivers cannot be
+	// resolved; a NIC's can be passed over.
 	k.err = nil
 	g2 := New("n1", k)
 	g2.SetInventory(types.Inventory{Devices: []types.Device{{ID: "gpu0", UUID: "GPU-aaa"}}})
 	if _, err := g2.For(ctx, "ns", "q"); !errors.Is(err, ErrUnknown) {
 		t.Errorf("slices not read, claims of other drivers: %v, want ErrUnknown", err)
+	}
+	k.pods = k.pods[2:] // the NIC's claim
+	if _, err := g2.For(ctx, "ns", "q"); err != nil {
+		t.Errorf("slices not read, a NIC's claim: %v", err)
 	}
 	k.pods = nil
 	if _, err := g2.For(ctx, "ns", "q"); err != nil {
@@ -100,5 +105,13 @@ func TestGuard(t *testing.T) {
 	g3.update(slice("theirs", "gpu.example.com", "n1", "dev-b", "GPU-bbb"))
 	if _, err := g3.For(ctx, "ns", "p"); !errors.Is(err, ErrUnknown) {
 		t.Errorf("no kubelet API, conflict known: %v, want ErrUnknown", err)
+	}
+	// A claim on a GPU holds its MIG partitions too.
+	g4 := New("n1", &fakeKubelet{pods: []*podresourcesapi.PodResources{claimOf("other", "holder", "c1", "gpu.example.com", "n1", "dev-b", "x")}})
+	g4.SetInventory(types.Inventory{Devices: []types.Device{{ID: "gpu1", UUID: "GPU-bbb"}, {ID: "gpu1-mig0", UUID: "MIG-1", Parent: "gpu1"}}})
+	g4.synced = true
+	g4.update(slice("theirs", "gpu.example.com", "n1", "dev-b", "GPU-bbb"))
+	if c, err := g4.For(ctx, "ns", "p"); err != nil || len(c.Others) != 2 {
+		t.Errorf("claim on a GPU with a MIG partition: %+v, %v; want both held", c.Others, err)
 	}
 }

@@ -59,6 +59,10 @@ type Claim struct {
 	Attempt uint32
 	// Devices are the devices the container gets.
 	Devices []types.DeviceShare
+	// DRA are the kubegpu devices the container's pod holds through
+	// ResourceClaims of another DRA driver: shared with other pods' DRA
+	// holdings (a shared claim), never with kubegpu's.
+	DRA []string
 }
 
 // Options configure a Ledger.
@@ -123,8 +127,23 @@ func Labels(c Claim) (labels, annotations map[string]string, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	annotations = map[string]string{kubeinterface.AnnotationContainerHeld: held}
+	if len(c.DRA) > 0 {
+		if annotations[kubeinterface.AnnotationContainerDRAHeld], err = kubeinterface.EncodeHeld(draShares(c.DRA)); err != nil {
+			return nil, nil, err
+		}
+	}
 	return map[string]string{kubeinterface.LabelContainerLedger: kubeinterface.LedgerVersion, kubeinterface.LabelContainerPodUID: c.PodUID},
-		map[string]string{kubeinterface.AnnotationContainerHeld: held}, nil
+		annotations, nil
+}
+
+// draShares are DRA-held device IDs as whole-device shares.
+func draShares(ids []string) []types.DeviceShare {
+	out := make([]types.DeviceShare, len(ids))
+	for i, id := range ids {
+		out[i] = types.DeviceShare{ID: id, Exclusive: true}
+	}
+	return out
 }
 
 // holding is one live container's devices.
@@ -132,6 +151,8 @@ type holding struct {
 	podUID  string
 	what    string // container ID or the pending claim, for logs
 	devices []types.DeviceShare
+	// dra are the devices held through other DRA drivers' claims.
+	dra []string
 }
 
 // Claim checks c against what live containers of other pods hold, and, if
@@ -178,6 +199,9 @@ func (l *Ledger) Held(ctx context.Context) (map[string][]string, error) {
 		for _, d := range h.devices {
 			out[d.ID] = append(out[d.ID], h.podUID)
 		}
+		for _, id := range h.dra {
+			out[id] = append(out[id], h.podUID)
+		}
 	}
 	return out, nil
 }
@@ -203,13 +227,21 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 			continue
 		}
 		devices, err := kubeinterface.DecodeHeld(c.GetAnnotations()[kubeinterface.AnnotationContainerHeld])
+		var dra []types.DeviceShare
+		if v, ok := c.GetAnnotations()[kubeinterface.AnnotationContainerDRAHeld]; ok && err == nil {
+			dra, err = kubeinterface.DecodeHeld(v)
+		}
 		if err != nil || uid == "" {
 			// Only the shim writes these; the runtime's store was changed
 			// behind its back.
 			logger.Error(err, "Container in the device ledger with unreadable holdings; not counted", "containerID", c.GetId(), "podUID", uid)
 			continue
 		}
-		held = append(held, holding{podUID: uid, what: "container " + c.GetId(), devices: devices})
+		h := holding{podUID: uid, what: "container " + c.GetId(), devices: devices}
+		for _, d := range dra {
+			h.dra = append(h.dra, d.ID)
+		}
+		held = append(held, h)
 	}
 	var live map[string]bool
 	if len(l.pending) > 0 {
@@ -225,7 +257,7 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 			delete(l.pending, seq)
 			continue
 		}
-		held = append(held, holding{podUID: p.claim.PodUID, what: "pending " + p.key, devices: p.claim.Devices})
+		held = append(held, holding{podUID: p.claim.PodUID, what: "pending " + p.key, devices: p.claim.Devices, dra: p.claim.DRA})
 	}
 	return held, nil
 }
@@ -237,6 +269,9 @@ func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 		memoryMiB int64
 		compute   int
 		holders   []string
+		// kubegpu counts the holdings through kubegpu, dra those
+		// through other DRA drivers' claims.
+		kubegpu, dra int
 	}
 	uses := map[string]*use{}
 	for _, h := range held {
@@ -255,6 +290,16 @@ func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 			u.memoryMiB += d.MemoryMiB
 			u.compute += d.ComputePercent
 			u.holders = append(u.holders, h.what)
+			u.kubegpu++
+		}
+		for _, id := range h.dra {
+			u := uses[id]
+			if u == nil {
+				u = &use{}
+				uses[id] = u
+			}
+			u.dra++
+			u.holders = append(u.holders, h.what)
 		}
 	}
 	var reasons []string
@@ -266,6 +311,8 @@ func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 		}
 		dev, ok := l.opts.Capacity(d.ID)
 		switch {
+		case u.dra > 0:
+			reasons = append(reasons, fmt.Sprintf("%s is held by another pod's container through a DRA claim", d.ID))
 		case len(u.exclusive) > 0:
 			reasons = append(reasons, fmt.Sprintf("%s is held whole by another pod's container", d.ID))
 		case d.Exclusive:
@@ -278,6 +325,12 @@ func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 			continue
 		}
 		holders = append(holders, u.holders...)
+	}
+	for _, id := range c.DRA {
+		if u := uses[id]; u != nil && u.kubegpu > 0 {
+			reasons = append(reasons, fmt.Sprintf("%s, which the pod's DRA claim holds, is held by another pod's container through kubegpu", id))
+			holders = append(holders, u.holders...)
+		}
 	}
 	if len(reasons) == 0 {
 		return nil

@@ -261,3 +261,40 @@ func TestLedgerDropsClaimsOfGonePods(t *testing.T) {
 		t.Errorf("sandboxes unlisted: %v, want ErrUnavailable", err)
 	}
 }
+
+// TestLedgerDRAHoldings: a device a pod holds through another DRA driver's
+// claim is shared with other pods holding it the same way (a shared
+// claim), and never with a container that holds it through kubegpu, whole
+// or a slice, in either order.
+func TestLedgerDRAHoldings(t *testing.T) {
+	now := time.Unix(0, 0)
+	rt := &runtime{}
+	l := newLedger(rt, &now)
+	ctx := context.Background()
+	rt.create(t, Claim{PodUID: "a", Container: "main", DRA: []string{"gpu0"}}, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	if release, err := l.Claim(ctx, Claim{PodUID: "b", Container: "main", DRA: []string{"gpu0"}}); err != nil {
+		t.Errorf("a second pod of the same DRA claim: %v", err)
+	} else {
+		release()
+	}
+	for _, d := range []types.DeviceShare{whole("gpu0"), slice("gpu0", 1000, 10)} {
+		if _, err := l.Claim(ctx, Claim{PodUID: "c", Container: "main", Devices: []types.DeviceShare{d}}); !errors.Is(err, ErrConflict) ||
+			!strings.Contains(err.Error(), "through a DRA claim") {
+			t.Errorf("kubegpu's %+v of a GPU a DRA claim holds: %v, want a conflict", d, err)
+		}
+	}
+	if release, err := l.Claim(ctx, Claim{PodUID: "a", Container: "side", Devices: []types.DeviceShare{whole("gpu1")}, DRA: []string{"gpu0"}}); err != nil {
+		t.Errorf("the claim's own pod, another GPU through kubegpu: %v", err)
+	} else {
+		release()
+	}
+	rt.create(t, Claim{PodUID: "d", Container: "main", Devices: []types.DeviceShare{slice("gpu1", 1000, 10)}}, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	if _, err := l.Claim(ctx, Claim{PodUID: "e", Container: "main", DRA: []string{"gpu1"}}); !errors.Is(err, ErrConflict) ||
+		!strings.Contains(err.Error(), "through kubegpu") {
+		t.Errorf("a DRA claim's container on a GPU a kubegpu slice holds: %v, want a conflict", err)
+	}
+	held, err := l.Held(ctx)
+	if err != nil || len(held["gpu0"]) != 1 || held["gpu0"][0] != "a" {
+		t.Errorf("Held() = %v, %v", held, err)
+	}
+}

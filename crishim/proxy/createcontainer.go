@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -19,7 +18,6 @@ import (
 	"github.com/kubegpu/kubegpu/crishim/metrics"
 	"github.com/kubegpu/kubegpu/crishim/rewrite"
 	"github.com/kubegpu/kubegpu/kubeinterface"
-	"github.com/kubegpu/kubegpu/types"
 )
 
 // Devices is what deciding a container's devices takes.
@@ -132,18 +130,12 @@ func CreateContainer(d Devices) Interceptor {
 				}
 			}
 		}
-		held := alloc.Devices
-		for _, id := range claims.Own {
-			if !slices.ContainsFunc(held, func(s types.DeviceShare) bool { return s.ID == id }) {
-				held = append(slices.Clip(held), types.DeviceShare{ID: id, Exclusive: true})
-			}
-		}
 		// The ledger first: a container refused here starts nothing (no
 		// MPS daemon) for devices another pod holds.
 		var claimLabels, claimAnnotations map[string]string
-		if len(held) > 0 && d.Ledger != nil {
+		if len(alloc.Devices)+len(claims.Own) > 0 && d.Ledger != nil {
 			c := ledger.Claim{PodUID: md.GetUid(), Pod: md.GetNamespace() + "/" + md.GetName(), Container: name,
-				Attempt: cfg.GetMetadata().GetAttempt(), Devices: held}
+				Attempt: cfg.GetMetadata().GetAttempt(), Devices: alloc.Devices, DRA: claims.Own}
 			if claimLabels, claimAnnotations, err = ledger.Labels(c); err != nil {
 				return refuse(codes.FailedPrecondition, metrics.ReasonInvalidAllocation, err)
 			}

@@ -14,9 +14,13 @@ import (
 var errNeverFits = errors.New("does not fit even on the idle node")
 
 // Evaluate checks in's request against node under the read lock and
-// returns the node's score. p is scratch space. Results are remembered per
+// returns the node's score. A *DRAServes error is no refusal: DRA serves
+// the request there (see ServedByDRA). p is scratch space. Results are remembered per
 // node version and request shape (see filterMemo).
 func (c *Cache) Evaluate(node *corev1.Node, in *Input, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
+	if s := ServedByDRA(node, in); s != nil {
+		return 0, s
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	ns, ok := c.lookup(node)
@@ -24,9 +28,6 @@ func (c *Cache) Evaluate(node *corev1.Node, in *Input, capacity, free devicesche
 		return 0, ErrNoInventory
 	}
 	if err := c.usableAt(ns, in.now); err != nil {
-		return 0, err
-	}
-	if err := classRefusal(node, in.mapped); err != nil {
 		return 0, err
 	}
 	return c.evaluateLocked(ns, in, capacity, free, p)

@@ -22,10 +22,14 @@ import (
 //     GPU pods from kubegpu while they do;
 //   - a pod that asks for a resource a DeviceClass maps to DRA
 //     (spec.extendedResourceName) gets no devices from kubegpu on a node
-//     where DRA serves that resource: one that advertises none of it.
+//     where DRA serves that resource: one that advertises none of it
+//     (upstream's rule). There the DynamicResources plugin decides whether
+//     the pod fits and allocates its devices; kubegpu passes the node,
+//     ranks it after the nodes it serves itself, and neither reserves nor
+//     binds (Evaluate's error is a *DRAServes).
 //
-// Both refusals are unresolvable (preemption cannot help) and name the
-// driver or the class.
+// The first refusal is unresolvable (preemption cannot help) and names the
+// driver.
 
 // ErrDRA is wrapped by every refusal that leaves a node's GPUs to DRA.
 var ErrDRA = errors.New("left to DRA")
@@ -54,38 +58,50 @@ func (e *DriverConflict) Detail() string {
 		strings.Join(e.Devices, ", "), e.Driver, e.Slice)
 }
 
-// ClassConflict is why a pod gets no devices from kubegpu on a node: a
-// DeviceClass maps a resource it asks for to DRA, which serves it there.
-type ClassConflict struct {
+// DRAServes says that DRA, not kubegpu, serves a pod's request on a node:
+// a DeviceClass maps a resource the pod asks for, and the node advertises
+// none of it. It is no refusal: Filter passes the node for the
+// DynamicResources plugin to judge, and Reserve and Bind leave the pod to
+// it.
+type DRAServes struct {
 	Class    string
 	Resource corev1.ResourceName
 }
 
-func (e *ClassConflict) Error() string {
-	return fmt.Sprintf("DeviceClass %s maps %s to DRA, which serves it on nodes that advertise none: kubegpu leaves it to DRA here", e.Class, e.Resource)
+func (e *DRAServes) Error() string {
+	return fmt.Sprintf("DRA serves %s on this node (DeviceClass %s maps it, and the node advertises none): kubegpu allocates nothing here", e.Resource, e.Class)
 }
 
-// Is makes errors.Is(err, ErrDRA) true.
-func (e *ClassConflict) Is(target error) bool { return target == ErrDRA }
-
-// Detail is Error: it says it all.
-func (e *ClassConflict) Detail() string { return e.Error() }
+// ServedByDRA returns a *DRAServes if DRA serves the request of in (see
+// ForPod) on node, or nil.
+func ServedByDRA(node *corev1.Node, in *Input) *DRAServes {
+	for _, m := range in.mapped {
+		if dra.ServedByDRA(node, m.Resource) {
+			return &DRAServes{Class: m.Class, Resource: m.Resource}
+		}
+	}
+	return nil
+}
 
 // foreignSlice is what the cache keeps of another driver's ResourceSlice:
-// the identifiers of its devices.
+// the identifiers of its devices, and the node's kubegpu devices they
+// match.
 type foreignSlice struct {
 	node, driver string
-	devices      []string // device names, in the slice's order
 	keys         [][]string
+	overlap      []string
 }
 
 // draState is what the cache knows of DRA: other drivers' node-local
 // ResourceSlices, and the DeviceClasses that map a resource kubegpu reads.
+// A slice event costs the slice's devices and the node's overlapping
+// slices, never all of the node's slices: a node may publish many.
 type draState struct {
 	slices map[string]*foreignSlice
-	// byNode maps a node to the names of its foreign slices.
-	byNode  map[string]map[string]struct{}
-	classes map[string]dra.Mapping
+	// byNode maps a node to the names of its foreign slices, overlapping
+	// to those that publish one of its kubegpu devices.
+	byNode, overlapping map[string]map[string]struct{}
+	classes             map[string]dra.Mapping
 	// mappings is classes sorted (dra.Mappings), read by Input.
 	mappings []dra.Mapping
 }
@@ -100,23 +116,20 @@ func (c *Cache) UpdateResourceSlice(logger klog.Logger, s *resourceapi.ResourceS
 	fs := &foreignSlice{node: *s.Spec.NodeName, driver: s.Spec.Driver}
 	for i := range s.Spec.Devices {
 		if k := dra.DeviceKeys(&s.Spec.Devices[i]); len(k) > 0 {
-			fs.devices = append(fs.devices, s.Spec.Devices[i].Name)
 			fs.keys = append(fs.keys, k)
 		}
 	}
 	c.mu.Lock()
-	old := c.dra.slices[s.Name]
 	if c.dra.slices == nil {
-		c.dra.slices, c.dra.byNode = map[string]*foreignSlice{}, map[string]map[string]struct{}{}
+		c.dra.slices, c.dra.byNode, c.dra.overlapping = map[string]*foreignSlice{}, map[string]map[string]struct{}{}, map[string]map[string]struct{}{}
 	}
-	c.dra.slices[s.Name] = fs
-	if old != nil && old.node != fs.node {
+	old := c.dra.slices[s.Name]
+	if old != nil {
 		c.unindexSliceLocked(s.Name, old.node)
 	}
-	if c.dra.byNode[fs.node] == nil {
-		c.dra.byNode[fs.node] = map[string]struct{}{}
-	}
-	c.dra.byNode[fs.node][s.Name] = struct{}{}
+	c.dra.slices[s.Name] = fs
+	addTo(c.dra.byNode, fs.node, s.Name)
+	c.matchSliceLocked(s.Name, fs)
 	freed := c.refreshDRALocked(logger, fs.node)
 	if old != nil && old.node != fs.node {
 		freed = c.refreshDRALocked(logger, old.node) || freed
@@ -144,14 +157,52 @@ func (c *Cache) DeleteResourceSlice(logger klog.Logger, name string) {
 }
 
 func (c *Cache) unindexSliceLocked(name, node string) {
-	delete(c.dra.byNode[node], name)
-	if len(c.dra.byNode[node]) == 0 {
-		delete(c.dra.byNode, node)
+	removeFrom(c.dra.byNode, node, name)
+	removeFrom(c.dra.overlapping, node, name)
+}
+
+// matchSliceLocked matches fs against its node's kubegpu devices and
+// indexes it among the node's overlapping slices if it publishes one.
+// Must hold c.mu.
+func (c *Cache) matchSliceLocked(name string, fs *foreignSlice) {
+	var keys map[string]string
+	if ns, ok := c.nodes[fs.node]; ok {
+		keys = ns.keys
+	}
+	if fs.overlap, _ = dra.MatchKeys(fs.keys, keys); len(fs.overlap) > 0 {
+		addTo(c.dra.overlapping, fs.node, name)
+	} else {
+		removeFrom(c.dra.overlapping, fs.node, name)
 	}
 }
 
-// refreshDRALocked matches the named node's devices against the foreign
-// slices on it and reports whether a conflict ended. Must hold c.mu.
+// rematchNodeLocked matches every foreign slice of the node again, after
+// its devices changed, and reports whether a conflict ended. Must hold
+// c.mu.
+func (c *Cache) rematchNodeLocked(logger klog.Logger, node string) bool {
+	for name := range c.dra.byNode[node] {
+		c.matchSliceLocked(name, c.dra.slices[name])
+	}
+	return c.refreshDRALocked(logger, node)
+}
+
+func addTo(m map[string]map[string]struct{}, node, name string) {
+	if m[node] == nil {
+		m[node] = map[string]struct{}{}
+	}
+	m[node][name] = struct{}{}
+}
+
+func removeFrom(m map[string]map[string]struct{}, node, name string) {
+	delete(m[node], name)
+	if len(m[node]) == 0 {
+		delete(m, node)
+	}
+}
+
+// refreshDRALocked sets the named node's conflict from its overlapping
+// slices, the first by name, and reports whether a conflict ended. Must
+// hold c.mu.
 func (c *Cache) refreshDRALocked(logger klog.Logger, node string) bool {
 	ns, ok := c.nodes[node]
 	if !ok {
@@ -159,19 +210,14 @@ func (c *Cache) refreshDRALocked(logger klog.Logger, node string) bool {
 	}
 	was := ns.draConflict
 	ns.draConflict = nil
-	if len(ns.keys) > 0 {
-		names := make([]string, 0, len(c.dra.byNode[node]))
-		for name := range c.dra.byNode[node] {
-			names = append(names, name)
+	first := ""
+	for name := range c.dra.overlapping[node] {
+		if first == "" || name < first {
+			first = name
 		}
-		slices.Sort(names)
-		for _, name := range names {
-			fs := c.dra.slices[name]
-			if devices, _ := dra.MatchKeys(fs.keys, ns.keys); len(devices) > 0 {
-				ns.draConflict = &DriverConflict{Driver: fs.driver, Slice: name, Devices: devices}
-				break
-			}
-		}
+	}
+	if fs := c.dra.slices[first]; first != "" && fs != nil {
+		ns.draConflict = &DriverConflict{Driver: fs.driver, Slice: first, Devices: fs.overlap}
 	}
 	switch {
 	case ns.draConflict != nil && (was == nil || was.Driver != ns.draConflict.Driver || was.Slice != ns.draConflict.Slice):
@@ -182,6 +228,25 @@ func (c *Cache) refreshDRALocked(logger klog.Logger, node string) bool {
 		return true
 	}
 	return false
+}
+
+// ServedByDRAOn is ServedByDRA for the named node as the cache last saw
+// it, for callers without the Node object (Reserve without a snapshot).
+func (c *Cache) ServedByDRAOn(name string, in *Input) *DRAServes {
+	if len(in.mapped) == 0 {
+		return nil
+	}
+	c.mu.RLock()
+	ns, ok := c.nodes[name]
+	var node *corev1.Node
+	if ok {
+		node = ns.object
+	}
+	c.mu.RUnlock()
+	if node == nil {
+		return nil
+	}
+	return ServedByDRA(node, in)
 }
 
 // UpdateDeviceClass takes in a DeviceClass.
@@ -199,8 +264,8 @@ func (c *Cache) UpdateDeviceClass(class *resourceapi.DeviceClass) {
 	}
 	c.sortMappingsLocked()
 	c.mu.Unlock()
-	if had && len(m) == 0 {
-		c.wake(c.draWaiters)
+	if had {
+		c.wake(c.draWaiters) // its mapping may have changed or gone
 	}
 }
 
@@ -256,18 +321,6 @@ func asksFor(pod *corev1.Pod, r corev1.ResourceName) bool {
 		}
 	}
 	return false
-}
-
-// classRefusal is why node's devices are left to DRA for a pod that asks
-// for mapped resources, or nil. (A node's DriverConflict is one of the
-// reasons it is not usable at all: see usableAt.)
-func classRefusal(node *corev1.Node, mapped []dra.Mapping) error {
-	for _, m := range mapped {
-		if dra.ServedByDRA(node, m.Resource) {
-			return &ClassConflict{Class: m.Class, Resource: m.Resource}
-		}
-	}
-	return nil
 }
 
 // WaitForDRA remembers a pod that a node refused for DRA's sake: it is

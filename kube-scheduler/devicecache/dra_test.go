@@ -121,11 +121,11 @@ func TestDRADriverConflict(t *testing.T) {
 	}
 }
 
-// TestDRAClassConflict: a pod asking for a resource that a DeviceClass
-// maps to DRA gets no devices from kubegpu on a node that advertises none
-// of it (DRA serves it there), and gets them where the node advertises it;
-// pods that do not ask for the resource are not affected.
-func TestDRAClassConflict(t *testing.T) {
+// TestDRAServes: a pod asking for a resource that a DeviceClass maps to
+// DRA is DRA's on a node that advertises none of it (also one the cache
+// knows nothing of: a DRA node), and kubegpu's where the node advertises
+// it; pods that do not ask for the resource are not affected.
+func TestDRAServes(t *testing.T) {
 	c := New(Config{Engine: cachetest.Engine(t), Staleness: 40 * time.Second, Now: func() time.Time { return testNow }})
 	logger := klog.Background()
 	without := cachetest.Node(t, "without", "t4x4")
@@ -146,10 +146,11 @@ func TestDRAClassConflict(t *testing.T) {
 		return err
 	}
 	pod := cachetest.GPUPod("p", 1, 0, testNow)
-	err := evaluate(pod, without)
-	var cc *ClassConflict
-	if !errors.As(err, &cc) || cc.Class != "gpus" || !Classify(err).Unresolvable {
-		t.Fatalf("on a node advertising no %s: %v, want DeviceClass gpus named", name, err)
+	for _, node := range []*corev1.Node{without, cachetest.Named("unknown")} {
+		var s *DRAServes
+		if err := evaluate(pod, node); !errors.As(err, &s) || s.Class != "gpus" || s.Resource != corev1.ResourceName(name) {
+			t.Errorf("on node %s, advertising no %s: %v, want DRA's through DeviceClass gpus", node.Name, name, err)
+		}
 	}
 	if err := evaluate(pod, with); err != nil {
 		t.Errorf("on a node advertising %s: %v", name, err)

@@ -90,8 +90,9 @@ func (c *Cache) UpdateNode(logger klog.Logger, node *corev1.Node) {
 	becameReady := setReady(ns, node)
 	ns.gpus = advertisesGPUs(node)
 	rebuilt := !ns.built || has != ns.hasInventory || value != ns.inventory
+	draFreed := false
 	if rebuilt {
-		c.rebuildNode(logger, ns, node, value, has)
+		draFreed = c.rebuildNode(logger, ns, node, value, has)
 	}
 	c.taints.set(ns, taints)
 	c.mu.Unlock()
@@ -101,11 +102,15 @@ func (c *Cache) UpdateNode(logger klog.Logger, node *corev1.Node) {
 	if rebuilt && has {
 		c.wake(c.deviceWaiters)
 	}
+	if draFreed {
+		c.wake(c.draWaiters)
+	}
 }
 
-// rebuildNode builds the node's devices from its inventory annotation and
-// counts its pods again; must hold c.mu.
-func (c *Cache) rebuildNode(logger klog.Logger, ns *nodeState, node *corev1.Node, value string, has bool) {
+// rebuildNode builds the node's devices from its inventory annotation,
+// matches them against other DRA drivers' slices and counts its pods
+// again; must hold c.mu. It reports whether a conflict with DRA ended.
+func (c *Cache) rebuildNode(logger klog.Logger, ns *nodeState, node *corev1.Node, value string, has bool) (draFreed bool) {
 	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.idle, ns.err, ns.refuses, ns.keys = true, has, value, nil, nil, ErrNoInventory, nil, nil
 	// A rebuilt Node starts its version again: forget its Filter results.
 	ns.memo.clear()
@@ -127,12 +132,13 @@ func (c *Cache) rebuildNode(logger klog.Logger, ns *nodeState, node *corev1.Node
 			logger.Error(err, "Node's kubegpu inventory is unusable; the node gets no GPU pods until it is fixed", "node", klog.KObj(node))
 		}
 	}
-	c.refreshDRALocked(logger, ns.name)
+	freed := c.rematchNodeLocked(logger, ns.name)
 	for uid := range ns.pods {
 		c.pods[uid].applied = false
 		c.apply(logger, uid, c.pods[uid])
 	}
 	logger.V(4).Info("Node devices updated", "node", klog.KObj(node), "devices", deviceCount(ns), "pods", len(ns.pods))
+	return freed
 }
 
 // devicesChanged records the devices' version after the cache changed

@@ -53,6 +53,9 @@ func (c *Cache) HoldsOn(uid ktypes.UID, node string) bool {
 // scheduler is evicting already (and so soon gone) count as gone if their
 // priority is below it.
 func (c *Cache) EvaluateWith(node *corev1.Node, o *Overlay, in *Input, prio int32, capacity, free devicescheduler.Host, p *devicescheduler.Placement) (int64, error) {
+	if s := ServedByDRA(node, in); s != nil {
+		return 0, s
+	}
 	c.mu.RLock()
 	ns, ok := c.lookup(node)
 	if !ok {
@@ -60,10 +63,6 @@ func (c *Cache) EvaluateWith(node *corev1.Node, o *Overlay, in *Input, prio int3
 		return 0, ErrNoInventory
 	}
 	if err := c.usableAt(ns, in.now); err != nil {
-		c.mu.RUnlock()
-		return 0, err
-	}
-	if err := classRefusal(node, in.mapped); err != nil {
 		c.mu.RUnlock()
 		return 0, err
 	}

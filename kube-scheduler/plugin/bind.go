@@ -26,7 +26,7 @@ import (
 // left to the next bind plugin (DefaultBinder).
 func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	s := getState(cs)
-	if s == nil || p.args.WriteAllocation != config.WriteAllocationBind {
+	if s == nil || s.dra || p.args.WriteAllocation != config.WriteAllocationBind {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	value, err := p.signedAllocation(pod, s)

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 
@@ -45,6 +46,10 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		}
 	}
 	placements.Put(pl)
+	var served *devicecache.DRAServes
+	if errors.As(err, &served) {
+		return nil // the DynamicResources plugin judges the node
+	}
 	if err != nil && devicecache.ReasonOf(err) == devicecache.ReasonHostResources && !devicecache.Classify(err).Unresolvable && p.fitFilters() && fitCountsHost(cs) {
 		// Left to NodeResourcesFit, which the shipped profiles run
 		// after this plugin: its reason names the resource, and its

@@ -21,7 +21,7 @@ import (
 // PreBind that runs makes the scheduler also write the pod's nominated node
 // first, an extra API write per pod.
 func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	if getState(cs) == nil || p.args.WriteAllocation != config.WriteAllocationPreBind {
+	if s := getState(cs); s == nil || s.dra || p.args.WriteAllocation != config.WriteAllocationPreBind {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return nil, nil
@@ -33,7 +33,7 @@ func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev
 // pod of the same name.
 func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	s := getState(cs)
-	if s == nil || p.args.WriteAllocation != config.WriteAllocationPreBind {
+	if s == nil || s.dra || p.args.WriteAllocation != config.WriteAllocationPreBind {
 		return nil
 	}
 	value, err := p.signedAllocation(pod, s)

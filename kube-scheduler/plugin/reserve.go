@@ -29,7 +29,18 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	if dropped := s.scores.release(); dropped > 0 { // Score is done
 		klog.FromContext(ctx).V(4).Info("Filter scored more nodes than the cycle had slots for; Score evaluated them again", "pod", klog.KObj(pod), "dropped", dropped)
 	}
-	capacity, free := p.reserveHost(ctx, nodeName)
+	node, capacity, free := p.reserveHost(ctx, nodeName)
+	served := p.cache.ServedByDRAOn(nodeName, &s.eval)
+	if node != nil {
+		served = devicecache.ServedByDRA(node, &s.eval)
+	}
+	if served != nil {
+		// The DynamicResources plugin allocates the pod's devices here.
+		s.dra = true
+		p.pending.Remove(pod.UID)
+		klog.FromContext(ctx).V(4).Info("DRA serves the pod's request on the node; kubegpu reserves nothing", "pod", klog.KObj(pod), "node", nodeName)
+		return nil
+	}
 	alloc, err := p.cache.Reserve(pod, nodeName, s.request, capacity, free, p.nominated(pod, nodeName))
 	if err != nil {
 		var nf *devicescheduler.NotFitError
@@ -87,24 +98,26 @@ func (p *Plugin) nominated(pod *corev1.Pod, node string) []devicecache.Added {
 	return out
 }
 
-// reserveHost is the node's host resources in this cycle's snapshot, as
-// Filter and Score saw them; untracked (zero) without a snapshot.
-func (p *Plugin) reserveHost(ctx context.Context, nodeName string) (capacity, free devicescheduler.Host) {
+// reserveHost is the node in this cycle's snapshot and its host
+// resources, as Filter and Score saw them; no node and untracked (zero)
+// resources without a snapshot.
+func (p *Plugin) reserveHost(ctx context.Context, nodeName string) (node *corev1.Node, capacity, free devicescheduler.Host) {
 	if p.handle == nil {
-		return capacity, free
+		return nil, capacity, free
 	}
 	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Node not in the scheduling snapshot; choosing devices without its CPU and memory", "node", nodeName)
-		return capacity, free
+		return nil, capacity, free
 	}
-	return nodeHost(ni)
+	capacity, free = nodeHost(ni)
+	return ni.Node(), capacity, free
 }
 
 // Unreserve gives back the devices Reserve assumed.
 func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) {
 	p.engine.ForgetPod(string(pod.UID))
-	if getState(cs) == nil {
+	if s := getState(cs); s == nil || s.dra {
 		return
 	}
 	p.cache.Unreserve(pod.UID)

@@ -32,8 +32,10 @@ type cycleState struct {
 	// scores are the scores of the nodes Filter passed, for Score.
 	scores filterScores
 
-	// Set by Reserve.
+	// Set by Reserve. dra is set when DRA serves the pod on its node
+	// (devicecache.ServedByDRA): kubegpu reserves and binds nothing.
 	alloc types.PodAllocation
+	dra   bool
 	// written is set once the allocation is on the pod (Bind or PreBind);
 	// value is the annotation value written.
 	written bool

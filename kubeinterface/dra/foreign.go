@@ -27,26 +27,29 @@ type Overlap struct {
 }
 
 // InventoryKeys maps the identifiers of inv's devices (see Overlaps) to
-// their IDs.
+// their IDs. Partitions (MIG) are known by their UUIDs only: they share
+// their GPU's PCI bus ID, which stays the GPU's.
 func InventoryKeys(inv types.Inventory) map[string]string {
 	keys := make(map[string]string, 2*len(inv.Devices))
 	for _, d := range inv.Devices {
 		if d.UUID != "" {
 			keys[uuidKey(d.UUID)] = d.ID
 		}
-		if d.PCIBusID != "" {
+		if d.PCIBusID != "" && d.Parent == "" {
 			keys[pciKey(d.PCIBusID)] = d.ID
 		}
 	}
 	return keys
 }
 
-// DeviceKeys lists the identifiers of a ResourceSlice's device: the value
-// of every string attribute named "uuid" (in any domain: "uuid" of the
-// driver's own, "gpu.nvidia.com/uuid"), and its PCI bus ID (the standard
-// attribute, or "pciBusID" of any domain). Case and the width of the PCI
-// domain ("00000000:07:00.0", as NVML writes it, is "0000:07:00.0") do
-// not matter. A device has at most resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice
+// DeviceKeys lists the identifiers of a ResourceSlice's device, UUIDs
+// first (a MIG partition shares its GPU's PCI bus ID, so a UUID says more):
+// the value of every string attribute named "uuid" (in any domain: "uuid"
+// of the driver's own, "gpu.nvidia.com/uuid"), and its PCI bus ID (the
+// standard attribute, or "pciBusID" or "pcieBusID" of any domain). Case
+// and the width of the PCI domain ("00000000:07:00.0", as NVML writes it,
+// is "0000:07:00.0") do not matter. A device has at most
+// resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice
 // attributes, so the cost is bounded.
 func DeviceKeys(d *resourceapi.Device) []string {
 	var keys []string
@@ -61,11 +64,12 @@ func DeviceKeys(d *resourceapi.Device) []string {
 		switch {
 		case strings.EqualFold(id, "uuid"):
 			keys = append(keys, uuidKey(*a.StringValue))
-		case strings.EqualFold(id, "pciBusID"):
+		case strings.EqualFold(id, "pciBusID"), strings.EqualFold(id, "pcieBusID"):
 			keys = append(keys, pciKey(*a.StringValue))
 		}
 	}
-	slices.Sort(keys)
+	// "uuid:" after "pci:" in byte order: sorted backwards, UUIDs first.
+	slices.SortFunc(keys, func(a, b string) int { return strings.Compare(b, a) })
 	return slices.Compact(keys)
 }
 

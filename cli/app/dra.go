@@ -1,10 +1,14 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
@@ -36,6 +40,9 @@ func markDRA(s *clusterState, rows []GPU) {
 // as well, and the resources DeviceClasses map, with the kubegpu nodes
 // where DRA serves them.
 func printDRA(w io.Writer, s *clusterState, rows []GPU) {
+	if s.draUnread != "" {
+		fmt.Fprintf(w, "\n%s\n", sanitize(s.draUnread))
+	}
 	var held []GPU
 	for _, g := range rows {
 		if g.DRA != "" {
@@ -61,4 +68,14 @@ func printDRA(w io.Writer, s *clusterState, rows []GPU) {
 		}
 		fmt.Fprintf(w, "\nDeviceClass %s maps %s to DRA: pods that ask for it get no GPUs from kubegpu on nodes that advertise none of it (%s).\n", m.Class, m.Resource, where)
 	}
+}
+
+// draRow is the row of a node where DRA serves the pod (Evaluate's err is
+// a *devicecache.DRAServes).
+func draRow(node *corev1.Node, err error) (explainRow, bool) {
+	var served *devicecache.DRAServes
+	if !errors.As(err, &served) {
+		return explainRow{}, false
+	}
+	return explainRow{node: node.Name, dra: true, reason: served.Error() + "; the DynamicResources plugin judges whether the pod fits"}, true
 }
