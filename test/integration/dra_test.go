@@ -314,8 +314,9 @@ func containerEnv(ctx context.Context, t *testing.T, n *localnode.Node, sock, po
 }
 
 // checkNoGPUTwice checks, on the node's running containers, that no GPU is
-// held by two pods: from the ledger's labels, which the shim gives every
-// container it gave a GPU, kubegpu's or a DRA claim's.
+// held by two pods: from the ledger's labels and annotations, which the
+// shim gives every container that holds a GPU, through kubegpu or a DRA
+// claim.
 func checkNoGPUTwice(ctx context.Context, t *testing.T, n *localnode.Node, sock string) {
 	t.Helper()
 	held, err := ledgerHeld(ctx, n, sock)
@@ -351,12 +352,18 @@ func ledgerHeld(ctx context.Context, n *localnode.Node, sock string) (map[string
 		if c.State != "CONTAINER_RUNNING" {
 			continue
 		}
-		devices, err := kubeinterface.DecodeHeld(c.Annotations[kubeinterface.AnnotationContainerHeld])
-		if err != nil {
-			return nil, err
-		}
-		for _, d := range devices {
-			held[d.ID] = append(held[d.ID], c.Labels[kubeinterface.LabelContainerPodUID])
+		for _, key := range []string{kubeinterface.AnnotationContainerHeld, kubeinterface.AnnotationContainerDRAHeld} {
+			v, ok := c.Annotations[key]
+			if !ok {
+				continue
+			}
+			devices, err := kubeinterface.DecodeHeld(v)
+			if err != nil {
+				return nil, err
+			}
+			for _, d := range devices {
+				held[d.ID] = append(held[d.ID], c.Labels[kubeinterface.LabelContainerPodUID])
+			}
 		}
 	}
 	return held, nil
