@@ -183,7 +183,7 @@ integration: build plugins kube-binaries node-binaries image $(TOOLS)/testreport
 
 .PHONY: test-nvidia-hardware
 test-nvidia-hardware: ## On a node with NVIDIA GPUs, as root (Go and gcc only): the nvidia module against the real driver, nvidia-smi, and MPS slices proven with CUDA clients (not part of test)
-	PATH="$$PATH:/usr/local/nvidia/bin" KUBEGPU_NVML_HARDWARE=1 $(GO) test -count=1 -v -run '^TestHardware$$' ./plugins/nvidia/
+	PATH="$$PATH:/usr/local/nvidia/bin" KUBEGPU_NVML_HARDWARE=1 $(GO) test -count=1 -v -run '^TestHardware' ./plugins/nvidia/
 
 .PHONY: generate
 generate: ## Regenerate the scheduler plugin's args code (deep copy, conversion, defaults) with k8s.io/code-generator

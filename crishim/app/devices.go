@@ -12,7 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/kubegpu/kubegpu/crishim/advertiser"
 	"github.com/kubegpu/kubegpu/crishim/nodeplugins"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/types"
 	"github.com/kubegpu/kubegpu/utils/pluginload"
 )
@@ -64,13 +66,13 @@ if a module fails to load, to start or to discover.`,
 		},
 	}
 	o.addFlags(cmd)
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "table", "output format: table or json")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "table", "output format: table, json, or resourceslice (the devices as the node's ResourceSlices publish them, JSON)")
 	return cmd
 }
 
 func (o *devicesOptions) run(cmd *cobra.Command) error {
-	if o.Output != "table" && o.Output != "json" {
-		return fmt.Errorf("--output must be table or json, got %q", o.Output)
+	if o.Output != "table" && o.Output != "json" && o.Output != "resourceslice" {
+		return fmt.Errorf("--output must be table, json or resourceslice, got %q", o.Output)
 	}
 	ctx := cmd.Context()
 	plugins, failures := o.open(ctx)
@@ -103,13 +105,33 @@ func (o *devicesOptions) run(cmd *cobra.Command) error {
 	}
 
 	out := cmd.OutOrStdout()
-	if o.Output == "json" {
+	switch o.Output {
+	case "resourceslice":
+		var invs []types.Inventory
+		for _, r := range results {
+			invs = append(invs, r.Inventory)
+		}
+		merged, err := advertiser.MergeInventories(invs...)
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		devices, err := dra.Devices(merged, dra.Options{PCIeRoot: pcieRoot})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ResourceSlice devices: %w", err))
+		}
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(devices); err != nil {
+			return err
+		}
+		return errors.Join(errs...)
+	case "json":
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(results); err != nil {
 			return err
 		}
-	} else {
+	default:
 		if len(plugins) == 0 && openErr == nil {
 			fmt.Fprintf(out, "No device modules in %s.\n", o.PluginDir)
 		}
