@@ -345,15 +345,16 @@ func printExplain(w io.Writer, rows []explainRow, top int) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tFITS\tRANK\tDEVICES / REASON")
 	for i, r := range rows {
-		if r.fits {
+		switch {
+		case r.fits:
 			devices := r.devices
 			if i >= top {
 				devices = "..."
 			}
 			fmt.Fprintf(tw, "%s\tyes\t%d\t%s\n", r.node, i+1, sanitize(devices))
-		} else if r.dra {
+		case r.dra:
 			fmt.Fprintf(tw, "%s\tDRA\t-\t%s\n", r.node, sanitize(r.reason))
-		} else {
+		default:
 			fmt.Fprintf(tw, "%s\tno\t-\t%s\n", r.node, sanitize(r.reason))
 		}
 	}
