@@ -166,12 +166,38 @@ func Devices(inv types.Inventory, opts Options) ([]resourceapi.Device, error) {
 			},
 			Taints: []resourceapi.DeviceTaint{{Key: TaintManaged, Value: TaintManagedValue, Effect: resourceapi.DeviceTaintEffectNoSchedule}},
 		}
+		if d.Parent == "" {
+			consumable(&dev)
+		}
 		if d.Health != types.Healthy {
 			dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{Key: TaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule})
 		}
 		out = append(out, dev)
 	}
 	return out, errors.Join(errs...)
+}
+
+// consumable makes a whole GPU's capacity consumable (DRA's consumable
+// capacity, feature DRAConsumableCapacity): kubegpu shares a GPU among
+// pods by slices of its memory and compute, so the device may be allocated
+// more than once, each time taking memory in MiB (all of it by default)
+// and cores from 1 to 100 (all by default). A partition (MIG) is taken
+// whole.
+func consumable(dev *resourceapi.Device) {
+	dev.AllowMultipleAllocations = ptr.To(true)
+	mem := dev.Capacity[CapacityMemory]
+	mem.RequestPolicy = &resourceapi.CapacityRequestPolicy{
+		Default:    ptr.To(mem.Value.DeepCopy()),
+		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Mi")), Step: ptr.To(resource.MustParse("1Mi"))},
+	}
+	dev.Capacity[CapacityMemory] = mem
+	cores := dev.Capacity[CapacityCores]
+	cores.RequestPolicy = &resourceapi.CapacityRequestPolicy{
+		Default: ptr.To(resource.MustParse("100")),
+		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1")), Max: ptr.To(resource.MustParse("100")),
+			Step: ptr.To(resource.MustParse("1"))},
+	}
+	dev.Capacity[CapacityCores] = cores
 }
 
 // Slices splits devices into slices of at most MaxDevicesPerSlice.

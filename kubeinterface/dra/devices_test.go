@@ -237,3 +237,27 @@ func TestLinkGroupsWhateverTheOrder(t *testing.T) {
 		t.Errorf("groups %q, want a alone and b, c, d together", got)
 	}
 }
+
+// TestConsumableCapacity: a whole GPU may be allocated more than once, each
+// time taking memory (all by default) and 1 to 100 cores (100 by default),
+// as kubegpu slices it; a MIG partition is taken whole.
+func TestConsumableCapacity(t *testing.T) {
+	inv := types.Inventory{Devices: []types.Device{
+		{ID: "gpu0", UUID: "GPU-a", Vendor: "nvidia.com", Model: "A100", MemoryMiB: 40960, Health: types.Healthy, NUMANode: -1},
+		{ID: "gpu0-mig0", UUID: "MIG-b", Vendor: "nvidia.com", Model: "A100 1g.5gb", MemoryMiB: 4864, Health: types.Healthy, NUMANode: -1, Parent: "gpu0"},
+	}}
+	devices, err := Devices(inv, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu, mig := devices[0], devices[1]
+	mem := gpu.Capacity[CapacityMemory].RequestPolicy
+	cores := gpu.Capacity[CapacityCores].RequestPolicy
+	if gpu.AllowMultipleAllocations == nil || !*gpu.AllowMultipleAllocations || mem == nil || cores == nil ||
+		mem.Default.Value() != 40960<<20 || cores.Default.Value() != 100 || cores.ValidRange.Max.Value() != 100 || cores.ValidRange.Min.Value() != 1 {
+		t.Errorf("whole GPU: allowMultipleAllocations %v, memory policy %+v, cores policy %+v", gpu.AllowMultipleAllocations, mem, cores)
+	}
+	if mig.AllowMultipleAllocations != nil || mig.Capacity[CapacityMemory].RequestPolicy != nil {
+		t.Errorf("MIG partition: allowMultipleAllocations %v, memory policy %+v; want it taken whole", mig.AllowMultipleAllocations, mig.Capacity[CapacityMemory].RequestPolicy)
+	}
+}

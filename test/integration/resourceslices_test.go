@@ -100,6 +100,12 @@ func TestShimPublishesResourceSlices(t *testing.T) {
 			if m := d.Capacity[dra.CapacityMemory].Value; m.Value() != want.MemoryMiB<<20 {
 				return fmt.Errorf("%s: memory %s, want %d MiB", want.ID, m.String(), want.MemoryMiB)
 			}
+			// Consumable capacity (beta in the pinned version): stored as
+			// written, so the API server validated and kept it.
+			if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations || d.Capacity[dra.CapacityCores].RequestPolicy == nil ||
+				d.Capacity[dra.CapacityMemory].RequestPolicy == nil {
+				return fmt.Errorf("%s: allowMultipleAllocations %v, capacity %+v: want consumable memory and cores", want.ID, d.AllowMultipleAllocations, d.Capacity)
+			}
 			if !slices.ContainsFunc(d.Taints, func(tn resourceapi.DeviceTaint) bool {
 				return tn.Key == dra.TaintManaged && tn.Effect == resourceapi.DeviceTaintEffectNoSchedule
 			}) {
