@@ -218,6 +218,13 @@ func (s *Slices) handleError(ctx context.Context, err error, msg string) {
 		s.signal()
 		return
 	}
+	if dropped != nil {
+		// Consumable capacity with DRAConsumableCapacity off, say: the
+		// slices are stored without them, and the controller stops
+		// asking for them.
+		logger.Error(err, "The API server dropped fields of the node's ResourceSlices (its feature gates are off); published without them", "disabledFeatures", dropped.DisabledFeatures())
+		return
+	}
 	logger.Error(err, "Publishing the node's ResourceSlices failed; retrying", "step", msg)
 }
 
