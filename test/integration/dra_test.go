@@ -86,7 +86,7 @@ func TestDRADriverBesideKubegpu(t *testing.T) {
 	// holds (it cannot know); the node refuses the claim's container.
 	racer := claimPod(ctx, t, ns, nodeName, "racer", fmt.Sprintf("device.attributes[%q].uuid == %q", exampleDriverName, held.UUID))
 	waitContainerRefused(ctx, t, ns, racer, "held by another pod", k)
-	checkNoGPUTwice(ctx, t, n, sock)
+	checkNoGPUTwice(ctx, t, n, sock, ns)
 	if p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "holder", metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodRunning {
 		t.Fatalf("the kubegpu pod is no longer running: %v %v", err, p.Status.Phase)
 	}
@@ -134,10 +134,10 @@ func TestDRADriverBesideKubegpu(t *testing.T) {
 	all := onNode(sleeper(gpuPod("after", 3, 0, 0, nil)), nodeName) // every GPU the holder does not hold
 	createPods(ctx, t, ns, all)
 	waitContainerRefused(ctx, t, ns, "after", "held by another pod", k)
-	checkNoGPUTwice(ctx, t, n, sock)
+	checkNoGPUTwice(ctx, t, n, sock, ns)
 	deletePod(ctx, t, ns, other, true) // its driver is gone: kubelet cannot unprepare its claim
 	waitRunning(ctx, t, ns, "after", k)
-	checkNoGPUTwice(ctx, t, n, sock)
+	checkNoGPUTwice(ctx, t, n, sock, ns)
 }
 
 // sleeper makes p run busybox's sleep on the node's image.
@@ -317,8 +317,9 @@ func containerEnv(ctx context.Context, t *testing.T, n *localnode.Node, sock, po
 // held by two pods: from the ledger's labels and annotations, which the
 // shim gives every container that holds a GPU, through kubegpu or a DRA
 // claim.
-func checkNoGPUTwice(ctx context.Context, t *testing.T, n *localnode.Node, sock string) {
+func checkNoGPUTwice(ctx context.Context, t *testing.T, n *localnode.Node, sock, ns string) {
 	t.Helper()
+	checkNoGPUTwiceInAPI(ctx, t, ns)
 	held, err := ledgerHeld(ctx, n, sock)
 	if err != nil {
 		t.Fatal(err)
@@ -326,6 +327,51 @@ func checkNoGPUTwice(ctx context.Context, t *testing.T, n *localnode.Node, sock 
 	for id, pods := range held {
 		if len(pods) > 1 {
 			t.Errorf("GPU %s is held by the running containers of pods %v", id, pods)
+		}
+	}
+}
+
+// checkNoGPUTwiceInAPI checks, in the API, that no GPU is held by two
+// running pods of ns: through kubegpu's allocation or through a claim of
+// the example DRA driver (its device gpu-I is kubegpu's gpuI).
+func checkNoGPUTwiceInAPI(ctx context.Context, t *testing.T, ns string) {
+	t.Helper()
+	pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders := map[string][]string{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		if a, err := objects.PodAllocation(p); err == nil {
+			for _, c := range a.Containers {
+				for _, d := range c.Devices {
+					holders[d.ID] = append(holders[d.ID], p.Name)
+				}
+			}
+		}
+		for _, rc := range p.Spec.ResourceClaims {
+			if rc.ResourceClaimName == nil {
+				continue
+			}
+			c, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, *rc.ResourceClaimName, metav1.GetOptions{})
+			if err != nil || c.Status.Allocation == nil {
+				continue
+			}
+			for _, r := range c.Status.Allocation.Devices.Results {
+				if r.Driver == exampleDriverName {
+					id := "gpu" + strings.TrimPrefix(r.Device, "gpu-")
+					holders[id] = append(holders[id], p.Name)
+				}
+			}
+		}
+	}
+	for id, pods := range holders {
+		if len(pods) > 1 {
+			t.Errorf("GPU %s is held by the running pods %v (API)", id, pods)
 		}
 	}
 }
