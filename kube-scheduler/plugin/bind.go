@@ -110,7 +110,7 @@ func (p *Plugin) signedAllocation(pod *corev1.Pod, s *cycleState) (string, error
 // record of it in the pod's status (see package record).
 func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) {
 	s := getState(cs)
-	if s == nil {
+	if s == nil || s.dra { // DRA serves the pod there: no allocation of kubegpu's
 		return
 	}
 	if s.written {

@@ -73,6 +73,7 @@ func TestDRAServesMappedResource(t *testing.T) {
 	if st := p.Bind(context.Background(), cs, gpuPod("p-dra", 1, 0, testNow), "dra"); st.Code() != fwk.Skip {
 		t.Errorf("Bind on the DRA node = %v, want Skip (DefaultBinder binds)", st)
 	}
+	p.PostBind(context.Background(), cs, gpuPod("p-dra", 1, 0, testNow), "dra") // no handle: would panic reporting a missing allocation
 	cs, _ = cycle("kubegpu")
 	if s := getState(cs); s.dra || len(s.alloc.Containers) != 1 {
 		t.Errorf("on the kubegpu node: state dra=%v alloc=%+v, want kubegpu's allocation", s.dra, s.alloc)
