@@ -11,6 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/types"
 	"github.com/kubegpu/kubegpu/utils/plugintest"
 )
@@ -149,7 +152,7 @@ func TestDevicesErrors(t *testing.T) {
 		{"unknown module", []string{"--plugin-dir", dir, "--plugin-option", "nvidai.mode=cdi"}, `plugin options name module "nvidai", which is not loaded (loaded: simgpu)`},
 		{"bad option syntax", []string{"--plugin-dir", dir, "--plugin-option", "preset=dgx1"}, "want MODULE.KEY=VALUE"},
 		{"missing dir", []string{"--plugin-dir", filepath.Join(dir, "nope")}, "open plugin directory"},
-		{"bad output", []string{"--plugin-dir", dir, "-o", "yaml"}, "--output must be table or json"},
+		{"bad output", []string{"--plugin-dir", dir, "-o", "yaml"}, "--output must be table, json or resourceslice"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -186,5 +189,24 @@ func TestDevicesWithoutNVML(t *testing.T) {
 		"--plugin-option", noNVML, "--plugin-option", "nvidia.edits=magic")
 	if err == nil || !strings.Contains(err.Error(), "option nvidia.edits must be env or cdi") || !strings.Contains(got, "Module simgpu: 4 devices") {
 		t.Errorf("devices with a bad nvidia option: error = %v\n%s", err, got)
+	}
+}
+
+// TestDevicesResourceSlice: -o resourceslice prints the devices as the
+// node's ResourceSlices publish them: tainted for kubegpu, unhealthy GPUs
+// tainted as such. simgpu's PCI bus IDs are not this machine's, so their
+// PCIe roots cannot be read: said, and the devices printed all the same.
+func TestDevicesResourceSlice(t *testing.T) {
+	got, err := run(t, "devices", "-o", "resourceslice", "--plugin-dir", simgpuDir(t), "--node-name", "node-a",
+		"--plugin-option", "simgpu.preset=t4x4", "--plugin-option", "simgpu.unhealthy=3")
+	if err != nil && !strings.Contains(err.Error(), "PCIe root") {
+		t.Fatalf("devices: %v\n%s", err, got)
+	}
+	var devices []resourceapi.Device
+	if err := json.Unmarshal([]byte(got[:strings.LastIndex(got, "]")+1]), &devices); err != nil {
+		t.Fatalf("output is not a JSON list of devices: %v\n%s", err, got)
+	}
+	if len(devices) != 4 || len(devices[0].Taints) != 1 || len(devices[3].Taints) != 2 || devices[3].Taints[1].Key != dra.TaintUnhealthy {
+		t.Errorf("devices = %+v", devices)
 	}
 }
