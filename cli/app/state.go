@@ -134,7 +134,8 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 		cpuMilli, memBytes := objects.HostRequestBytes(p)
 		rb := s.requestedBytes[p.Spec.NodeName]
 		s.requestedBytes[p.Spec.NodeName] = [2]int64{rb[0] + cpuMilli, rb[1] + memBytes}
-		if !objects.WantsDevices(p) {
+		if !objects.WantsDevices(p) || objects.ServedByDRA(p) {
+			// A pod DRA serves holds no kubegpu GPU: as one without.
 			s.withoutDevices[p.Spec.NodeName] = append(s.withoutDevices[p.Spec.NodeName], p)
 			continue
 		}

@@ -184,6 +184,7 @@ func (c *Cache) DeleteNode(name string) {
 	}
 	ns.built, ns.hasInventory, ns.inventory, ns.devices, ns.err, ns.gpus, ns.keys, ns.draConflict = false, false, "", nil, ErrNoInventory, false, nil, nil
 	ns.memo.clear()
+	c.rematchNodeLocked(klog.Background(), name) // its slices overlap nothing now
 	c.taints.unset(ns)
 	delete(c.byObject, ns.object)
 	ns.object = nil

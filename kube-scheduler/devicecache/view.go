@@ -121,8 +121,9 @@ func (c *Cache) Nodes(now time.Time, withPods bool) []NodeView {
 }
 
 // UnallocatedGPUPods counts the pods that are bound, have not finished
-// and ask for GPUs, but hold no allocation the cache counts (or assumes):
-// their containers run without GPUs. It takes the read lock once.
+// and ask for GPUs, but hold no allocation the cache counts (or assumes)
+// and are not served by DRA: their containers run without GPUs. It takes
+// the read lock once.
 func (c *Cache) UnallocatedGPUPods(pods []*corev1.Pod) int {
 	n := 0
 	c.mu.RLock()
@@ -131,7 +132,7 @@ func (c *Cache) UnallocatedGPUPods(pods []*corev1.Pod) int {
 		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		if _, ok := c.pods[p.UID]; ok || !objects.WantsDevices(p) {
+		if _, ok := c.pods[p.UID]; ok || !objects.WantsDevices(p) || objects.ServedByDRA(p) {
 			continue
 		}
 		n++

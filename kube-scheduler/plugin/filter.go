@@ -39,15 +39,17 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		_, err = p.cache.EvaluateWith(node, o, &s.eval, corev1helpers.PodPriority(pod), capacity, free, pl)
 	} else {
 		var score int64
-		if score, err = p.cache.Evaluate(node, &s.eval, capacity, free, pl); err != nil {
+		score, err = p.cache.Evaluate(node, &s.eval, capacity, free, pl)
+		switch {
+		case isDRAServes(err):
+		case err != nil:
 			s.pending.Count(devicecache.ReasonOf(err))
-		} else {
+		default:
 			s.scores.put(node, score)
 		}
 	}
 	placements.Put(pl)
-	var served *devicecache.DRAServes
-	if errors.As(err, &served) {
+	if isDRAServes(err) {
 		return nil // the DynamicResources plugin judges the node
 	}
 	if err != nil && devicecache.ReasonOf(err) == devicecache.ReasonHostResources && !devicecache.Classify(err).Unresolvable && p.fitFilters() && fitCountsHost(cs) {
@@ -63,6 +65,13 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		return nil
 	}
 	return p.filterStatus(pod, s, err)
+}
+
+// isDRAServes reports whether err says that DRA, not kubegpu, serves the
+// pod on the node (devicecache.ServedByDRA): no refusal.
+func isDRAServes(err error) bool {
+	var served *devicecache.DRAServes
+	return err != nil && errors.As(err, &served)
 }
 
 // fitPreFilterKey is where NodeResourcesFit's PreFilter leaves its state.

@@ -114,7 +114,7 @@ func normalizeRanks(scores fwk.NodeScoreList, hostOnly bool) {
 	buf := rankBuffers.Get().(*[]int64)
 	distinct := (*buf)[:0]
 	for i := range scores {
-		if !hostOnly || scores[i].Score != noDevices {
+		if (!hostOnly || scores[i].Score != noDevices) && scores[i].Score != math.MinInt64 {
 			distinct = append(distinct, scores[i].Score)
 		}
 	}
@@ -124,6 +124,12 @@ func normalizeRanks(scores fwk.NodeScoreList, hostOnly bool) {
 	for i := range scores {
 		if hostOnly && scores[i].Score == noDevices {
 			scores[i].Score = fwk.MaxScore
+			continue
+		}
+		if scores[i].Score == math.MinInt64 {
+			// Last whatever the others: a node DRA serves the pod on, or
+			// one that no longer takes it (Reserve checks again).
+			scores[i].Score = 0
 			continue
 		}
 		r, _ := slices.BinarySearch(distinct, scores[i].Score)

@@ -185,12 +185,15 @@ func Devices(inv types.Inventory, opts Options) ([]resourceapi.Device, error) {
 // whole.
 func consumable(dev *resourceapi.Device) {
 	dev.AllowMultipleAllocations = ptr.To(true)
-	mem := dev.Capacity[CapacityMemory]
-	mem.RequestPolicy = &resourceapi.CapacityRequestPolicy{
-		Default:    ptr.To(mem.Value.DeepCopy()),
-		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Mi")), Step: ptr.To(resource.MustParse("1Mi"))},
+	// A GPU that reports no memory gets no memory policy: a minimum
+	// above its capacity would make the API refuse the whole slice.
+	if mem := dev.Capacity[CapacityMemory]; mem.Value.Value() >= 1<<20 {
+		mem.RequestPolicy = &resourceapi.CapacityRequestPolicy{
+			Default:    ptr.To(mem.Value.DeepCopy()),
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Mi")), Step: ptr.To(resource.MustParse("1Mi"))},
+		}
+		dev.Capacity[CapacityMemory] = mem
 	}
-	dev.Capacity[CapacityMemory] = mem
 	cores := dev.Capacity[CapacityCores]
 	cores.RequestPolicy = &resourceapi.CapacityRequestPolicy{
 		Default: ptr.To(resource.MustParse("100")),

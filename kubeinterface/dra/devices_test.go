@@ -257,6 +257,10 @@ func TestConsumableCapacity(t *testing.T) {
 		mem.Default.Value() != 40960<<20 || cores.Default.Value() != 100 || cores.ValidRange.Max.Value() != 100 || cores.ValidRange.Min.Value() != 1 {
 		t.Errorf("whole GPU: allowMultipleAllocations %v, memory policy %+v, cores policy %+v", gpu.AllowMultipleAllocations, mem, cores)
 	}
+	inv.Devices[0].MemoryMiB = 0
+	if none, err := Devices(inv, Options{}); err != nil || none[0].Capacity[CapacityMemory].RequestPolicy != nil {
+		t.Errorf("a GPU reporting no memory: memory policy %+v, %v; want none (its minimum would exceed the capacity)", none[0].Capacity[CapacityMemory].RequestPolicy, err)
+	}
 	if mig.AllowMultipleAllocations != nil || mig.Capacity[CapacityMemory].RequestPolicy != nil {
 		t.Errorf("MIG partition: allowMultipleAllocations %v, memory policy %+v; want it taken whole", mig.AllowMultipleAllocations, mig.Capacity[CapacityMemory].RequestPolicy)
 	}

@@ -63,6 +63,12 @@ var ListAnnotations = []string{kubeinterface.AnnotationModelInclude, kubeinterfa
 // RequestResources are the resources a container asks for GPUs with.
 var RequestResources = []corev1.ResourceName{kubeinterface.ResourceGPU, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUCores}
 
+// ServedByDRA reports whether DRA serves the pod's extended resources (the
+// scheduler's DynamicResources plugin recorded the claim it allocated for
+// them in the pod's status): a pod bound so holds no kubegpu allocation,
+// and needs none.
+func ServedByDRA(pod *corev1.Pod) bool { return pod.Status.ExtendedResourceClaimStatus != nil }
+
 // WantsDevices reports cheaply whether any container of the pod asks for
 // GPUs, so that callers can skip non-GPU pods before decoding anything.
 func WantsDevices(pod *corev1.Pod) bool {
