@@ -119,6 +119,39 @@ func patchCapacity(ctx context.Context, client Client, node string, capacity Res
 	return nil
 }
 
+// Withdraw removes from the node what the advertiser publishes on it: the
+// inventory annotation, the extended resources (capacity and allocatable)
+// and the conditions ConditionDevicesReady and ConditionDRAConflict, so
+// that a node whose shim is uninstalled advertises no GPUs kubegpu served
+// (a node moved to a DRA driver must advertise no nvidia.com/gpu for DRA
+// to serve it). Kubelet leaves extended resources it does not serve as
+// they are, so nothing else would. The node's own credentials may.
+func Withdraw(ctx context.Context, client Client, node string) error {
+	annotations, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{kubeinterface.AnnotationInventory: nil}}})
+	if err != nil {
+		return err
+	}
+	if err := client.PatchNode(ctx, node, ktypes.MergePatchType, annotations); err != nil {
+		return fmt.Errorf("remove the inventory of node %s: %w", node, err)
+	}
+	gone := map[string]any{}
+	for _, name := range resourceNames {
+		gone[name] = nil
+	}
+	var conditions []map[string]string
+	for _, typ := range []string{kubeinterface.ConditionDevicesReady, kubeinterface.ConditionDRAConflict} {
+		conditions = append(conditions, map[string]string{"type": typ, "$patch": "delete"})
+	}
+	status, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": gone, "allocatable": gone, "conditions": conditions}})
+	if err != nil {
+		return err
+	}
+	if err := client.PatchNode(ctx, node, ktypes.StrategicMergePatchType, status, "status"); err != nil {
+		return fmt.Errorf("remove the GPU capacity and conditions of node %s: %w", node, err)
+	}
+	return nil
+}
+
 // maxConditionMessage bounds the condition's message: the full errors are
 // in the shim's log and on its /healthz.
 const maxConditionMessage = 2048

@@ -96,11 +96,16 @@ func newUnpublishCommand() *cobra.Command {
 	var kubeconfig, node string
 	cmd := &cobra.Command{
 		Use:   "unpublish",
-		Short: "Remove the node's ResourceSlices of driver " + dra.DriverName + " (run when uninstalling the shim)",
+		Short: "Remove what the shim published for the node: its ResourceSlices of driver " + dra.DriverName + ", and its GPUs on the Node (run when uninstalling the shim)",
 		Long: `unpublish deletes the ResourceSlices that kubegpu-crishim published for this
-node. Run it after the shim has stopped, with the node's credentials: the
-Node authorizer lets a node delete only its own slices. Deleting the Node
-removes them as well (the Node owns them).`,
+node, and removes from the Node the inventory annotation, the extended
+resources (nvidia.com/gpu and kubegpu.io/*, capacity and allocatable) and
+the conditions kubegpu.io/DevicesReady and kubegpu.io/DRAConflict: a node
+whose shim is gone advertises no GPUs that kubegpu served, so that another
+allocator (a DRA driver) can serve them. Run it after the shim has stopped,
+with the node's credentials: the Node authorizer lets a node delete only
+its own slices. Deleting the Node removes the slices as well (the Node owns
+them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if node == "" {
@@ -119,6 +124,14 @@ removes them as well (the Node owns them).`,
 				return err
 			}
 			klog.FromContext(cmd.Context()).Info("Removed the node's ResourceSlices", "node", node, "driver", dra.DriverName, "slices", n)
+			client, err := advertiser.NewClient(cfg)
+			if err != nil {
+				return err
+			}
+			if err := advertiser.Withdraw(cmd.Context(), client, node); err != nil {
+				return err
+			}
+			klog.FromContext(cmd.Context()).Info("Removed the node's GPU inventory, capacity and conditions", "node", node)
 			return nil
 		},
 	}

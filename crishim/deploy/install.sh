@@ -58,8 +58,8 @@
 #
 # restores kubelet's endpoint where install changed it and restarts
 # kubelet (which then talks to containerd; running containers stay), then
-# stops and disables the unit, removes the node's ResourceSlices
-# (kubegpu-crishim unpublish) and everything install wrote. With
+# stops and disables the unit, removes the node's ResourceSlices and its
+# GPUs on the Node (kubegpu-crishim unpublish) and everything install wrote. With
 # no record of kubelet's endpoint under /etc/kubegpu/restore (install was
 # not given --kubelet-config or --kubelet-flags), it refuses unless
 # kubelet's own files (those given, kubeadm-flags.env, /etc/default/kubelet,
@@ -421,11 +421,11 @@ if [ "$uninstall" = 1 ]; then
 	if [ -f "$unit_dst" ]; then
 		$SYSTEMCTL disable --now kubegpu-crishim
 	fi
-	# The node's ResourceSlices, with its own credentials; they also go
-	# when the Node is deleted (the Node owns them).
+	# The node's ResourceSlices and its GPUs on the Node, with its own
+	# credentials; the slices also go when the Node is deleted.
 	if [ -x "$bin_dst" ] && [ -e "$etc/kubeconfig" ]; then
 		if ! timeout 60 "$bin_dst" unpublish --kubeconfig "$etc/kubeconfig"; then
-			say "could not remove this node's ResourceSlices (driver gpu.kubegpu.io); remove them with: kubectl delete resourceslices --field-selector spec.driver=gpu.kubegpu.io,spec.nodeName=$(hostname | tr 'A-Z' 'a-z')"
+			say "could not remove this node's ResourceSlices (driver gpu.kubegpu.io) or its GPUs on the Node; remove the slices with: kubectl delete resourceslices --field-selector spec.driver=gpu.kubegpu.io,spec.nodeName=$(hostname | tr 'A-Z' 'a-z'), and run kubegpu-crishim unpublish with an administrator's kubeconfig for the rest"
 		fi
 	fi
 	remove "$unit_dst" "$args_dst" "$bin_dst" "$lib" "$etc"

@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
 )
@@ -227,6 +229,28 @@ func TestShimPublishesResourceSlices(t *testing.T) {
 	}
 	if _, err := cluster.Client.ResourceV1().ResourceSlices().Get(ctx, other.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("unpublish touched another node's slice: %v", err)
+	}
+	// And the Node advertises no GPU kubegpu served: another allocator
+	// (a DRA driver) can serve the node.
+	after, err := cluster.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := after.Annotations[kubeinterface.AnnotationInventory]; ok {
+		t.Errorf("after unpublish the Node keeps its %s annotation", kubeinterface.AnnotationInventory)
+	}
+	for _, r := range []corev1.ResourceName{kubeinterface.ResourceGPU, kubeinterface.ResourceGPUShare, kubeinterface.ResourceGPUs} {
+		if q, ok := after.Status.Allocatable[r]; ok {
+			t.Errorf("after unpublish the Node advertises %s: %s", r, q.String())
+		}
+	}
+	for _, c := range after.Status.Conditions {
+		if c.Type == kubeinterface.ConditionDevicesReady || c.Type == kubeinterface.ConditionDRAConflict {
+			t.Errorf("after unpublish the Node keeps condition %s", c.Type)
+		}
+	}
+	if !slices.ContainsFunc(after.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == corev1.NodeReady }) {
+		t.Errorf("unpublish removed kubelet's conditions: %+v", after.Status.Conditions)
 	}
 }
 
