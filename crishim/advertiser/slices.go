@@ -92,7 +92,7 @@ func (s *Slices) Update(ctx context.Context, inv types.Inventory, uid ktypes.UID
 	if err != nil {
 		klog.FromContext(ctx).Info("Some device details cannot be published in ResourceSlices", "details", err.Error())
 	}
-	s.want, s.wantValue, s.uid = DriverResources(s.node, devices), value, uid
+	s.want, s.wantValue, s.uid = DriverResources(s.node, devices, dra.CounterSets(inv)), value, uid
 	s.signal()
 }
 
@@ -229,9 +229,16 @@ func (s *Slices) handleError(ctx context.Context, err error, msg string) {
 }
 
 // DriverResources is the one pool of node's devices, in slices of at most
-// dra.MaxDevicesPerSlice.
-func DriverResources(node string, devices []resourceapi.Device) *resourceslice.DriverResources {
+// dra.MaxDevicesPerSlice, and their shared counters (dra.CounterSets), in
+// slices of their own (the API keeps counter sets and devices apart), at
+// most resourceapi.ResourceSliceMaxCounterSets a slice.
+func DriverResources(node string, devices []resourceapi.Device, counters []resourceapi.CounterSet) *resourceslice.DriverResources {
 	var out []resourceslice.Slice
+	for len(counters) > 0 {
+		n := min(len(counters), resourceapi.ResourceSliceMaxCounterSets)
+		out = append(out, resourceslice.Slice{SharedCounters: counters[:n:n]})
+		counters = counters[n:]
+	}
 	for _, d := range dra.Slices(devices) {
 		out = append(out, resourceslice.Slice{Devices: d})
 	}

@@ -115,6 +115,11 @@ type Options struct {
 func Devices(inv types.Inventory, opts Options) ([]resourceapi.Device, error) {
 	groups := linkGroups(inv)
 	names := deviceNames(inv)
+	partitioned := partitionedGPUs(inv)
+	at := make(map[string]int, len(inv.Devices))
+	for i, d := range inv.Devices {
+		at[d.ID] = i
+	}
 	var errs []error
 	out := make([]resourceapi.Device, 0, len(inv.Devices))
 	for i, d := range inv.Devices {
@@ -166,7 +171,16 @@ func Devices(inv types.Inventory, opts Options) ([]resourceapi.Device, error) {
 			},
 			Taints: []resourceapi.DeviceTaint{{Key: TaintManaged, Value: TaintManagedValue, Effect: resourceapi.DeviceTaintEffectNoSchedule}},
 		}
-		if d.Parent == "" {
+		switch {
+		case partitioned[d.ID]:
+			// In MIG mode: the GPU runs nothing itself (kubegpu gives out
+			// only its partitions), and consumes all of its counters.
+			dev.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: names[i], Counters: counters(d, d)}}
+		case d.Parent != "":
+			if p, ok := at[d.Parent]; ok {
+				dev.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: names[p], Counters: counters(d, inv.Devices[p])}}
+			}
+		default:
 			consumable(&dev)
 		}
 		if d.Health != types.Healthy {
@@ -175,6 +189,62 @@ func Devices(inv types.Inventory, opts Options) ([]resourceapi.Device, error) {
 		out = append(out, dev)
 	}
 	return out, errors.Join(errs...)
+}
+
+// Counters of a GPU's counter set.
+const (
+	// CounterMemory is a GPU's memory, which its partitions share.
+	CounterMemory = "memory"
+	// CounterMultiprocessors is a GPU's streaming multiprocessors (or the
+	// vendor's compute units), which its partitions share.
+	CounterMultiprocessors = "multiprocessors"
+)
+
+// CounterSets are the shared counters of the GPUs that have partitions
+// (MIG): one set per such GPU, named as its device, holding its memory
+// and compute units. Each partition consumes its own share, and the GPU
+// itself all of them, so that DRA never hands out a GPU and a partition of
+// it, nor partitions beyond what the GPU holds (DRA's partitionable
+// devices, feature DRAPartitionableDevices). Empty without partitions.
+func CounterSets(inv types.Inventory) []resourceapi.CounterSet {
+	partitioned := partitionedGPUs(inv)
+	names := deviceNames(inv)
+	var out []resourceapi.CounterSet
+	for i, d := range inv.Devices {
+		if partitioned[d.ID] {
+			out = append(out, resourceapi.CounterSet{Name: names[i], Counters: counters(d, d)})
+		}
+	}
+	return out
+}
+
+// partitionedGPUs are the GPUs (of no parent themselves) that some device
+// of inv names as its parent.
+func partitionedGPUs(inv types.Inventory) map[string]bool {
+	gpus := map[string]bool{}
+	for _, d := range inv.Devices {
+		if d.Parent == "" {
+			gpus[d.ID] = true
+		}
+	}
+	out := map[string]bool{}
+	for _, d := range inv.Devices {
+		if d.Parent != "" && gpus[d.Parent] {
+			out[d.Parent] = true
+		}
+	}
+	return out
+}
+
+// counters are what device d holds of the counter set of GPU gpu (d
+// itself for the GPU): its memory, and its compute units where the GPU's
+// set counts them.
+func counters(d, gpu types.Device) map[string]resourceapi.Counter {
+	c := map[string]resourceapi.Counter{CounterMemory: {Value: *resource.NewQuantity(d.MemoryMiB<<20, resource.BinarySI)}}
+	if gpu.ComputeUnits > 0 {
+		c[CounterMultiprocessors] = resourceapi.Counter{Value: *resource.NewQuantity(int64(d.ComputeUnits), resource.DecimalSI)}
+	}
+	return c
 }
 
 // consumable makes a whole GPU's capacity consumable (DRA's consumable

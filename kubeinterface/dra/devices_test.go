@@ -240,17 +240,31 @@ func TestLinkGroupsWhateverTheOrder(t *testing.T) {
 
 // TestConsumableCapacity: a whole GPU may be allocated more than once, each
 // time taking memory (all by default) and 1 to 100 cores (100 by default),
-// as kubegpu slices it; a MIG partition is taken whole.
+// as kubegpu slices it; a MIG partition is taken whole, and it and its GPU
+// (in MIG mode, never shared) consume the GPU's counters: the GPU all of
+// them, the partition its share.
 func TestConsumableCapacity(t *testing.T) {
 	inv := types.Inventory{Devices: []types.Device{
-		{ID: "gpu0", UUID: "GPU-a", Vendor: "nvidia.com", Model: "A100", MemoryMiB: 40960, Health: types.Healthy, NUMANode: -1},
-		{ID: "gpu0-mig0", UUID: "MIG-b", Vendor: "nvidia.com", Model: "A100 1g.5gb", MemoryMiB: 4864, Health: types.Healthy, NUMANode: -1, Parent: "gpu0"},
+		{ID: "gpu0", UUID: "GPU-a", Vendor: "nvidia.com", Model: "A100", MemoryMiB: 40960, ComputeUnits: 108, Health: types.Healthy, NUMANode: -1},
+		{ID: "gpu1", UUID: "GPU-c", Vendor: "nvidia.com", Model: "A100", MemoryMiB: 40960, ComputeUnits: 108, Health: types.Healthy, NUMANode: -1},
+		{ID: "gpu1-mig0", UUID: "MIG-b", Vendor: "nvidia.com", Model: "A100 1g.5gb", MemoryMiB: 4864, ComputeUnits: 14, Health: types.Healthy, NUMANode: -1, Parent: "gpu1"},
 	}}
 	devices, err := Devices(inv, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpu, mig := devices[0], devices[1]
+	gpu, migGPU, mig := devices[0], devices[1], devices[2]
+	value := func(c map[string]resourceapi.Counter, name string) int64 { v := c[name].Value; return v.Value() }
+	sets := CounterSets(inv)
+	if len(sets) != 1 || sets[0].Name != "gpu1" || value(sets[0].Counters, CounterMultiprocessors) != 108 {
+		t.Errorf("CounterSets = %+v, want one for gpu1", sets)
+	}
+	if migGPU.AllowMultipleAllocations != nil || len(migGPU.ConsumesCounters) != 1 || value(migGPU.ConsumesCounters[0].Counters, CounterMemory) != 40960<<20 {
+		t.Errorf("GPU in MIG mode: allowMultipleAllocations %v, consumes %+v; want all of its counters, not shared", migGPU.AllowMultipleAllocations, migGPU.ConsumesCounters)
+	}
+	if len(mig.ConsumesCounters) != 1 || mig.ConsumesCounters[0].CounterSet != "gpu1" || value(mig.ConsumesCounters[0].Counters, CounterMultiprocessors) != 14 {
+		t.Errorf("MIG partition consumes %+v, want 14 multiprocessors of gpu1", mig.ConsumesCounters)
+	}
 	mem := gpu.Capacity[CapacityMemory].RequestPolicy
 	cores := gpu.Capacity[CapacityCores].RequestPolicy
 	if gpu.AllowMultipleAllocations == nil || !*gpu.AllowMultipleAllocations || mem == nil || cores == nil ||

@@ -16,11 +16,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubegpu/kubegpu/crishim/advertiser"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // nodeSlices are node's ResourceSlices of kubegpu's driver, read as an
@@ -278,4 +281,69 @@ current-context: c
 	}
 	// startShim waits until crictl reaches the shim's CRI socket.
 	startShim(ctx, t, n, "no-api-node", "--plugin-option=simgpu.preset=t4x4", "--kubeconfig="+kubeconfig, "--interval=1s")
+}
+
+// TestResourceSlicesOfPartitionedGPUs: a node with a GPU in MIG mode
+// publishes, with its own credentials, its partitions as partitionable
+// devices: the GPU's counters (memory, multiprocessors) in a slice of
+// their own, the GPU consuming all of them and each partition its share,
+// and a whole GPU beside it with consumable capacity; the API server
+// (DRAPartitionableDevices and DRAConsumableCapacity on, as by default in
+// the pinned version) keeps every field.
+func TestResourceSlicesOfPartitionedGPUs(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const nodeName = "mig-slices"
+	sn := addNodes(ctx, t, nodeName, "", 1)
+	node, err := cluster.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(sn.kubelets[nodeName].Identity.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := types.Inventory{Devices: []types.Device{
+		{ID: "gpu0", UUID: "GPU-mig-test-0", Vendor: "nvidia.com", Model: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960, ComputeUnits: 108, Health: types.Healthy, NUMANode: -1},
+		{ID: "gpu1", UUID: "GPU-mig-test-1", Vendor: "nvidia.com", Model: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960, ComputeUnits: 108, Health: types.Healthy, NUMANode: -1},
+		{ID: "gpu1-mig0", UUID: "MIG-mig-test-a", Vendor: "nvidia.com", Model: "NVIDIA A100-SXM4-40GB MIG 3g.20gb", MemoryMiB: 19968, ComputeUnits: 42, Health: types.Healthy, NUMANode: -1, Parent: "gpu1"},
+		{ID: "gpu1-mig1", UUID: "MIG-mig-test-b", Vendor: "nvidia.com", Model: "NVIDIA A100-SXM4-40GB MIG 1g.5gb", MemoryMiB: 4864, ComputeUnits: 14, Health: types.Healthy, NUMANode: -1, Parent: "gpu1"},
+	}}
+	if err := inv.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := advertiser.NewSlices(cs, nodeName, dra.Options{}, nil)
+	go s.Run(ctx)
+	s.Update(ctx, inv, node.UID)
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := nodeSlices(ctx, nodeName)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		var counters []resourceapi.CounterSet
+		devices := map[string]resourceapi.Device{}
+		for _, sl := range list {
+			counters = append(counters, sl.Spec.SharedCounters...)
+			for _, d := range sl.Spec.Devices {
+				devices[d.Name] = d
+			}
+		}
+		switch {
+		case len(counters) != 1 || counters[0].Name != "gpu1" || len(counters[0].Counters) != 2:
+			last = fmt.Errorf("counter sets %+v, want gpu1's memory and multiprocessors", counters)
+		case len(devices) != 4:
+			last = fmt.Errorf("%d devices, want 4", len(devices))
+		case len(devices["gpu1"].ConsumesCounters) != 1 || len(devices["gpu1-mig1"].ConsumesCounters) != 1 || devices["gpu1-mig1"].ConsumesCounters[0].CounterSet != "gpu1":
+			last = fmt.Errorf("consumption dropped or wrong: gpu1 %+v, gpu1-mig1 %+v", devices["gpu1"].ConsumesCounters, devices["gpu1-mig1"].ConsumesCounters)
+		case devices["gpu0"].AllowMultipleAllocations == nil || len(devices["gpu0"].ConsumesCounters) != 0:
+			last = fmt.Errorf("whole GPU: %+v", devices["gpu0"])
+		default:
+			return true, nil
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("partitionable devices not published as written: %v (last: %v)", err, last)
+	}
 }
