@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 
@@ -68,10 +67,12 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 }
 
 // isDRAServes reports whether err says that DRA, not kubegpu, serves the
-// pod on the node (devicecache.ServedByDRA): no refusal.
+// pod on the node (devicecache.ServedByDRA): no refusal. Evaluate returns
+// it unwrapped; a type assertion, as errors.As on every refused node of a
+// full cluster would cost Filter more than its memo saves.
 func isDRAServes(err error) bool {
-	var served *devicecache.DRAServes
-	return err != nil && errors.As(err, &served)
+	_, ok := err.(*devicecache.DRAServes) //nolint:errorlint // returned unwrapped, see above
+	return ok
 }
 
 // fitPreFilterKey is where NodeResourcesFit's PreFilter leaves its state.
