@@ -51,6 +51,12 @@ type Guard struct {
 	// GPU: a claim on either holds both.
 	family map[string][]string
 	synced bool
+	// What the slices and the inventory give, made again on each change
+	// of either (matchLocked), never changed in place: the overlaps,
+	// sorted, and the kubegpu devices each overlapping device of another
+	// driver holds.
+	overlaps []dra.Overlap
+	byDevice map[device][]string
 }
 
 type sliceDevices struct {
@@ -78,7 +84,26 @@ func (g *Guard) SetInventory(inv types.Inventory) {
 	}
 	g.mu.Lock()
 	g.keys, g.family = keys, family
+	g.matchLocked()
 	g.mu.Unlock()
+}
+
+// matchLocked matches the slices against the inventory; must hold g.mu.
+func (g *Guard) matchLocked() {
+	var overlaps []dra.Overlap
+	byDevice := map[device][]string{}
+	for name, sd := range g.slices {
+		devices, at := dra.MatchKeys(sd.keys, g.keys)
+		for i, id := range devices {
+			overlaps = append(overlaps, dra.Overlap{Device: id, Driver: sd.driver, Slice: name, SliceDevice: sd.names[at[i]]})
+			byDevice[device{sd.driver, sd.pool, sd.names[at[i]]}] = append([]string{id}, g.family[id]...)
+		}
+	}
+	sort.Slice(overlaps, func(i, j int) bool {
+		a, b := overlaps[i], overlaps[j]
+		return a.Device < b.Device || a.Device == b.Device && (a.Driver < b.Driver || a.Driver == b.Driver && a.Slice < b.Slice)
+	})
+	g.overlaps, g.byDevice = overlaps, byDevice
 }
 
 // Run watches the node's ResourceSlices of other drivers until ctx ends.
@@ -104,6 +129,7 @@ func (g *Guard) Run(ctx context.Context, client kubernetes.Interface) {
 			if s, ok := obj.(*resourceapi.ResourceSlice); ok {
 				g.mu.Lock()
 				delete(g.slices, s.Name)
+				g.matchLocked()
 				g.mu.Unlock()
 			}
 		},
@@ -135,9 +161,10 @@ func (g *Guard) update(s *resourceapi.ResourceSlice) {
 	defer g.mu.Unlock()
 	if len(sd.names) == 0 {
 		delete(g.slices, s.Name)
-		return
+	} else {
+		g.slices[s.Name] = sd
 	}
-	g.slices[s.Name] = sd
+	g.matchLocked()
 }
 
 // Overlaps lists the node's kubegpu devices that other drivers publish,
@@ -145,18 +172,7 @@ func (g *Guard) update(s *resourceapi.ResourceSlice) {
 func (g *Guard) Overlaps() ([]dra.Overlap, bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	var out []dra.Overlap
-	for name, sd := range g.slices {
-		devices, at := dra.MatchKeys(sd.keys, g.keys)
-		for i, id := range devices {
-			out = append(out, dra.Overlap{Device: id, Driver: sd.driver, Slice: name, SliceDevice: sd.names[at[i]]})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		return a.Device < b.Device || a.Device == b.Device && (a.Driver < b.Driver || a.Driver == b.Driver && a.Slice < b.Slice)
-	})
-	return out, g.synced
+	return g.overlaps, g.synced
 }
 
 // resolver maps the devices of other drivers' slices to the kubegpu
@@ -166,14 +182,7 @@ func (g *Guard) Overlaps() ([]dra.Overlap, bool) {
 func (g *Guard) resolver() (byDevice map[device][]string, active, synced bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	byDevice = map[device][]string{}
-	for _, sd := range g.slices {
-		devices, at := dra.MatchKeys(sd.keys, g.keys)
-		for i, id := range devices {
-			byDevice[device{sd.driver, sd.pool, sd.names[at[i]]}] = append([]string{id}, g.family[id]...)
-		}
-	}
-	return byDevice, len(byDevice) > 0 || !g.synced, g.synced
+	return g.byDevice, len(g.byDevice) > 0 || !g.synced, g.synced
 }
 
 // Holder is a prepared ResourceClaim that holds a kubegpu device.

@@ -303,24 +303,10 @@ func (c *Cache) ForPod(in *Input, pod *corev1.Pod) {
 	defer c.mu.RUnlock()
 	in.mapped = nil
 	for _, m := range c.dra.mappings {
-		if asksFor(pod, m.Resource) && (len(in.mapped) == 0 || in.mapped[len(in.mapped)-1].Resource != m.Resource) {
+		if objects.AsksFor(pod, m.Resource) && (len(in.mapped) == 0 || in.mapped[len(in.mapped)-1].Resource != m.Resource) {
 			in.mapped = append(in.mapped, m) // the first class by name, per resource
 		}
 	}
-}
-
-// asksFor reports whether a container of pod asks for r.
-func asksFor(pod *corev1.Pod, r corev1.ResourceName) bool {
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range list {
-			for _, rl := range []corev1.ResourceList{list[i].Resources.Limits, list[i].Resources.Requests} {
-				if q, ok := rl[r]; ok && !q.IsZero() {
-					return true
-				}
-			}
-		}
-	}
-	return false
 }
 
 // WaitForDRA remembers a pod that a node refused for DRA's sake: it is

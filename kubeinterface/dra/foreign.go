@@ -81,15 +81,14 @@ func Overlaps(slice *resourceapi.ResourceSlice, keys map[string]string) []Overla
 	if slice.Spec.Driver == DriverName || slice.Spec.NodeName == nil || len(keys) == 0 {
 		return nil
 	}
-	var out []Overlap
+	deviceKeys := make([][]string, len(slice.Spec.Devices))
 	for i := range slice.Spec.Devices {
-		d := &slice.Spec.Devices[i]
-		for _, k := range DeviceKeys(d) {
-			if id, ok := keys[k]; ok {
-				out = append(out, Overlap{Device: id, Driver: slice.Spec.Driver, Slice: slice.Name, SliceDevice: d.Name})
-				break
-			}
-		}
+		deviceKeys[i] = DeviceKeys(&slice.Spec.Devices[i])
+	}
+	devices, at := MatchKeys(deviceKeys, keys)
+	out := make([]Overlap, len(devices))
+	for i, id := range devices {
+		out[i] = Overlap{Device: id, Driver: slice.Spec.Driver, Slice: slice.Name, SliceDevice: slice.Spec.Devices[at[i]].Name}
 	}
 	return out
 }

@@ -71,11 +71,15 @@ func ServedByDRA(pod *corev1.Pod) bool { return pod.Status.ExtendedResourceClaim
 
 // WantsDevices reports cheaply whether any container of the pod asks for
 // GPUs, so that callers can skip non-GPU pods before decoding anything.
-func WantsDevices(pod *corev1.Pod) bool {
+func WantsDevices(pod *corev1.Pod) bool { return AsksFor(pod, RequestResources...) }
+
+// AsksFor reports whether a container of the pod asks for any of names
+// (a non-zero limit or request).
+func AsksFor(pod *corev1.Pod, names ...corev1.ResourceName) bool {
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
 			for _, rl := range []corev1.ResourceList{list[i].Resources.Limits, list[i].Resources.Requests} {
-				for _, name := range RequestResources {
+				for _, name := range names {
 					if q, ok := rl[name]; ok && !q.IsZero() {
 						return true
 					}
