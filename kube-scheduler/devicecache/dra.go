@@ -312,14 +312,3 @@ func (c *Cache) ForPod(in *Input, pod *corev1.Pod) {
 // WaitForDRA remembers a pod that a node refused for DRA's sake: it is
 // activated when a conflict ends.
 func (c *Cache) WaitForDRA(pod *corev1.Pod) { c.draWaiters.add(pod) }
-
-// DRAConflict says why another DRA driver keeps kubegpu off the named
-// node's GPUs, or returns nil.
-func (c *Cache) DRAConflict(node string) *DriverConflict {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if ns, ok := c.nodes[node]; ok && ns.draConflict != nil {
-		return ns.draConflict
-	}
-	return nil
-}

@@ -93,8 +93,8 @@ func TestDRADriverConflict(t *testing.T) {
 			if d := r.Detail(); !strings.Contains(d, gpu.ID) || !strings.Contains(d, "ResourceSlice theirs") {
 				t.Errorf("Detail() = %q, want the GPU and the slice named", d)
 			}
-			if got := c.DRAConflict("n1"); got == nil || got.Driver != "gpu.example.com" {
-				t.Errorf("DRAConflict = %+v", got)
+			if got := (*DriverConflict)(nil); !errors.As(err, &got) || got.Driver != "gpu.example.com" {
+				t.Errorf("conflict = %+v", got)
 			}
 			c.WaitForDRA(cachetest.Pod("waiting"))
 			c.DeleteResourceSlice(logger, "theirs")
