@@ -30,7 +30,10 @@ type Container struct {
 	Enforced bool
 
 	includeModels, excludeModels, includeUUIDs, excludeUUIDs []string
-	selector                                                 types.Selector
+	// includeSet holds includeUUIDs when they are many (a ResourceClaim's
+	// selector, evaluated over the cluster's devices).
+	includeSet map[string]struct{}
+	selector   types.Selector
 }
 
 // Request is a pod's request, compiled once and evaluated against many
@@ -119,7 +122,18 @@ func (c *Container) SetSelector(s types.Selector) {
 	c.excludeModels = lower(s.ExcludeModels)
 	c.includeUUIDs = lower(s.IncludeUUIDs)
 	c.excludeUUIDs = lower(s.ExcludeUUIDs)
+	c.includeSet = nil
+	if len(c.includeUUIDs) > maxListedUUIDs {
+		c.includeSet = make(map[string]struct{}, len(c.includeUUIDs))
+		for _, u := range c.includeUUIDs {
+			c.includeSet[u] = struct{}{}
+		}
+	}
 }
+
+// maxListedUUIDs is the most included UUIDs admits looks up in a list;
+// more go in a set.
+const maxListedUUIDs = 16
 
 // Selector returns the container's selector.
 func (c *Container) Selector() types.Selector { return c.selector }
@@ -132,7 +146,11 @@ func (c *Container) admits(n *Node, d int) bool {
 	if contains(c.excludeModels, n.models[d]) {
 		return false
 	}
-	if len(c.includeUUIDs) > 0 && !contains(c.includeUUIDs, n.uuids[d]) {
+	if c.includeSet != nil {
+		if _, ok := c.includeSet[n.uuids[d]]; !ok {
+			return false
+		}
+	} else if len(c.includeUUIDs) > 0 && !contains(c.includeUUIDs, n.uuids[d]) {
 		return false
 	}
 	return !contains(c.excludeUUIDs, n.uuids[d])

@@ -13,12 +13,14 @@ import (
 // and memory to count) and policy, its namespace's enforcement policy
 // (objects.EnforcementPolicy). PreFilter compiles the pod being scheduled
 // with it, AddPod the pods nominated to a node, and `kubegpu explain`
-// both. An error says what of the pod's request to fix.
-func CompileRequest(e *devicescheduler.Engine, pod *corev1.Pod, host devicescheduler.Host, policy types.EnforcementPolicy) (*devicescheduler.Request, types.PodRequest, error) {
+// both. extra are requests beside the pod's own: those of its
+// ResourceClaims. An error says what of the pod's request to fix.
+func CompileRequest(e *devicescheduler.Engine, pod *corev1.Pod, host devicescheduler.Host, policy types.EnforcementPolicy, extra ...types.ContainerRequest) (*devicescheduler.Request, types.PodRequest, error) {
 	req, err := objects.PodRequest(pod)
 	if err != nil {
 		return nil, req, err
 	}
+	req.Containers = append(req.Containers, extra...)
 	r, err := e.NewRequest(req, host)
 	if err != nil {
 		return nil, req, err

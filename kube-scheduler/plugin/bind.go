@@ -26,7 +26,7 @@ import (
 // left to the next bind plugin (DefaultBinder).
 func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	s := getState(cs)
-	if s == nil || s.dra || p.args.WriteAllocation != config.WriteAllocationBind {
+	if s == nil || s.dra || s.claimOnly || p.args.WriteAllocation != config.WriteAllocationBind {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	value, err := p.signedAllocation(pod, s)
@@ -87,18 +87,7 @@ func devicesOf(a types.PodAllocation) string {
 // signedAllocation is the annotation value of the cycle's allocation,
 // signed for this pod.
 func (p *Plugin) signedAllocation(pod *corev1.Pod, s *cycleState) (string, error) {
-	sign := p.key.Sign
-	if p.args.SignWithoutKeyID {
-		sign = p.key.SignWithoutKeyID
-	}
-	alloc, err := sign(kubeinterface.Allocation{
-		Pod:           kubeinterface.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-		PodAllocation: s.alloc,
-	})
-	if err != nil {
-		return "", err
-	}
-	return kubeinterface.EncodeAllocation(alloc)
+	return p.sign(kubeinterface.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, s.alloc)
 }
 
 // PostBind reports a GPU pod that another bind plugin bound before this
@@ -110,7 +99,7 @@ func (p *Plugin) signedAllocation(pod *corev1.Pod, s *cycleState) (string, error
 // record of it in the pod's status (see package record).
 func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) {
 	s := getState(cs)
-	if s == nil || s.dra { // DRA serves the pod there: no allocation of kubegpu's
+	if s == nil || s.dra || s.claimOnly { // DRA serves the pod there, or its claims hold its devices
 		return
 	}
 	if s.written {

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -19,14 +20,18 @@ import (
 
 // Filter checks, through the engine, whether the pod's devices fit on the
 // node; the status names the reason when they do not.
-func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
 	s := getState(cs)
 	if s == nil {
 		return nil
 	}
 	node := ni.Node()
+	if c := s.claims; c != nil && c.node != "" && c.node != node.Name {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("GPUs: the pod's ResourceClaims are allocated on node %s", c.node))
+	}
 	capacity, free := nodeHost(ni)
 	pl := placements.Get().(*devicescheduler.Placement)
+	defer placements.Put(pl)
 	var err error
 	if o := overlayOf(cs, node.Name); !o.Empty() {
 		// Preemption's dry run, or pods nominated to the node: not counted
@@ -36,9 +41,19 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		// the nominated pods add no devices the overlay is empty, and both
 		// passes put a score: the later one counts, see filterScores.)
 		_, err = p.cache.EvaluateWith(node, o, &s.eval, corev1helpers.PodPriority(pod), capacity, free, pl)
+		if err == nil && s.claims != nil {
+			if st := p.filterClaims(ctx, s.claims, node, pl.Allocation()); st != nil {
+				return st
+			}
+		}
 	} else {
 		var score int64
 		score, err = p.cache.Evaluate(node, &s.eval, capacity, free, pl)
+		if err == nil && s.claims != nil {
+			if st := p.filterClaims(ctx, s.claims, node, pl.Allocation()); st != nil {
+				return st
+			}
+		}
 		switch {
 		case isDRAServes(err):
 		case err != nil:
@@ -47,7 +62,6 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 			s.scores.put(node, score)
 		}
 	}
-	placements.Put(pl)
 	if isDRAServes(err) {
 		return nil // the DynamicResources plugin judges the node
 	}

@@ -47,8 +47,9 @@ profiles:
 // TestShippedPluginOrder: the shipped configurations (and the Helm chart's,
 // as its golden file holds it), read and defaulted as kube-scheduler reads
 // them, run the upstream filters in their default order with KubeGPU's
-// Filter moved right after NodeAffinity (before NodeResourcesFit), and
-// KubeGPU's Bind before DefaultBinder.
+// Filter moved right after NodeAffinity (before NodeResourcesFit),
+// DynamicResources replaced by its facade, and KubeGPU's Bind before
+// DefaultBinder.
 func TestShippedPluginOrder(t *testing.T) {
 	schedmetrics.Register() // the framework counts plugins' calls
 	defaults, _ := pluginOrder(t, []byte(kubeGPUProfile))
@@ -58,6 +59,11 @@ func TestShippedPluginOrder(t *testing.T) {
 	if at == 0 || slices.Index(want, "NodeResourcesFit") < at {
 		t.Fatalf("default filters %v: no NodeAffinity, or NodeResourcesFit before it", defaults)
 	}
+	// DynamicResources behind its facade, last (after the defaults).
+	if !slices.Contains(want, "DynamicResources") {
+		t.Fatalf("default filters %v: no DynamicResources", defaults)
+	}
+	want = append(slices.DeleteFunc(want, func(n string) bool { return n == "DynamicResources" }), FacadeName)
 	configs := map[string][]byte{}
 	for _, name := range []string{"kubegpu-scheduler.yaml", "second-scheduler.yaml"} {
 		data, err := os.ReadFile(filepath.Join("..", "config", name))
@@ -111,6 +117,9 @@ func buildProfile(t *testing.T, data []byte) (framework.Framework, fwk.Handle) {
 		handle = h
 		return orderStub{}, nil
 	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := registry.Register(FacadeName, NewFacade); err != nil {
 		t.Fatal(err)
 	}
 	client := fake.NewClientset()

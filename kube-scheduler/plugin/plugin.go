@@ -64,6 +64,8 @@ type Plugin struct {
 	// TaintToleration's Filter (see taintFilters).
 	taintOnce   sync.Once
 	taintFilter bool
+	// claimDeps allocate kubegpu's ResourceClaims; nil without DRA.
+	claimDeps *claimDeps
 }
 
 var (
@@ -116,8 +118,12 @@ func (f *Factory) New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fw
 	}
 	logger.Info("kubegpu plugin ready", "profile", h.ProfileName(), "pluginDir", args.PluginDir,
 		"modules", shared.modules, "nodePolicy", args.NodePolicy, "signingKey", shared.key.Algorithm()+":"+shared.key.ID())
-	return &Plugin{ctx: ctx, handle: h, args: args, shared: shared,
-		namespaces: h.SharedInformerFactory().Core().V1().Namespaces().Lister()}, nil
+	p := &Plugin{ctx: ctx, handle: h, args: args, shared: shared,
+		namespaces: h.SharedInformerFactory().Core().V1().Namespaces().Lister()}
+	if m := h.SharedDRAManager(); m != nil {
+		p.claimDeps = newClaimDeps(m)
+	}
+	return p, nil
 }
 
 // shared is what the profiles of one scheduler share (see Factory).
@@ -308,6 +314,12 @@ func addHandlers(logger klog.Logger, c *devicecache.Cache, pending *metrics.Pend
 				withObject(obj, func(s *resourcev1.ResourceSlice) { c.DeleteResourceSlice(logger, s.Name) })
 			},
 		}),
+		// kubegpu's claims hold devices as pods do (devicecache/claims.go).
+		add(factory.Resource().V1().ResourceClaims().Informer(), toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { withObject(obj, func(rc *resourcev1.ResourceClaim) { c.UpdateClaim(logger, rc) }) },
+			UpdateFunc: func(_, obj any) { withObject(obj, func(rc *resourcev1.ResourceClaim) { c.UpdateClaim(logger, rc) }) },
+			DeleteFunc: func(obj any) { withObject(obj, func(rc *resourcev1.ResourceClaim) { c.Forget(logger, rc.UID) }) },
+		}),
 		add(factory.Resource().V1().DeviceClasses().Informer(), toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { withObject(obj, c.UpdateDeviceClass) },
 			UpdateFunc: func(_, obj any) { withObject(obj, c.UpdateDeviceClass) },
@@ -376,6 +388,8 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation}, QueueingHintFn: inventoryChanged},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: heldDevices},
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: hasClaims},
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: hasClaims},
 	}, nil
 }
 
@@ -388,6 +402,15 @@ func inventoryChanged(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.Que
 		return fwk.QueueSkip, nil
 	}
 	if _, has := n.Annotations[kubeinterface.AnnotationInventory]; !has {
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}
+
+// hasClaims wakes the pods with ResourceClaims: one of kubegpu's may have
+// been created, allocated for another pod or released.
+func hasClaims(_ klog.Logger, pod *corev1.Pod, _, _ any) (fwk.QueueingHint, error) {
+	if len(pod.Spec.ResourceClaims) == 0 {
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil

@@ -21,10 +21,15 @@ import (
 // PreBind that runs makes the scheduler also write the pod's nominated node
 // first, an extra API write per pod.
 func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	if s := getState(cs); s == nil || s.dra || p.args.WriteAllocation != config.WriteAllocationPreBind {
-		return nil, fwk.NewStatus(fwk.Skip)
+	s := getState(cs)
+	switch {
+	case s == nil || s.dra:
+	case s.claims != nil:
+		return nil, nil // the claims' allocations and reservations
+	case p.args.WriteAllocation == config.WriteAllocationPreBind:
+		return nil, nil
 	}
-	return nil, nil
+	return nil, fwk.NewStatus(fwk.Skip)
 }
 
 // PreBind patches the signed allocation onto the pod before it is bound
@@ -33,7 +38,15 @@ func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev
 // pod of the same name.
 func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	s := getState(cs)
-	if s == nil || s.dra || p.args.WriteAllocation != config.WriteAllocationPreBind {
+	if s == nil || s.dra {
+		return nil
+	}
+	if s.claims != nil {
+		if st := p.preBindClaims(ctx, pod, s.claims); st != nil {
+			return st
+		}
+	}
+	if s.claimOnly || p.args.WriteAllocation != config.WriteAllocationPreBind {
 		return nil
 	}
 	value, err := p.signedAllocation(pod, s)

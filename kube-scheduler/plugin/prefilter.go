@@ -29,7 +29,12 @@ import (
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	// Only the leader schedules: it alone writes the allocation records.
 	p.recorder.Start(p.ctx)
-	if !objects.WantsDevices(pod) {
+	cc, extra, status := p.podClaims(ctx, pod)
+	if status != nil {
+		p.pending.Refuse(pod.UID, devicecache.ReasonInvalidRequest)
+		return nil, status
+	}
+	if cc == nil && !objects.WantsDevices(pod) {
 		if p.args.PodsWithoutDevices == config.PodsWithoutDevicesScore && p.mayLandOnDevices(pod) {
 			p.writeHostOnly(cs, pod)
 		}
@@ -39,7 +44,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	if status != nil {
 		return nil, status
 	}
-	r, req, err := devicecache.CompileRequest(p.engine, pod, podHost(pod), policy)
+	r, req, err := devicecache.CompileRequest(p.engine, pod, podHost(pod), policy, extra...)
 	if err != nil {
 		p.pending.Refuse(pod.UID, devicecache.ReasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
@@ -70,7 +75,12 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		}
 		p.cache.NotWaiting(pod.UID)
 	}
-	s := &cycleState{request: r, eval: p.cache.Input(devicecache.RequestShape(req, r.Host, r.Enforcement), r), pending: p.pending.Start(pod.UID)}
+	s := &cycleState{request: r, pending: p.pending.Start(pod.UID), claims: cc}
+	if cc != nil && cc.unallocated {
+		s.eval = p.cache.InputOnce(r) // Filter checks the devices chosen on each node: no memo
+	} else {
+		s.eval = p.cache.Input(devicecache.RequestShape(req, r.Host, r.Enforcement), r)
+	}
 	p.cache.ForPod(&s.eval, pod)
 	s.scores.reset(len(nodes))
 	cs.Write(stateKey, s)

@@ -49,6 +49,16 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		}
 		return fwk.AsStatus(err)
 	}
+	if s.claims != nil {
+		own, st := p.reserveClaims(ctx, pod, node, s.claims, alloc)
+		if st != nil {
+			p.unreserveClaims(s.claims)
+			p.cache.Unreserve(pod.UID)
+			return st
+		}
+		alloc = own
+		s.claimOnly = len(own.Containers)+len(own.InitContainers) == 0
+	}
 	p.engine.ObservePod(string(pod.UID), s.request, pod.CreationTimestamp.Time)
 	p.pending.Remove(pod.UID)
 	s.alloc = alloc
@@ -117,8 +127,12 @@ func (p *Plugin) reserveHost(ctx context.Context, nodeName string) (node *corev1
 // Unreserve gives back the devices Reserve assumed.
 func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) {
 	p.engine.ForgetPod(string(pod.UID))
-	if s := getState(cs); s == nil || s.dra {
+	s := getState(cs)
+	if s == nil || s.dra {
 		return
+	}
+	if s.claims != nil {
+		p.unreserveClaims(s.claims)
 	}
 	p.cache.Unreserve(pod.UID)
 	klog.FromContext(ctx).V(4).Info("Unreserved devices", "pod", klog.KObj(pod), "node", nodeName)

@@ -31,11 +31,17 @@ type cycleState struct {
 	pending *metrics.PendingPod
 	// scores are the scores of the nodes Filter passed, for Score.
 	scores filterScores
+	// claims are the pod's kubegpu ResourceClaims; nil when it has none.
+	claims *claimCycle
 
 	// Set by Reserve. dra is set when DRA serves the pod on its node
 	// (devicecache.ServedByDRA): kubegpu reserves and binds nothing.
 	alloc types.PodAllocation
 	dra   bool
+	// claimOnly is set when all the devices Reserve chose are the pod's
+	// claims': the pod itself carries no allocation, and DefaultBinder
+	// binds it.
+	claimOnly bool
 	// written is set once the allocation is on the pod (Bind or PreBind);
 	// value is the annotation value written.
 	written bool

@@ -312,18 +312,23 @@ func semver(s string) (string, bool) {
 	return strings.Join(parts, "."), true
 }
 
-// deviceNames are the devices' DRA names: the ID where it is a DNS label
-// that does not start with "dev-", otherwise "dev-" and the first 16 hex
-// digits of the ID's SHA-256 (the ID itself is the attribute AttributeID).
+// deviceNames are the devices' DRA names (DeviceName).
 func deviceNames(inv types.Inventory) []string {
 	names := make([]string, len(inv.Devices))
 	for i, d := range inv.Devices {
-		if len(validation.IsDNS1123Label(d.ID)) == 0 && !strings.HasPrefix(d.ID, "dev-") {
-			names[i] = d.ID
-			continue
-		}
-		sum := sha256.Sum256([]byte(d.ID))
-		names[i] = "dev-" + hex.EncodeToString(sum[:8])
+		names[i] = DeviceName(d.ID)
 	}
 	return names
+}
+
+// DeviceName is the DRA name of the device with inventory ID id: the ID
+// where it is a DNS label that does not start with "dev-", otherwise
+// "dev-" and the first 16 hex digits of the ID's SHA-256 (the ID itself is
+// the attribute AttributeID).
+func DeviceName(id string) string {
+	if len(validation.IsDNS1123Label(id)) == 0 && !strings.HasPrefix(id, "dev-") {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "dev-" + hex.EncodeToString(sum[:8])
 }

@@ -52,6 +52,7 @@ var shipped = []string{
 	"kube-scheduler/deploy/rbac.yaml",
 	"cli/deploy/rbac.yaml",
 	"deploy/admission/kubegpu-policies.yaml",
+	"deploy/dra/kubegpu-deviceclass.yaml",
 }
 
 // viewerUser is bound to kubegpu-viewer when the cluster is installed.

@@ -1,6 +1,8 @@
 // Command kubegpu-scheduler is upstream kube-scheduler with the kubegpu
-// framework plugin registered. It takes every kube-scheduler flag; enable the
-// plugin in a KubeSchedulerConfiguration (see kube-scheduler/config/).
+// framework plugins registered: KubeGPU, and DynamicResourcesFacade (the
+// stock DynamicResources plugin with kubegpu's ResourceClaims hidden from
+// it). It takes every kube-scheduler flag; enable the plugins in a
+// KubeSchedulerConfiguration (see kube-scheduler/config/).
 package main
 
 import (
@@ -16,6 +18,9 @@ import (
 )
 
 func main() {
-	command := app.NewSchedulerCommand(app.WithPlugin(plugin.Name, plugin.NewFactory().New))
+	command := app.NewSchedulerCommand(
+		app.WithPlugin(plugin.Name, plugin.NewFactory().New),
+		app.WithPlugin(plugin.FacadeName, plugin.NewFacade),
+	)
 	os.Exit(cli.Run(command))
 }

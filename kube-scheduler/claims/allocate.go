@@ -1,0 +1,145 @@
+package claims
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// ErrRejected means the structured allocator does not accept the devices
+// the engine chose for a pod's claims on a node: a rule of the claim the
+// engine does not weigh (a constraint, a capacity policy) fails for them.
+var ErrRejected = errors.New("the devices kubegpu chose do not satisfy the claims' constraints")
+
+// Allocator checks the engine's choice and writes the standard allocation.
+type Allocator struct {
+	Features structured.Features
+	Classes  structured.DeviceClassLister
+	CEL      *cel.Cache
+}
+
+// toleration lets the allocator take kubegpu's devices, which carry
+// dra.TaintManaged against every other allocator.
+var toleration = resourceapi.DeviceToleration{
+	Key: dra.TaintManaged, Operator: resourceapi.DeviceTolerationOpEqual,
+	Value: dra.TaintManagedValue, Effect: resourceapi.DeviceTaintEffectNoSchedule,
+}
+
+// Allocate returns the allocation results of the unallocated claims among
+// pcs on node, in their order, each request given exactly the devices
+// alloc holds for its engine container (ContainerName): the structured
+// allocator's results over copies of the node's slices of dra.DriverName
+// (from published) that keep only those devices, and copies of the claims
+// that tolerate dra.TaintManaged and select only those devices. state is
+// what other claims hold (GatherAllocatedState). The results carry the
+// claims' own tolerations only.
+func (a *Allocator) Allocate(ctx context.Context, node *corev1.Node, pcs []PodClaim, alloc types.PodAllocation, published []*resourceapi.ResourceSlice, state *structured.AllocatedState) ([]resourceapi.AllocationResult, error) {
+	chosen := map[string][]types.DeviceShare{}
+	names := map[string]bool{}
+	for _, c := range alloc.Containers {
+		if IsClaimContainer(c.Name) {
+			chosen[c.Name] = c.Devices
+			for _, d := range c.Devices {
+				names[dra.DeviceName(d.ID)] = true
+			}
+		}
+	}
+	var claims []*resourceapi.ResourceClaim
+	for _, pc := range pcs {
+		if pc.Allocated() {
+			continue
+		}
+		cl := pc.Claim.DeepCopy()
+		for i := range cl.Spec.Devices.Requests {
+			r := &cl.Spec.Devices.Requests[i]
+			devs := chosen[ContainerName(pc.Name, r.Name)]
+			if r.Exactly == nil || len(devs) == 0 {
+				return nil, fmt.Errorf("claim %s request %s: no devices chosen", pc.Claim.Name, r.Name)
+			}
+			r.Exactly.Tolerations = append(r.Exactly.Tolerations, toleration)
+			r.Exactly.Selectors = append(r.Exactly.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: pinned(devs)}})
+		}
+		claims = append(claims, cl)
+	}
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	var kept []*resourceapi.ResourceSlice
+	for _, s := range published {
+		if s.Spec.Driver != dra.DriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != node.Name {
+			continue
+		}
+		c := s.DeepCopy()
+		c.Spec.Devices = c.Spec.Devices[:0]
+		for _, d := range s.Spec.Devices {
+			if names[d.Name] {
+				c.Spec.Devices = append(c.Spec.Devices, *d.DeepCopy())
+			}
+		}
+		kept = append(kept, c)
+	}
+	al, err := structured.NewAllocator(ctx, a.Features, *state, a.Classes, kept, a.CEL)
+	if err != nil {
+		return nil, fmt.Errorf("structured allocator: %w", err)
+	}
+	results, err := al.Allocate(ctx, node, claims)
+	if err != nil {
+		return nil, fmt.Errorf("structured allocator: %w", err)
+	}
+	if len(results) != len(claims) {
+		return nil, ErrRejected
+	}
+	for i := range results {
+		if err := check(&results[i], node.Name, chosen); err != nil {
+			return nil, err
+		}
+		for j := range results[i].Devices.Results {
+			r := &results[i].Devices.Results[j]
+			r.Tolerations = slices.DeleteFunc(slices.Clone(r.Tolerations), func(t resourceapi.DeviceToleration) bool { return t == toleration })
+			if len(r.Tolerations) == 0 {
+				r.Tolerations = nil
+			}
+		}
+	}
+	return results, nil
+}
+
+// check confirms that a result gives each device chosen once, on node.
+func check(res *resourceapi.AllocationResult, node string, chosen map[string][]types.DeviceShare) error {
+	want := map[string]int{}
+	for _, devs := range chosen {
+		for _, d := range devs {
+			want[dra.DeviceName(d.ID)]++
+		}
+	}
+	for _, r := range res.Devices.Results {
+		if r.Driver != dra.DriverName || r.Pool != node {
+			return fmt.Errorf("%w: the allocator gave device %s/%s/%s", ErrRejected, r.Driver, r.Pool, r.Device)
+		}
+		if want[r.Device] == 0 {
+			return fmt.Errorf("%w: the allocator gave device %s, which kubegpu did not choose", ErrRejected, r.Device)
+		}
+		want[r.Device]--
+	}
+	return nil
+}
+
+// pinned is the CEL selector of exactly devs, by their UUIDs.
+func pinned(devs []types.DeviceShare) string {
+	q := make([]string, len(devs))
+	for i, d := range devs {
+		q[i] = strconv.Quote(d.UUID)
+	}
+	return `device.attributes["` + dra.DriverName + `"].uuid in [` + strings.Join(q, ", ") + `]`
+}

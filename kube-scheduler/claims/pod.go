@@ -1,0 +1,111 @@
+package claims
+
+import (
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
+)
+
+// Getter gets a claim by namespace and name: the scheduler's claim tracker
+// (fwk.ResourceClaimTracker), which includes the allocations in flight.
+type Getter interface {
+	Get(namespace, name string) (*resourceapi.ResourceClaim, error)
+}
+
+// PodClaim is one of a pod's kubegpu claims.
+type PodClaim struct {
+	// Name is the claim's entry in the pod's spec.resourceClaims.
+	Name  string
+	Claim *resourceapi.ResourceClaim
+}
+
+// Allocated reports whether the claim is allocated (or its allocation is
+// in flight).
+func (pc PodClaim) Allocated() bool { return pc.Claim.Status.Allocation != nil }
+
+// Errors of ForPod. ErrWaiting: the pod waits for something that will
+// change (a claim not yet created, being deleted, or being allocated for
+// another pod); ErrInvalid: the user must change something.
+var (
+	ErrWaiting = errors.New("waiting for its ResourceClaims")
+	ErrInvalid = errors.New("invalid ResourceClaim")
+)
+
+// ForPod returns the pod's claims that kubegpu allocates (dra.Ours), in
+// the order of spec.resourceClaims; the others are the DynamicResources
+// plugin's. A claim whose owner or state keeps the pod from using it is
+// an error wrapping ErrWaiting or ErrInvalid. pending reports whether a
+// claim's allocation is in flight for another pod.
+func ForPod(pod *corev1.Pod, claims Getter, pending func(*resourceapi.ResourceClaim) bool) ([]PodClaim, error) {
+	var out []PodClaim
+	for i := range pod.Spec.ResourceClaims {
+		pc := &pod.Spec.ResourceClaims[i]
+		name, mustCheckOwner, err := resourceclaim.Name(pod, pc)
+		switch {
+		case errors.Is(err, resourceclaim.ErrClaimNotFound):
+			return nil, fmt.Errorf("%w: %w", ErrWaiting, err)
+		case err != nil:
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		case name == nil:
+			continue // a template that asked for nothing
+		}
+		claim, err := claims.Get(pod.Namespace, *name)
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: ResourceClaim %s/%s not found", ErrWaiting, pod.Namespace, *name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ResourceClaim %s/%s: %w", pod.Namespace, *name, err)
+		}
+		ours, err := dra.Ours(claim)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if !ours {
+			continue
+		}
+		if mustCheckOwner {
+			if err := resourceclaim.IsForPod(pod, claim, false); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
+		}
+		if claim.DeletionTimestamp != nil {
+			return nil, fmt.Errorf("%w: ResourceClaim %s/%s is being deleted", ErrWaiting, claim.Namespace, claim.Name)
+		}
+		if claim.Status.Allocation != nil {
+			if !resourceclaim.IsReservedForPod(pod, claim, false) && !resourceclaim.CanBeReserved(claim) {
+				return nil, fmt.Errorf("%w: ResourceClaim %s/%s is reserved for the most pods it may serve", ErrWaiting, claim.Namespace, claim.Name)
+			}
+			if pending != nil && pending(claim) {
+				return nil, fmt.Errorf("%w: ResourceClaim %s/%s is being allocated for another pod", ErrWaiting, claim.Namespace, claim.Name)
+			}
+		}
+		out = append(out, PodClaim{Name: pc.Name, Claim: claim})
+	}
+	return out, nil
+}
+
+// NodeOf is the node an allocated kubegpu claim's devices are on: the
+// node name its allocation's node selector requires (as Allocate writes
+// it).
+func NodeOf(claim *resourceapi.ResourceClaim) (string, error) {
+	a := claim.Status.Allocation
+	if a == nil {
+		return "", nil
+	}
+	if ns := a.NodeSelector; ns != nil && len(ns.NodeSelectorTerms) == 1 {
+		t := ns.NodeSelectorTerms[0]
+		if len(t.MatchExpressions) == 0 && len(t.MatchFields) == 1 {
+			f := t.MatchFields[0]
+			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
+				return f.Values[0], nil
+			}
+		}
+	}
+	return "", fmt.Errorf("%w: ResourceClaim %s/%s is allocated without a single node", ErrInvalid, claim.Namespace, claim.Name)
+}

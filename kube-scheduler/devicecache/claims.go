@@ -1,0 +1,155 @@
+package devicecache
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// ResourceClaims of kubegpu's DeviceClass hold devices as pods do, under
+// the claim's UID: a claim shared by several pods holds its devices once,
+// for as long as it is allocated, whichever of its pods come and go.
+
+// ClaimPart is what one claim holds of the devices Reserve chose for a
+// pod: the engine containers that stand for the claim's requests.
+type ClaimPart struct {
+	UID   ktypes.UID
+	Claim ktypes.NamespacedName
+	// Containers are the claim's containers of the pod's allocation.
+	Containers []string
+}
+
+// MoveToClaims hands the devices Reserve assumed for pod uid's claim
+// containers to the claims of parts, each assumed under its claim's UID
+// until UpdateClaim sees it allocated (or Forget releases it). What is
+// left is the pod's own, returned; a pod left with no devices is no longer
+// held.
+func (c *Cache) MoveToClaims(uid ktypes.UID, parts []ClaimPart) (types.PodAllocation, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ps, ok := c.pods[uid]
+	if !ok || !ps.applied {
+		return types.PodAllocation{}, errors.New("the pod's devices are not reserved")
+	}
+	ns := c.nodes[ps.node]
+	own := ps.alloc
+	own.Containers = nil
+	byName := map[string]types.ContainerAllocation{}
+	for _, ctr := range ps.alloc.Containers {
+		byName[ctr.Name] = ctr
+	}
+	for _, p := range parts {
+		for _, n := range p.Containers {
+			delete(byName, n)
+		}
+	}
+	for _, ctr := range ps.alloc.Containers {
+		if _, ok := byName[ctr.Name]; ok {
+			own.Containers = append(own.Containers, ctr)
+		}
+	}
+	ns.devices.Release(string(uid))
+	ns.devicesChanged()
+	var errs []error
+	for _, p := range parts {
+		a := types.PodAllocation{Node: ps.node, Enforcement: ps.alloc.Enforcement}
+		for _, ctr := range ps.alloc.Containers {
+			if slices.Contains(p.Containers, ctr.Name) {
+				a.Containers = append(a.Containers, ctr)
+			}
+		}
+		c.forgetLocked(p.UID)
+		errs = append(errs, ns.devices.Assume(string(p.UID), a, devicescheduler.Host{}))
+		c.pods[p.UID] = &podState{pod: p.Claim, node: ps.node, alloc: a, assumed: true, applied: true}
+		ns.pods[p.UID] = struct{}{}
+	}
+	if len(own.Containers)+len(own.InitContainers) == 0 {
+		delete(c.pods, uid)
+		delete(ns.pods, uid)
+	} else {
+		errs = append(errs, ns.devices.Assume(string(uid), own, devicescheduler.Host{}))
+		ps.alloc = own
+	}
+	return own, errors.Join(errs...)
+}
+
+// UpdateClaim takes in a ResourceClaim from the informer. An allocated
+// claim whose allocation carries kubegpu-scheduler's verified signature
+// for it holds the signed devices; any other claim holds none, except that
+// a claim Reserve assumed stays assumed until it is seen allocated or is
+// released. A counted claim keeps the devices it was counted with for as
+// long as it stays allocated (its pods' containers hold them).
+func (c *Cache) UpdateClaim(logger klog.Logger, claim *resourceapi.ResourceClaim) {
+	alloc, value, err := dra.SignedValue(claim.Status.Allocation)
+	if err == nil {
+		err = c.verifyClaim(claim, alloc)
+	}
+	if c.updateClaimLocked(logger, claim, alloc, value, err) {
+		c.wake(c.deviceWaiters)
+	}
+}
+
+// updateClaimLocked is UpdateClaim under the write lock; it reports
+// whether the claim released devices.
+func (c *Cache) updateClaimLocked(logger klog.Logger, claim *resourceapi.ResourceClaim, alloc kubeinterface.Allocation, value string, err error) (freed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ps, known := c.pods[claim.UID]
+	if err != nil {
+		switch {
+		case known && ps.assumed:
+			// In flight: its allocation is being written.
+		case known && claim.Status.Allocation != nil:
+			logger.Info("Allocation of a counted ResourceClaim changed; keeping the devices it was counted with", "claim", klog.KObj(claim), "err", err)
+		case known:
+			return c.forgetLocked(claim.UID)
+		case claim.Status.Allocation != nil && !errors.Is(err, dra.ErrNotSigned):
+			c.metrics.Rejected(err)
+			logger.Info("ResourceClaim's kubegpu allocation is not valid; it holds no devices", "claim", klog.KObj(claim), "err", err)
+		}
+		return false
+	}
+	if known && ps.node == alloc.Node && reflect.DeepEqual(ps.alloc, alloc.PodAllocation) {
+		ps.assumed, ps.source, ps.value = false, sourceClaim, value
+		return false
+	}
+	if known && !ps.assumed {
+		logger.Info("Allocation of a counted ResourceClaim changed; keeping the devices it was counted with", "claim", klog.KObj(claim))
+		return false
+	}
+	c.forgetLocked(claim.UID)
+	ps = &podState{pod: ktypes.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}, node: alloc.Node, alloc: alloc.PodAllocation,
+		source: sourceClaim, value: value}
+	c.pods[claim.UID] = ps
+	c.node(alloc.Node).pods[claim.UID] = struct{}{}
+	c.apply(logger, claim.UID, ps)
+	return false
+}
+
+// sourceClaim is where a claim's devices were read from: its
+// allocation's signed configuration.
+const sourceClaim = "claim"
+
+// verifyClaim checks a claim's signed allocation: signed by a trusted key
+// for this very claim.
+func (c *Cache) verifyClaim(claim *resourceapi.ResourceClaim, a kubeinterface.Allocation) error {
+	if a.Pod.UID != claim.UID || a.Pod.Namespace != claim.Namespace || a.Pod.Name != claim.Name {
+		return errors.New("the signed allocation is for another object")
+	}
+	switch {
+	case c.keys != nil:
+		return c.keys.Verify(a)
+	case c.formOnly:
+		return nil
+	}
+	return errNoKeys(a)
+}
