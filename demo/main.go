@@ -138,7 +138,8 @@ func run(ctx context.Context, o options) (err error) {
 		p, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-crishim-"+n.name+".log"), filepath.Join(o.binDir, "kubegpu-crishim"),
 			"--node-name="+n.name, "--plugin-dir="+o.pluginDir, "--plugin-option=simgpu.preset="+n.preset,
 			"--listen="+filepath.Join(dir, n.name+".sock"), "--runtime-endpoint=unix://"+filepath.Join(dir, "no-runtime.sock"),
-			"--allocation-key="+pubFile, "--kubeconfig="+k.Identity.Kubeconfig, "--interval=5s", "--metrics-bind-address="+shimMetrics[n.name])
+			"--allocation-key="+pubFile, "--kubeconfig="+k.Identity.Kubeconfig, "--interval=5s", "--metrics-bind-address="+shimMetrics[n.name],
+			"--kubelet-root-dir="+filepath.Join(dir, n.name, "kubelet"), "--claims-dir="+filepath.Join(dir, n.name, "claims"))
 		if err != nil {
 			return err
 		}
@@ -410,7 +411,8 @@ func startRealNode(ctx context.Context, c *localcluster.Cluster, o options, pubF
 	shim, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-crishim.log"), filepath.Join(o.binDir, "kubegpu-crishim"),
 		"--node-name=real-node", "--plugin-dir="+o.pluginDir, "--plugin-option=simgpu.preset=t4x4",
 		"--listen="+sock, "--runtime-endpoint="+n.Endpoint(), "--allocation-key="+pubFile,
-		"--kubeconfig="+nodeID.Kubeconfig, "--interval=5s", "--metrics-bind-address="+metricsAddr)
+		"--kubeconfig="+nodeID.Kubeconfig, "--interval=5s", "--metrics-bind-address="+metricsAddr,
+		"--kubelet-root-dir="+filepath.Join(n.Dir, "kubelet"), "--claims-dir="+filepath.Join(dir, "claims"))
 	if err != nil {
 		return stop, err
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	"github.com/kubegpu/kubegpu/crishim/claimplugin"
 	"github.com/kubegpu/kubegpu/crishim/draclaims"
 	"github.com/kubegpu/kubegpu/crishim/enforce"
 	"github.com/kubegpu/kubegpu/crishim/ledger"
@@ -45,6 +46,9 @@ type serveOptions struct {
 	MetricsAddress  string
 	GPUAllowlist    string
 	PodResources    string
+	KubeletPlugin   bool
+	KubeletRootDir  string
+	ClaimsDir       string
 }
 
 func (o *serveOptions) addFlags(cmd *cobra.Command) {
@@ -60,6 +64,9 @@ func (o *serveOptions) addFlags(cmd *cobra.Command) {
 	f.IntVar(&o.SlicesPerDevice, "slices-per-device", advertiser.DefaultSlicesPerDevice, "nvidia.com/gpu capacity published per device, so that kubelet admits shared slices")
 	f.StringVar(&o.GPUAllowlist, "gpu-allowlist", "", "file listing the namespaces (optionally with a pod label selector) whose containers keep the GPUs they ask for and may be privileged with GPUs, e.g. a DCGM exporter's; empty: none")
 	f.StringVar(&o.PodResources, "pod-resources-endpoint", "unix:///var/lib/kubelet/pod-resources/kubelet.sock", "kubelet's PodResources API, asked which GPUs prepared DRA claims hold while another DRA driver publishes the node's GPUs (with --advertise); empty: not asked, and GPU containers are refused while another driver publishes the node's GPUs")
+	f.BoolVar(&o.KubeletPlugin, "dra-kubelet-plugin", true, "with --advertise, serve kubelet as the DRA driver "+dra.DriverName+": prepare the ResourceClaims kubegpu-scheduler allocated (their signed allocations verified)")
+	f.StringVar(&o.KubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "kubelet's --root-dir, where the DRA kubelet plugin registers")
+	f.StringVar(&o.ClaimsDir, "claims-dir", "/var/lib/kubegpu/claims", "where the DRA kubelet plugin keeps the CDI specs of the prepared ResourceClaims")
 	f.StringVar(&o.MetricsAddress, "metrics-bind-address", "", "host:port to serve /metrics (Prometheus text format) and /healthz on, e.g. 127.0.0.1:10368; empty: off")
 }
 
@@ -150,6 +157,14 @@ func (o *serveOptions) run(ctx context.Context) error {
 		logger.Info("Device ledger read from the runtime", "devicesHeld", len(held), "held", held)
 	}
 	rewriter := &rewrite.Rewriter{Node: o.NodeName, Keys: keys, Modules: d.modules, Failed: modules.failed()}
+	claimStore := &claimplugin.Store{Dir: o.ClaimsDir, Node: o.NodeName, Keys: keys}
+	if clientset != nil && o.KubeletPlugin {
+		kp, err := claimplugin.Start(ctx, claimStore, claimplugin.Options{KubeletRootDir: o.KubeletRootDir, Client: clientset})
+		if err != nil {
+			return err
+		}
+		defer kp.Stop()
+	}
 	p, err := proxy.New(proxy.Options{
 		Backend: o.RuntimeEndpoint,
 		CreateContainer: proxy.CreateContainer(proxy.Devices{
@@ -160,6 +175,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 			Metrics:      m,
 			CDIOff:       cdiOff.Load,
 			DRA:          draClaims(guard),
+			Claims:       claimStore,
 		}),
 		Metrics: m,
 	})

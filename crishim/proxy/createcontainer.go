@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -18,6 +19,7 @@ import (
 	"github.com/kubegpu/kubegpu/crishim/metrics"
 	"github.com/kubegpu/kubegpu/crishim/rewrite"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // Devices is what deciding a container's devices takes.
@@ -41,6 +43,16 @@ type Devices struct {
 	// DRA says what the prepared claims of other DRA drivers hold
 	// (draclaims.Guard). Nil: not checked.
 	DRA DRAClaims
+	// Claims resolves the CDI devices of kubegpu's own ResourceClaims
+	// (claimplugin.Store). Nil: none are served.
+	Claims ClaimDevices
+}
+
+// ClaimDevices resolves the CDI devices kubelet passes for kubegpu's
+// ResourceClaims into the devices they stand for; used are the CDI names
+// resolved.
+type ClaimDevices interface {
+	Shares(cdi []string) (shares []types.DeviceShare, used []string, err error)
 }
 
 // DRAClaims is what CreateContainer asks of the node's DRA claims.
@@ -110,8 +122,24 @@ func CreateContainer(d Devices) Interceptor {
 		if err != nil {
 			return nil, nil, rewriteRefusal(err)
 		}
+		// The devices of the pod's kubegpu claims that the container
+		// uses, which kubelet passes as CDI devices: given as its
+		// allocation's are, held in the ledger as DRA claims' are (shared
+		// with the claim's other pods, never with kubegpu's annotations).
+		var claimShares []types.DeviceShare
+		if d.Claims != nil && len(cfg.GetCDIDevices()) > 0 {
+			names := make([]string, 0, len(cfg.GetCDIDevices()))
+			for _, c := range cfg.GetCDIDevices() {
+				names = append(names, c.GetName())
+			}
+			var used []string
+			if claimShares, used, err = d.Claims.Shares(names); err != nil {
+				return refuse(codes.PermissionDenied, metrics.ReasonInvalidAllocation, err)
+			}
+			cfg.CDIDevices = slices.DeleteFunc(cfg.CDIDevices, func(c *runtimeapi.CDIDevice) bool { return slices.Contains(used, c.GetName()) })
+		}
 		privileged := rewrite.Privileged(cfg)
-		if privileged && !allowed && len(alloc.Devices) > 0 {
+		if privileged && !allowed && len(alloc.Devices)+len(claimShares) > 0 {
 			return refuse(codes.FailedPrecondition, metrics.ReasonPrivileged, ErrPrivileged)
 		}
 		// What DRA claims hold: a GPU of the allocation that another
@@ -133,9 +161,20 @@ func CreateContainer(d Devices) Interceptor {
 		// The ledger first: a container refused here starts nothing (no
 		// MPS daemon) for devices another pod holds.
 		var claimLabels, claimAnnotations map[string]string
-		if len(alloc.Devices)+len(claims.Own) > 0 && d.Ledger != nil {
+		// A claim's whole GPUs are held as DRA claims' are; its slices
+		// by their share, as an allocation's (a slice claim shared by
+		// several pods counts once per pod).
+		held, devices := claims.Own, alloc.Devices
+		for _, s := range claimShares {
+			if s.Exclusive {
+				held = append(held, s.ID)
+			} else {
+				devices = append(slices.Clone(devices), s)
+			}
+		}
+		if len(devices)+len(held) > 0 && d.Ledger != nil {
 			c := ledger.Claim{PodUID: md.GetUid(), Pod: md.GetNamespace() + "/" + md.GetName(), Container: name,
-				Attempt: cfg.GetMetadata().GetAttempt(), Devices: alloc.Devices, DRA: claims.Own}
+				Attempt: cfg.GetMetadata().GetAttempt(), Devices: devices, DRA: held}
 			if claimLabels, claimAnnotations, err = ledger.Labels(c); err != nil {
 				return refuse(codes.FailedPrecondition, metrics.ReasonInvalidAllocation, err)
 			}
@@ -155,6 +194,9 @@ func CreateContainer(d Devices) Interceptor {
 					release()
 				}
 			}()
+		}
+		if len(claimShares) > 0 {
+			alloc.Devices = append(slices.Clone(alloc.Devices), claimShares...)
 		}
 		edits, err := d.Rewriter.Edits(ctx, md.GetUid(), alloc)
 		if err != nil {

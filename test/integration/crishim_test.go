@@ -29,7 +29,8 @@ func startAdvertiser(ctx context.Context, t *testing.T, node, preset string) *lo
 	p, err := localcluster.StartProcess(filepath.Join(workDir, "kubegpu-crishim-"+node+".log"), filepath.Join(binDir, "kubegpu-crishim"),
 		"--node-name="+node, "--plugin-dir="+pluginDir, "--plugin-option=simgpu.preset="+preset,
 		"--listen="+filepath.Join(dir, "crishim.sock"), "--runtime-endpoint=unix://"+filepath.Join(dir, "none.sock"),
-		"--allocation-key="+pubFile, "--kubeconfig="+id.Kubeconfig, "--interval=1s", "--v=2")
+		"--allocation-key="+pubFile, "--kubeconfig="+id.Kubeconfig, "--interval=1s", "--v=2",
+		"--kubelet-root-dir="+filepath.Join(dir, "kubelet"), "--claims-dir="+filepath.Join(dir, "claims"))
 	if err != nil {
 		t.Fatal(err)
 	}

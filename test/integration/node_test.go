@@ -71,7 +71,8 @@ func startShim(ctx context.Context, t *testing.T, n *localnode.Node, nodeName st
 	t.Helper()
 	sock := filepath.Join(n.Dir, "crishim.sock")
 	all := append([]string{"--node-name=" + nodeName, "--plugin-dir=" + pluginDir, "--listen=" + sock,
-		"--runtime-endpoint=" + n.Endpoint(), "--allocation-key=" + pubFile, "--v=2"}, args...)
+		"--runtime-endpoint=" + n.Endpoint(), "--allocation-key=" + pubFile, "--v=2",
+		"--kubelet-root-dir=" + filepath.Join(n.Dir, "kubelet"), "--claims-dir=" + filepath.Join(n.Dir, "claims")}, args...)
 	p, err := localcluster.StartProcess(filepath.Join(n.Dir, "kubegpu-crishim.log"), filepath.Join(binDir, "kubegpu-crishim"), all...)
 	if err != nil {
 		t.Fatal(err)

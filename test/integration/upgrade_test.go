@@ -231,7 +231,8 @@ func (u *installedNode) unitCommand() []string {
 			argv[i] = name + "=" + filepath.Join(u.root, v)
 		}
 	}
-	return append(argv, "--node-name="+u.name, "--interval=1s", "--v=2")
+	return append(argv, "--node-name="+u.name, "--interval=1s", "--v=2",
+		"--kubelet-root-dir="+filepath.Join(u.n.Dir, "kubelet"), "--claims-dir="+filepath.Join(u.n.Dir, "claims"))
 }
 
 // installedArgs is $KUBEGPU_CRISHIM_ARGS of the /etc/default file
