@@ -119,20 +119,55 @@ func (c *Cache) updateClaimLocked(logger klog.Logger, claim *resourceapi.Resourc
 		return false
 	}
 	if known && ps.node == alloc.Node && reflect.DeepEqual(ps.alloc, alloc.PodAllocation) {
-		ps.assumed, ps.source, ps.value = false, sourceClaim, value
+		ps.assumed, ps.source, ps.value, ps.consumers = false, sourceClaim, value, consumersOf(claim)
 		return false
 	}
 	if known && !ps.assumed {
 		logger.Info("Allocation of a counted ResourceClaim changed; keeping the devices it was counted with", "claim", klog.KObj(claim))
+		ps.consumers = consumersOf(claim)
 		return false
 	}
 	c.forgetLocked(claim.UID)
 	ps = &podState{pod: ktypes.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}, node: alloc.Node, alloc: alloc.PodAllocation,
-		source: sourceClaim, value: value}
+		source: sourceClaim, value: value, consumers: consumersOf(claim)}
 	c.pods[claim.UID] = ps
 	c.node(alloc.Node).pods[claim.UID] = struct{}{}
 	c.apply(logger, claim.UID, ps)
 	return false
+}
+
+// consumersOf are the pods a claim is reserved for.
+func consumersOf(claim *resourceapi.ResourceClaim) []ktypes.UID {
+	var out []ktypes.UID
+	for _, r := range claim.Status.ReservedFor {
+		if r.Resource == "pods" && r.APIGroup == "" {
+			out = append(out, r.UID)
+		}
+	}
+	return out
+}
+
+// claimsGoneLocked lists the claims on ns whose pods are all gone: in
+// removed, or among gone; must hold c.mu.
+func (c *Cache) claimsGoneLocked(ns *nodeState, removed map[ktypes.UID]struct{}, gone []ktypes.UID) []ktypes.UID {
+	var out []ktypes.UID
+	for uid := range ns.pods {
+		ps := c.pods[uid]
+		if ps == nil || len(ps.consumers) == 0 {
+			continue
+		}
+		all := true
+		for _, p := range ps.consumers {
+			if _, ok := removed[p]; !ok && !slices.Contains(gone, p) {
+				all = false
+				break
+			}
+		}
+		if all {
+			out = append(out, uid)
+		}
+	}
+	return out
 }
 
 // sourceClaim is where a claim's devices were read from: its

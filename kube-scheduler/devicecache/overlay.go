@@ -68,6 +68,12 @@ func (c *Cache) EvaluateWith(node *corev1.Node, o *Overlay, in *Input, prio int3
 	}
 	n, idle := ns.devices.Clone(), ns.idle
 	evicting, gone := c.preemptedOn(ns, math.MaxInt32), c.preemptedOn(ns, prio)
+	var claims []ktypes.UID
+	if o.DryRun {
+		// ResourceClaims all of whose pods are gone are released (the
+		// claim controller deallocates them once their pods are deleted).
+		claims = c.claimsGoneLocked(ns, o.Removed, gone)
+	}
 	c.mu.RUnlock()
 	if o.DryRun {
 		for _, uid := range gone {
@@ -75,6 +81,9 @@ func (c *Cache) EvaluateWith(node *corev1.Node, o *Overlay, in *Input, prio int3
 		}
 	}
 	for uid := range o.Removed {
+		n.Release(string(uid))
+	}
+	for _, uid := range claims {
 		n.Release(string(uid))
 	}
 	h := holder{c: c, n: n, evicting: evicting}

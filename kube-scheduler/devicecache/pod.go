@@ -51,6 +51,9 @@ type podState struct {
 	// running is set once the cache has seen the pod running (for the
 	// allocation-to-running metric).
 	running atomic.Bool
+	// consumers are, for a ResourceClaim, the pods it is reserved for:
+	// preemption's dry run counts its devices freed when all of them go.
+	consumers []ktypes.UID
 }
 
 // podSeen is what a pod says of its allocation: its annotation, which its

@@ -41,7 +41,10 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod,
 		// the nominated pods add no devices the overlay is empty, and both
 		// passes put a score: the later one counts, see filterScores.)
 		_, err = p.cache.EvaluateWith(node, o, &s.eval, corev1helpers.PodPriority(pod), capacity, free, pl)
-		if err == nil && s.claims != nil {
+		// Not in preemption's dry run: the allocator counts the victims'
+		// claims as allocated until they are gone; the devices are checked
+		// once they are.
+		if err == nil && s.claims != nil && !o.DryRun {
 			if st := p.filterClaims(ctx, s.claims, node, pl.Allocation()); st != nil {
 				return st
 			}

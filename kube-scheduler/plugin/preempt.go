@@ -99,8 +99,8 @@ func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, 
 	}
 	o := editOverlay(cs, node)
 	o.DryRun = true
-	if p.cache.HoldsOn(pod.UID, node) {
-		o.Removed[pod.UID] = struct{}{}
-	}
+	// Also a pod that holds no devices of its own: the claims it alone
+	// is reserved for are freed with it.
+	o.Removed[pod.UID] = struct{}{}
 	return nil
 }

@@ -1,0 +1,201 @@
+package integration
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
+)
+
+// TestClaimPodOnRealNode: on a real node (kubelet, kubegpu-crishim,
+// containerd), kubelet has kubegpu-crishim prepare a pod's kubegpu claim
+// (its signed allocation verified) and the container sees exactly the
+// claimed GPUs, beside an annotation pod with the other two; the ledger
+// holds no GPU twice. A claim allocated without kubegpu-scheduler's
+// signature is not prepared.
+func TestClaimPodOnRealNode(t *testing.T) {
+	ctx := context.Background()
+	const nodeName = "claim-node"
+	n := startNode(ctx, t)
+	nodeID, err := cluster.NodeIdentity(nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sock := startShim(ctx, t, n, nodeName, "--plugin-option=simgpu.preset=t4x4", "--kubeconfig="+nodeID.Kubeconfig, "--interval=1s",
+		"--pod-resources-endpoint=unix://"+filepath.Join(n.Dir, "kubelet", "pod-resources", "kubelet.sock"))
+	k := startKubelet(ctx, t, n, nodeName, sock, 10*time.Second)
+	startScheduler(ctx, t)
+	ns := namespace(ctx, t, "claimnode")
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := nodeSlices(ctx, nodeName)
+		return err == nil && len(list) > 0, nil
+	}); err != nil {
+		t.Fatalf("no ResourceSlices of %s: %v", nodeName, err)
+	}
+	if _, err := tenant(t, ns).ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "pair"}, Spec: gpuClaimSpec(2)}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := sleeper(claimUser("claimed", "pair", false))
+	p.Spec.Containers[0].Command = []string{"sh", "-c", "env; sleep 3600"}
+	createPods(ctx, t, ns, onNode(p, nodeName), onNode(sleeper(gpuPod("annotated", 2, 0, 0, nil)), nodeName))
+	running := waitRunning(ctx, t, ns, "claimed", k)
+	waitRunning(ctx, t, ns, "annotated", k)
+	claim := claimOf(ctx, t, ns, running)
+	var want []string
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		want = append(want, r.Device) // the simgpu IDs are DNS labels: the DRA names
+	}
+	slices.Sort(want)
+	env := containerEnv(ctx, t, n, sock, "claimed")
+	var got []string
+	for _, line := range strings.Split(env, "\n") {
+		if v, ok := strings.CutPrefix(line, "KUBEGPU_SIMGPU_DEVICES="); ok {
+			got = strings.Split(v, ",")
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("the claim's container sees GPUs %v, want exactly its claim's %v:\n%s", got, want, env)
+	}
+	if strings.Contains(env, "KUBEGPU_CLAIM_DEVICE") {
+		t.Errorf("the claim's CDI devices reached the runtime:\n%s", env)
+	}
+	checkNoGPUTwice(ctx, t, n, sock, ns)
+
+	// A claim for kubegpu's class allocated behind kubegpu-scheduler's
+	// back (another scheduler, a forged status; here written as
+	// cluster-admin) to a pod bound straight to the node: the node
+	// refuses to prepare it.
+	if _, err := tenant(t, ns).ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "forged"}, Spec: gpuClaimSpec(1)}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	thief := sleeper(claimUser("thief", "forged", false))
+	thief.Spec.NodeName = nodeName
+	createPods(ctx, t, ns, thief)
+	thiefPod, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "thief", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, "forged", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := "gpu2"
+	for _, d := range []string{"gpu0", "gpu1", "gpu2", "gpu3"} {
+		if !slices.Contains(want, d) {
+			free = d
+		}
+	}
+	forged.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "gpus", Driver: dra.DriverName, Pool: nodeName, Device: free}}}}
+	forged.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "thief", UID: thiefPod.UID}}
+	if _, err := cluster.Client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, forged, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cluster.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=thief"})
+		if err != nil {
+			return false, nil
+		}
+		events = events[:0]
+		for _, e := range list.Items {
+			events = append(events, e.Reason+": "+e.Message)
+			if strings.Contains(e.Message, "carries no SignedAllocation") {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("the node did not refuse the forged claim: %v; events %q", err, events)
+	}
+	t.Logf("the forged claim's pod: %q", events)
+	if p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "thief", metav1.GetOptions{}); err != nil || p.Status.Phase == corev1.PodRunning {
+		t.Errorf("the pod of the forged claim runs: %v", err)
+	}
+}
+
+// TestClaimHolderPreempted: a lower-priority pod that holds all of a
+// node's GPUs through its claim is preempted for a higher-priority pod's
+// claim, which gets GPUs once the victim's claim is released.
+func TestClaimHolderPreempted(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	nodes := addNodes(ctx, t, "claimpre", "t4x4", 1)
+	publishSlices(ctx, t, nodes)
+	ns := namespace(ctx, t, "claimpre")
+	priorityClass(ctx, t, "kubegpu-test-claimpre-low", 10)
+	priorityClass(ctx, t, "kubegpu-test-claimpre-high", 1000)
+	finishing := &atomic.Bool{}
+	finishing.Store(true)
+	finishTerminating(ctx, t, ns, finishing)
+	client := tenant(t, ns)
+	for name, count := range map[string]int64{"low": 4, "high": 2} {
+		if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: gpuClaimSpec(count)}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	low := claimUser("low", "low", false)
+	low.Spec.PriorityClassName = "kubegpu-test-claimpre-low"
+	createPods(ctx, t, ns, low)
+	if pods := settle(ctx, t, ns, time.Second, time.Minute); len(pods) != 1 || pods[0].Spec.NodeName == "" {
+		t.Fatalf("the low-priority pod was not bound: %v", failedSchedulingAll(ctx, t, ns))
+	}
+	high := claimUser("high", "high", false)
+	high.Spec.PriorityClassName = "kubegpu-test-claimpre-high"
+	createPods(ctx, t, ns, high)
+	var p *corev1.Pod
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		p, err = cluster.Client.CoreV1().Pods(ns).Get(ctx, "high", metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName != "", nil
+	}); err != nil {
+		t.Fatalf("the high-priority claim pod was not bound: %v\n%s", err, strings.Join(failedSchedulingAll(ctx, t, ns), "\n"))
+	}
+	if _, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "low", metav1.GetOptions{}); err == nil {
+		t.Errorf("the low-priority pod is still there")
+	}
+	if got := claimedIndexes(t, claimOf(ctx, t, ns, p), nodes, p.Spec.NodeName); len(got) != 2 {
+		t.Errorf("the high-priority claim got GPUs %v, want two", got)
+	}
+}
+
+// TestClaimOverQuota: a namespace's ResourceQuota on kubegpu's DeviceClass
+// (Kubernetes' own quota on DRA devices) refuses a claim that would pass
+// it, with the API server's standard message, and admits one within it.
+func TestClaimOverQuota(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(ctx, t, "claimquota")
+	quota := corev1.ResourceName(dra.ClassName + ".deviceclass.resource.k8s.io/devices")
+	if _, err := cluster.Client.CoreV1().ResourceQuotas(ns).Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpus"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{quota: resource.MustParse("4")}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The quota controller computes the usage first.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		q, err := cluster.Client.CoreV1().ResourceQuotas(ns).Get(ctx, "gpus", metav1.GetOptions{})
+		return err == nil && q.Status.Used != nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	client := tenant(t, ns)
+	if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "three"}, Spec: gpuClaimSpec(3)}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a claim within the quota: %v", err)
+	}
+	_, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "two"}, Spec: gpuClaimSpec(2)}, metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota: gpus") {
+		t.Errorf("a claim over the quota: %v, want Forbidden: exceeded quota: gpus", err)
+	}
+}
