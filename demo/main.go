@@ -182,6 +182,13 @@ func run(ctx context.Context, o options) (err error) {
 	if err := showEnv(runCtx, ids.tenant, "show-my-gpus"); err != nil {
 		return err
 	}
+	step("The claim-based container on the real node: its env (its ResourceClaim allocated by kubegpu-scheduler, prepared by kubegpu-crishim)")
+	if err := showRunningEnv(runCtx, ids.tenant, "claim-my-gpus"); err != nil {
+		return err
+	}
+	if err := showClaim(runCtx, ids.tenant, "two-gpus"); err != nil {
+		return err
+	}
 	step("The real node's GPUs as ResourceSlices of driver %s, published by its shim with the node's credentials", dra.DriverName)
 	if err := showSlices(runCtx, c.Client, "real-node"); err != nil {
 		return err
@@ -214,12 +221,13 @@ const (
 	demoViewer = "demo-viewer"
 )
 
-// install applies kubegpu's shipped RBAC and admission policies, binds the
-// CLI's read-only role to the viewer and the built-in edit role in the
-// default namespace to the tenant: what an operator installs.
+// install applies kubegpu's shipped RBAC, admission policies and
+// DeviceClass, binds the CLI's read-only role to the viewer and the
+// built-in edit role in the default namespace to the tenant: what an
+// operator installs.
 func install(ctx context.Context, c *localcluster.Cluster) (identities, error) {
 	if err := c.Apply(ctx, "kube-scheduler/deploy/rbac.yaml", "cli/deploy/rbac.yaml", "deploy/prometheus/kubegpu-metrics-reader.yaml",
-		"deploy/admission/kubegpu-policies.yaml"); err != nil {
+		"deploy/admission/kubegpu-policies.yaml", "deploy/dra/kubegpu-deviceclass.yaml"); err != nil {
 		return identities{}, err
 	}
 	// The API server takes a moment to load new admission policies: wait
@@ -321,6 +329,16 @@ func applyExamples(ctx context.Context, tenant *localcluster.Identity, dir strin
 			return nil, err
 		}
 		for i, doc := range strings.Split(string(data), "\n---\n") {
+			var kind metav1.TypeMeta
+			if err := yaml.Unmarshal([]byte(doc), &kind); err != nil {
+				return nil, fmt.Errorf("%s: document %d: %w", f, i+1, err)
+			}
+			if kind.Kind == "ResourceClaim" {
+				if err := createClaim(ctx, tenant, doc); err != nil {
+					return nil, fmt.Errorf("%s: document %d: %w", f, i+1, err)
+				}
+				continue
+			}
 			var pod corev1.Pod
 			if err := yaml.UnmarshalStrict([]byte(doc), &pod); err != nil {
 				return nil, fmt.Errorf("%s: document %d: %w", f, i+1, err)
