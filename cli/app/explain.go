@@ -12,7 +12,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -96,7 +95,16 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	if err != nil {
 		return fmt.Errorf("get pod %s/%s: %w", ns, name, err)
 	}
-	if !objects.WantsDevices(pod) {
+	pc, err := loadPodClaims(ctx, c, pod)
+	if err != nil {
+		msg, err := claimError(err)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "Pod %s/%s waits for its ResourceClaims:\n  %s\n", ns, name, msg)
+		return nil
+	}
+	if pc == nil && !objects.WantsDevices(pod) {
 		_, err := fmt.Fprintf(w, "Pod %s/%s asks for no GPUs: kubegpu-scheduler prefers nodes without GPUs for it, then GPU nodes\n"+
 			"by its node policy (podsWithoutDevices: Score), or leaves it to the other scorers (Ignore).\n", ns, name)
 		return err
@@ -115,7 +123,11 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		return nil
 	}
 	cpu, mem := objects.HostRequest(pod)
-	r, req, err := devicecache.CompileRequest(engine, pod, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}, policy)
+	var extra []types.ContainerRequest
+	if pc != nil {
+		extra = pc.extra
+	}
+	r, req, err := devicecache.CompileRequest(engine, pod, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}, policy, extra...)
 	if err != nil {
 		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, sanitize(err.Error()))
 		return nil
@@ -160,6 +172,9 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		fmt.Fprintf(w, "It belongs to the pod group %s: it is placed together with the rest of its group, all or none, by a scheduler that places pod groups (the nodes below are judged for this pod alone).\n",
 			sanitize(*g.PodGroupName))
 	}
+	if note := pc.note(); note != "" {
+		fmt.Fprintln(w, sanitize(note))
+	}
 	if note := unknownModels(req, s.nodes); note != "" {
 		fmt.Fprintln(w, note)
 	}
@@ -175,6 +190,9 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		kept = append(kept, list...)
 	}
 	s.policies = namespacePolicies(ctx, c, kept, args.Enforcement)
+	if pc != nil {
+		s.pinned = pc.node
+	}
 	rows := o.evaluate(engine, s, r, pod, time.Now())
 	return printExplain(w, rows, o.topDevices)
 }
@@ -207,6 +225,9 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 	}
 	for _, dc := range s.classes {
 		c.UpdateDeviceClass(dc)
+	}
+	for _, rc := range s.claims {
+		c.UpdateClaim(logger, rc)
 	}
 	for i := range s.leases {
 		l := &s.leases[i]
@@ -241,6 +262,9 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 		row := explainRow{node: n.name}
 		if self.Spec.NodeName == "" {
 			row.reason = nodeExcludes(affinity, self, n.node)
+		}
+		if row.reason == "" && s.pinned != "" && s.pinned != n.name {
+			row.reason = "the pod's ResourceClaims are allocated on node " + sanitize(s.pinned)
 		}
 		if row.reason == "" && o.key != nil && cfg.SigningKey == "" && n.hasInventory() && !acceptsAnyKey(n.inv, o.key.IDs()) {
 			// Several keys given (a rotation): which one the scheduler
@@ -430,68 +454,4 @@ func newEngine(ctx context.Context, args *plugin.Args) (*devicescheduler.Engine,
 		plugins = append(plugins, sp)
 	}
 	return devicescheduler.New(args.EngineConfig(plugins))
-}
-
-// nominationNote says what a pod nominated to a node by preemption waits
-// for: the pods the scheduler is evicting there (for it, or for another
-// preemptor), or nothing.
-func nominationNote(s *clusterState, pod *corev1.Pod) string {
-	node := pod.Status.NominatedNodeName
-	var leaving []string
-	check := func(p *corev1.Pod) {
-		if objects.PreemptedByScheduler(p) {
-			leaving = append(leaving, p.Namespace+"/"+p.Name)
-		}
-	}
-	for _, pa := range s.pods[node] {
-		check(pa.pod)
-	}
-	for _, p := range s.withoutDevices[node] {
-		check(p)
-	}
-	for _, u := range s.unverified {
-		if u.pod.Spec.NodeName == node {
-			check(u.pod)
-		}
-	}
-	if len(leaving) == 0 {
-		return fmt.Sprintf("It is nominated to %s by preemption; no pod evicted there is left: it is placed at its next attempt.", sanitize(node))
-	}
-	slices.Sort(leaving)
-	const shown = 5
-	more := ""
-	if len(leaving) > shown {
-		more = fmt.Sprintf(" and %d more", len(leaving)-shown)
-		leaving = leaving[:shown]
-	}
-	return fmt.Sprintf("It is nominated to %s by preemption and waits for the pods evicted there to leave: %s%s.", sanitize(node), sanitize(strings.Join(leaving, ", ")), more)
-}
-
-// borrowing says whether pod borrows: it runs at the borrowers'
-// PriorityClass, which the admission policy kubegpu-budget gives a pod over
-// its namespace's GPU budget (or the tenant asked for).
-func borrowing(pod *corev1.Pod) bool {
-	return pod.Spec.PriorityClassName == kubeinterface.PriorityClassBorrowed
-}
-
-// budgetNote says whether borrower pod's namespace budget has room for it
-// now. Whether a pod borrows is decided at its creation, and a pod created
-// while the one it replaces still counted (a rolling update, a restarted
-// Job pod) borrows for life although its namespace is within budget.
-func budgetNote(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) string {
-	q, err := c.CoreV1().ResourceQuotas(pod.Namespace).Get(ctx, kubeinterface.BudgetQuota, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return "Its namespace has no GPU budget (no ResourceQuota " + kubeinterface.BudgetQuota + "): the pod asked for the class itself."
-	case err != nil:
-		return "Its namespace's GPU budget cannot be read: " + sanitize(err.Error())
-	}
-	key := corev1.ResourceName("requests." + kubeinterface.ResourceGPUShare)
-	hard, used := q.Status.Hard[key], q.Status.Used[key]
-	share := objects.PodShare(pod)
-	if free := hard.Value() - used.Value(); free >= share {
-		return fmt.Sprintf("Its namespace's budget has room for it now (%d of %d per cent of a GPU used, the pod is worth %d): deleted and re-created (e.g. by its controller), it would run within budget.",
-			used.Value(), hard.Value(), share)
-	}
-	return fmt.Sprintf("Its namespace's budget has no room for it now (%d of %d per cent of a GPU used, the pod is worth %d).", used.Value(), hard.Value(), share)
 }

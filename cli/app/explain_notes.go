@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -152,4 +153,68 @@ func enforcementNote(pod *corev1.Pod) string {
 		return "Its node has not recorded its slices' enforcement (condition " + kubeinterface.ConditionEnforced + ") yet."
 	}
 	return fmt.Sprintf("Its node recorded its slices' enforcement: %s: %s.", sanitize(e.State), sanitize(e.Message))
+}
+
+// nominationNote says what a pod nominated to a node by preemption waits
+// for: the pods the scheduler is evicting there (for it, or for another
+// preemptor), or nothing.
+func nominationNote(s *clusterState, pod *corev1.Pod) string {
+	node := pod.Status.NominatedNodeName
+	var leaving []string
+	check := func(p *corev1.Pod) {
+		if objects.PreemptedByScheduler(p) {
+			leaving = append(leaving, p.Namespace+"/"+p.Name)
+		}
+	}
+	for _, pa := range s.pods[node] {
+		check(pa.pod)
+	}
+	for _, p := range s.withoutDevices[node] {
+		check(p)
+	}
+	for _, u := range s.unverified {
+		if u.pod.Spec.NodeName == node {
+			check(u.pod)
+		}
+	}
+	if len(leaving) == 0 {
+		return fmt.Sprintf("It is nominated to %s by preemption; no pod evicted there is left: it is placed at its next attempt.", sanitize(node))
+	}
+	slices.Sort(leaving)
+	const shown = 5
+	more := ""
+	if len(leaving) > shown {
+		more = fmt.Sprintf(" and %d more", len(leaving)-shown)
+		leaving = leaving[:shown]
+	}
+	return fmt.Sprintf("It is nominated to %s by preemption and waits for the pods evicted there to leave: %s%s.", sanitize(node), sanitize(strings.Join(leaving, ", ")), more)
+}
+
+// borrowing says whether pod borrows: it runs at the borrowers'
+// PriorityClass, which the admission policy kubegpu-budget gives a pod over
+// its namespace's GPU budget (or the tenant asked for).
+func borrowing(pod *corev1.Pod) bool {
+	return pod.Spec.PriorityClassName == kubeinterface.PriorityClassBorrowed
+}
+
+// budgetNote says whether borrower pod's namespace budget has room for it
+// now. Whether a pod borrows is decided at its creation, and a pod created
+// while the one it replaces still counted (a rolling update, a restarted
+// Job pod) borrows for life although its namespace is within budget.
+func budgetNote(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) string {
+	q, err := c.CoreV1().ResourceQuotas(pod.Namespace).Get(ctx, kubeinterface.BudgetQuota, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "Its namespace has no GPU budget (no ResourceQuota " + kubeinterface.BudgetQuota + "): the pod asked for the class itself."
+	case err != nil:
+		return "Its namespace's GPU budget cannot be read: " + sanitize(err.Error())
+	}
+	key := corev1.ResourceName("requests." + kubeinterface.ResourceGPUShare)
+	hard, used := q.Status.Hard[key], q.Status.Used[key]
+	share := objects.PodShare(pod)
+	if free := hard.Value() - used.Value(); free >= share {
+		return fmt.Sprintf("Its namespace's budget has room for it now (%d of %d per cent of a GPU used, the pod is worth %d): deleted and re-created (e.g. by its controller), it would run within budget.",
+			used.Value(), hard.Value(), share)
+	}
+	return fmt.Sprintf("Its namespace's budget has no room for it now (%d of %d per cent of a GPU used, the pod is worth %d).", used.Value(), hard.Value(), share)
 }

@@ -52,6 +52,10 @@ type clusterState struct {
 	// DeviceClasses: what kubegpu leaves to DRA.
 	slices  []*resourceapi.ResourceSlice
 	classes []*resourceapi.DeviceClass
+	// claims are the allocated ResourceClaims (loadClaims); pinned is the
+	// node the explained pod's claims are allocated on, or "".
+	claims []*resourceapi.ResourceClaim
+	pinned string
 	// draUnread says why the slices or classes could not be read (a role
 	// from before kubegpu read them), or is empty.
 	draUnread string
@@ -107,6 +111,9 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 	s := &clusterState{pods: map[string][]podAllocation{}, withoutDevices: map[string][]*corev1.Pod{},
 		leases: leases.Items, requestedBytes: map[string][2]int64{}}
 	if err := s.loadDRA(ctx, client); err != nil {
+		return nil, err
+	}
+	if err := s.loadClaims(ctx, client); err != nil {
 		return nil, err
 	}
 	for i := range nominated.Items {

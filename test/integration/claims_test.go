@@ -271,6 +271,14 @@ func TestClaimAndAnnotationPodsNeverShare(t *testing.T) {
 	for _, name := range []string{"claim1", "annot1"} {
 		waitUnschedulable(ctx, t, ns, name, "not enough free GPUs")
 	}
+	// kubegpu explain judges the claim-based pod as the scheduler does:
+	// the GPUs the claim holds are taken.
+	out := kubegpu(t, "explain", "-n", ns, "claim1")
+	for _, want := range []string{"claim/gpu/gpus", "ResourceClaim(s) of kubegpu's DeviceClass", "whole devices free"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubegpu explain of the claim-based pod does not say %q:\n%s", want, out)
+		}
+	}
 	// The claim's pod goes; the controller deallocates the claim; both
 	// waiting pods get the two GPUs it held.
 	deletePod(ctx, t, ns, "claim2", true)

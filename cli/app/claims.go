@@ -1,0 +1,137 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/cel"
+
+	"github.com/kubegpu/kubegpu/kube-scheduler/claims"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// podClaims are a pod's ResourceClaims of kubegpu's DeviceClass as
+// kubegpu-scheduler compiles them (package claims): the engine's requests
+// for those to allocate, and the node those allocated are on.
+type podClaims struct {
+	claims []claims.PodClaim
+	extra  []types.ContainerRequest
+	node   string
+}
+
+// loadPodClaims reads and compiles pod's kubegpu claims; nil when it has
+// none. An error of package claims is what keeps the pod waiting.
+func loadPodClaims(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) (*podClaims, error) {
+	if len(pod.Spec.ResourceClaims) == 0 {
+		return nil, nil
+	}
+	pcs, err := claims.ForPod(pod, claimGetter{ctx, c}, nil)
+	if err != nil || len(pcs) == 0 {
+		return nil, err
+	}
+	out := &podClaims{claims: pcs}
+	for _, pc := range pcs {
+		if pc.Allocated() {
+			if out.node, err = claims.NodeOf(pc.Claim); err != nil {
+				return nil, err
+			}
+		}
+	}
+	comp := &claims.Compiler{Classes: &classList{ctx: ctx, c: c}, CEL: cel.NewCache(16, cel.Features{EnableConsumableCapacity: true}),
+		Devices: func() ([]*resourceapi.ResourceSlice, error) {
+			list, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			out := make([]*resourceapi.ResourceSlice, len(list.Items))
+			for i := range list.Items {
+				out[i] = &list.Items[i]
+			}
+			return out, nil
+		}}
+	if out.extra, err = comp.Compile(ctx, pcs); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// claimGetter gets claims from the API server.
+type claimGetter struct {
+	ctx context.Context
+	c   kubernetes.Interface
+}
+
+func (g claimGetter) Get(namespace, name string) (*resourceapi.ResourceClaim, error) {
+	return g.c.ResourceV1().ResourceClaims(namespace).Get(g.ctx, name, metav1.GetOptions{})
+}
+
+// classList gets DeviceClasses from one list (the viewer role lists them).
+type classList struct {
+	ctx     context.Context
+	c       kubernetes.Interface
+	classes map[string]*resourceapi.DeviceClass
+}
+
+func (l *classList) Get(name string) (*resourceapi.DeviceClass, error) {
+	if l.classes == nil {
+		list, err := l.c.ResourceV1().DeviceClasses().List(l.ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		l.classes = map[string]*resourceapi.DeviceClass{}
+		for i := range list.Items {
+			l.classes[list.Items[i].Name] = &list.Items[i]
+		}
+	}
+	if dc, ok := l.classes[name]; ok {
+		return dc, nil
+	}
+	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
+}
+
+// claimsNote says what the pod's kubegpu claims are and where they pin it.
+func (pc *podClaims) note() string {
+	if pc == nil {
+		return ""
+	}
+	s := fmt.Sprintf("It has %d ResourceClaim(s) of kubegpu's DeviceClass: kubegpu-scheduler allocates them with its engine (the requests named claim/... below), and writes each allocation into its claim's status.", len(pc.claims))
+	if pc.node != "" {
+		s += fmt.Sprintf(" Claims of it are allocated on %s: no other node can take it.", pc.node)
+	}
+	return s
+}
+
+// claimError is what explain prints for a pod whose claims keep it
+// waiting, or an error to return.
+func claimError(err error) (string, error) {
+	if errors.Is(err, claims.ErrWaiting) || errors.Is(err, claims.ErrInvalid) {
+		return sanitize(err.Error()), nil
+	}
+	return "", err
+}
+
+// loadClaims lists the allocated ResourceClaims, whose kubegpu devices
+// the scheduler counts as held. Not being allowed to is said, not an
+// error.
+func (s *clusterState) loadClaims(ctx context.Context, client kubernetes.Interface) error {
+	list, err := client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		s.draUnread = fmt.Sprintf("Not counted: the GPUs that ResourceClaims hold (%v); the role kubegpu-viewer grants it.", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list ResourceClaims (GPUs claims hold): %w", err)
+	}
+	for i := range list.Items {
+		if list.Items[i].Status.Allocation != nil {
+			s.claims = append(s.claims, &list.Items[i])
+		}
+	}
+	return nil
+}
