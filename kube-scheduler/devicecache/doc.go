@@ -18,7 +18,8 @@
 // The package knows nothing of the scheduler framework. Files by job:
 // cache.go (the Cache and its configuration), node.go and nodekeys.go (node
 // states, and nodes refusing the scheduler's key),
-// pod.go (pods' allocations), liveness.go (Leases and Ready), taints.go
+// pod.go (pods' allocations), claims.go (the devices ResourceClaims of
+// kubegpu's DeviceClass hold, under the claim's UID), liveness.go (Leases and Ready), taints.go
 // (the device nodes counted by their hard taints, so that a pod without
 // devices that could land on none of them is not scored), learn.go (the
 // workload mix learned at start), memo.go and shape.go (Filter results

@@ -19,7 +19,10 @@
 // The plugin keeps one file per extension point (prefilter.go, filter.go,
 // score.go, reserve.go, prebind.go, bind.go, preempt.go for PreFilter's
 // extensions), the wiring (plugin.go), its args (args.go, config.go; the
-// types are in kube-scheduler/apis/config). Records are written by package
+// types are in kube-scheduler/apis/config). ResourceClaims of kubegpu's
+// DeviceClass are allocated through the same steps (claims.go, with
+// package claims); Facade (facade.go) is the stock DynamicResources plugin
+// with those claims hidden from it (docs/dra.md). Records are written by package
 // record, metrics kept by package metrics. Fit, refusal and score are
 // decided in package devicecache alone.
 //
