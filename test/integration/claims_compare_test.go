@@ -37,7 +37,9 @@ func TestClaimsQuadComparison(t *testing.T) {
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: dra.ClassSelector}}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cluster.Client.ResourceV1().DeviceClasses().Delete(context.Background(), stockClass, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cluster.Client.ResourceV1().DeviceClasses().Delete(context.Background(), stockClass, metav1.DeleteOptions{})
+	})
 	const nodes = 8
 	share := map[string]int{}
 	for _, run := range []struct{ name, class string }{{"kubegpu", dra.ClassName}, {"stock", stockClass}} {
