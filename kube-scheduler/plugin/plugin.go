@@ -429,9 +429,10 @@ func heldDevices(_ klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint,
 }
 
 // SignPod lets the scheduler batch pods that ask for no devices; pods with
-// devices are never batched, since each one changes the node it lands on.
+// devices, or ResourceClaims (which may be kubegpu's), are never batched,
+// since each one changes the node it lands on.
 func (p *Plugin) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	if objects.WantsDevices(pod) {
+	if objects.WantsDevices(pod) || len(pod.Spec.ResourceClaims) > 0 {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with devices are not batched")
 	}
 	return []fwk.SignFragment{{Key: "kubegpu.io/devices", Value: false}}, nil

@@ -31,7 +31,11 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	p.recorder.Start(p.ctx)
 	cc, extra, status := p.podClaims(ctx, pod)
 	if status != nil {
-		p.pending.Refuse(pod.UID, devicecache.ReasonInvalidRequest)
+		reason := devicecache.ReasonOther // waiting for a claim
+		if status.Code() == fwk.UnschedulableAndUnresolvable {
+			reason = devicecache.ReasonInvalidRequest
+		}
+		p.pending.Refuse(pod.UID, reason)
 		return nil, status
 	}
 	if cc == nil && !objects.WantsDevices(pod) {
