@@ -19,7 +19,7 @@ import (
 
 // CDIKind is the CDI kind of the devices of kubegpu's claims. Its CDI
 // device names are "<claim UID>_<request>_<device>".
-const CDIKind = dra.DriverName + "/claim"
+const CDIKind = dra.ClaimCDIKind
 
 // cdiVersion is the CDI specification version the spec files declare.
 const cdiVersion = "0.6.0"

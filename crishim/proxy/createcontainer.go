@@ -19,6 +19,7 @@ import (
 	"github.com/kubegpu/kubegpu/crishim/metrics"
 	"github.com/kubegpu/kubegpu/crishim/rewrite"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -111,7 +112,8 @@ func CreateContainer(d Devices) Interceptor {
 
 		exempt, allowed := d.Allowlist.Match(sb)
 		if allowed {
-			if _, ok := sb.GetAnnotations()[kubeinterface.AnnotationAllocation]; !ok {
+			claimCDI := slices.ContainsFunc(cfg.GetCDIDevices(), func(c *runtimeapi.CDIDevice) bool { return strings.HasPrefix(c.GetName(), dra.ClaimCDIKind+"=") })
+			if _, ok := sb.GetAnnotations()[kubeinterface.AnnotationAllocation]; !ok && !claimCDI {
 				logger.Info("Container on the GPU allowlist keeps the devices it asks for", "entry", exempt)
 				d.Metrics.Allowlisted.With(md.GetNamespace()).Inc()
 				out, err := proto.Marshal(&req)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -14,6 +15,14 @@ import (
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/types"
 )
+
+// MaxRequests is the most requests of kubegpu claims one pod may have
+// allocated at once: the engine's bound on a pod's containers.
+const MaxRequests = types.MaxDeviceContainers
+
+// selectorTimeout bounds the evaluation of one pod's claim selectors over
+// the cluster's devices (once per scheduling attempt).
+const selectorTimeout = time.Second
 
 // containerPrefix begins the name of an engine container that stands for
 // a claim request. Container names are DNS labels: none has a "/".
@@ -47,6 +56,19 @@ type Compiler struct {
 // error wrapping ErrInvalid that says what; one whose selectors no device
 // passes, one wrapping ErrWaiting (devices may be published later).
 func (c *Compiler) Compile(ctx context.Context, pcs []PodClaim) ([]types.ContainerRequest, error) {
+	// Bounded before any selector is evaluated: the engine takes at most
+	// MaxRequests containers, and selectors get selectorTimeout in all.
+	n := 0
+	for _, pc := range pcs {
+		if !pc.Allocated() {
+			n += len(pc.Claim.Spec.Devices.Requests)
+		}
+	}
+	if n > MaxRequests {
+		return nil, fmt.Errorf("%w: the pod's claims of kubegpu's DeviceClass make %d requests, at most %d are placed", ErrInvalid, n, MaxRequests)
+	}
+	ctx, cancel := context.WithTimeout(ctx, selectorTimeout)
+	defer cancel()
 	var out []types.ContainerRequest
 	var devices []*resourceapi.ResourceSlice
 	listed := false
@@ -152,6 +174,9 @@ func (c *Compiler) matching(ctx context.Context, selectors []resourceapi.DeviceS
 	}
 	var out []string
 	for _, sl := range devices {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("the selectors took over %s over the cluster's devices: %w", selectorTimeout, err)
+		}
 		if sl.Spec.Driver != dra.DriverName {
 			continue
 		}
@@ -164,11 +189,13 @@ func (c *Compiler) matching(ctx context.Context, selectors []resourceapi.DeviceS
 			in := cel.Device{Driver: sl.Spec.Driver, AllowMultipleAllocations: d.AllowMultipleAllocations, Attributes: d.Attributes, Capacity: d.Capacity}
 			ok := true
 			for _, p := range progs {
+				// A runtime error (an attribute missing on this
+				// device, a node with an older shim) does not
+				// match: one device must not keep the claim off
+				// every node. The allocator checks only devices
+				// that matched.
 				match, _, err := p.DeviceMatches(ctx, in)
-				if err != nil {
-					return nil, fmt.Errorf("selector %q on device %s: %w", p.Expression, d.Name, err)
-				}
-				if !match {
+				if err != nil || !match {
 					ok = false
 					break
 				}

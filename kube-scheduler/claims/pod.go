@@ -40,8 +40,9 @@ var (
 // ForPod returns the pod's claims that kubegpu allocates (dra.Ours), in
 // the order of spec.resourceClaims; the others are the DynamicResources
 // plugin's. A claim whose owner or state keeps the pod from using it is
-// an error wrapping ErrWaiting or ErrInvalid. pending reports whether a
-// claim's allocation is in flight for another pod.
+// an error wrapping ErrWaiting or ErrInvalid. pending reports whether an
+// unallocated claim's allocation is in flight (for another pod sharing
+// it): the pod waits until it is written, as with the stock plugin.
 func ForPod(pod *corev1.Pod, claims Getter, pending func(*resourceapi.ResourceClaim) bool) ([]PodClaim, error) {
 	var out []PodClaim
 	for i := range pod.Spec.ResourceClaims {
@@ -77,12 +78,17 @@ func ForPod(pod *corev1.Pod, claims Getter, pending func(*resourceapi.ResourceCl
 		if claim.DeletionTimestamp != nil {
 			return nil, fmt.Errorf("%w: ResourceClaim %s/%s is being deleted", ErrWaiting, claim.Namespace, claim.Name)
 		}
-		if claim.Status.Allocation != nil {
+		switch {
+		case claim.Status.Allocation != nil:
 			if !resourceclaim.IsReservedForPod(pod, claim, false) && !resourceclaim.CanBeReserved(claim) {
 				return nil, fmt.Errorf("%w: ResourceClaim %s/%s is reserved for the most pods it may serve", ErrWaiting, claim.Namespace, claim.Name)
 			}
-			if pending != nil && pending(claim) {
-				return nil, fmt.Errorf("%w: ResourceClaim %s/%s is being allocated for another pod", ErrWaiting, claim.Namespace, claim.Name)
+		case pending != nil && pending(claim):
+			return nil, fmt.Errorf("%w: ResourceClaim %s/%s is being allocated for another pod", ErrWaiting, claim.Namespace, claim.Name)
+		}
+		for _, c := range claim.Spec.Devices.Config {
+			if c.Opaque != nil && c.Opaque.Driver == dra.DriverName {
+				return nil, fmt.Errorf("%w: ResourceClaim %s/%s configures driver %s itself: only kubegpu-scheduler does", ErrInvalid, claim.Namespace, claim.Name, dra.DriverName)
 			}
 		}
 		out = append(out, PodClaim{Name: pc.Name, Claim: claim})

@@ -82,6 +82,19 @@ func (c *Cache) MoveToClaims(uid ktypes.UID, parts []ClaimPart) (types.PodAlloca
 	return own, errors.Join(errs...)
 }
 
+// ForgetAssumed releases the devices of claim uid if they are only
+// assumed (Reserve's, not yet seen allocated): a claim seen allocated
+// keeps them.
+func (c *Cache) ForgetAssumed(logger klog.Logger, uid ktypes.UID) {
+	c.mu.RLock()
+	ps, ok := c.pods[uid]
+	assumed := ok && ps.assumed
+	c.mu.RUnlock()
+	if assumed {
+		c.Forget(logger, uid)
+	}
+}
+
 // UpdateClaim takes in a ResourceClaim from the informer. An allocated
 // claim whose allocation carries kubegpu-scheduler's verified signature
 // for it holds the signed devices; any other claim holds none, except that

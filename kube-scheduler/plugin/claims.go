@@ -61,6 +61,9 @@ type claimCycle struct {
 	// in flight until PreBind writes them; written marks those written.
 	allocated []*resourceapi.ResourceClaim
 	written   []bool
+	// reserved are the claims PreBind reserved for the pod, to release
+	// should the pod not be bound.
+	reserved []ktypes.NamespacedName
 }
 
 // podClaims reads the pod's kubegpu claims in PreFilter: nil when it has
@@ -70,9 +73,7 @@ func (p *Plugin) podClaims(ctx context.Context, pod *corev1.Pod) (*claimCycle, [
 		return nil, nil, nil
 	}
 	tracker := p.claimDeps.manager.ResourceClaims()
-	pending := func(c *resourceapi.ResourceClaim) bool {
-		return tracker.GetPendingAllocation(c.UID) != nil && !slices.ContainsFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == pod.UID })
-	}
+	pending := func(c *resourceapi.ResourceClaim) bool { return tracker.GetPendingAllocation(c.UID) != nil }
 	pcs, err := claims.ForPod(pod, tracker, pending)
 	if err != nil {
 		return nil, nil, claimStatus(err)
@@ -105,7 +106,14 @@ func (p *Plugin) podClaims(ctx context.Context, pod *corev1.Pod) (*claimCycle, [
 	if cc.slices, err = p.claimDeps.manager.ResourceSlices().ListWithDeviceTaintRules(); err != nil {
 		return nil, nil, fwk.AsStatus(fmt.Errorf("GPUs: ResourceSlices: %w", err))
 	}
-	if cc.state, err = tracker.GatherAllocatedState(); err != nil {
+	// The tracker refuses while claims change under it: a few tries,
+	// as the stock plugin makes.
+	for range 5 {
+		if cc.state, err = tracker.GatherAllocatedState(); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		return nil, nil, fwk.AsStatus(fmt.Errorf("GPUs: allocated devices: %w", err))
 	}
 	return cc, extra, nil
@@ -130,7 +138,8 @@ func (p *Plugin) filterClaims(ctx context.Context, cc *claimCycle, node *corev1.
 		return nil
 	}
 	if _, err := p.claimDeps.allocator.Allocate(ctx, node, cc.claims, alloc, cc.slices, cc.state); err != nil {
-		if errors.Is(err, claims.ErrRejected) {
+		if errors.Is(err, claims.ErrRejected) || errors.Is(err, structured.ErrFailedAllocationOnNode) {
+			// This node's devices or slices: the other nodes may do.
 			return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+err.Error())
 		}
 		return fwk.AsStatus(fmt.Errorf("GPUs: %w", err))
@@ -203,8 +212,9 @@ func (p *Plugin) reserveClaims(ctx context.Context, pod *corev1.Pod, node *corev
 }
 
 // unreserveClaims withdraws the allocations Reserve signalled and not yet
-// written.
-func (p *Plugin) unreserveClaims(cc *claimCycle) {
+// written, once, and takes the pod off the reservations PreBind wrote
+// (the claim controller then deallocates a claim reserved for nobody).
+func (p *Plugin) unreserveClaims(ctx context.Context, pod *corev1.Pod, cc *claimCycle) {
 	tracker := p.claimDeps.manager.ResourceClaims()
 	for i, c := range cc.allocated {
 		if cc.written[i] {
@@ -212,8 +222,36 @@ func (p *Plugin) unreserveClaims(cc *claimCycle) {
 		}
 		tracker.MaybeRemoveClaimPendingAllocation(c.UID, false)
 		tracker.AssumedClaimRestore(c.Namespace, c.Name)
-		p.cache.Forget(klog.FromContext(p.ctx), c.UID)
+		p.cache.ForgetAssumed(klog.FromContext(ctx), c.UID)
 	}
+	cc.allocated, cc.written = nil, nil
+	for _, ref := range cc.reserved {
+		if err := p.unreserveClaim(ctx, pod, ref); err != nil {
+			klog.FromContext(ctx).Error(err, "Could not take the pod off its ResourceClaim's reservations; the claim controller does once the pod is gone", "pod", klog.KObj(pod), "claim", ref)
+		}
+	}
+	cc.reserved = nil
+}
+
+// unreserveClaim removes pod from the reservations of claim ref.
+func (p *Plugin) unreserveClaim(ctx context.Context, pod *corev1.Pod, ref ktypes.NamespacedName) error {
+	client := p.handle.ClientSet().ResourceV1().ResourceClaims(ref.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := client.Get(ctx, ref.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		kept := slices.DeleteFunc(slices.Clone(cur.Status.ReservedFor), func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == pod.UID })
+		if len(kept) == len(cur.Status.ReservedFor) {
+			return nil
+		}
+		cur.Status.ReservedFor = kept
+		_, err = client.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // preBindClaims writes each claim's allocation and the pod's reservation:
@@ -232,7 +270,12 @@ func (p *Plugin) preBindClaims(ctx context.Context, pod *corev1.Pod, cc *claimCy
 			if cur.UID != c.UID {
 				return apierrors.NewConflict(resourceapi.Resource("resourceclaims"), c.Name, errors.New("the claim was replaced"))
 			}
-			if alloc != nil {
+			if alloc == nil {
+				// Reserved on the node PreFilter pinned the pod to.
+				if n, err := claims.NodeOf(cur); cur.Status.Allocation == nil || err != nil || n != cc.node {
+					return fmt.Errorf("claim %s is no longer allocated on node %s", klog.KObj(c), cc.node)
+				}
+			} else {
 				if cur.Status.Allocation != nil {
 					return fmt.Errorf("claim %s was allocated meanwhile", klog.KObj(c))
 				}
@@ -260,6 +303,7 @@ func (p *Plugin) preBindClaims(ctx context.Context, pod *corev1.Pod, cc *claimCy
 		if err != nil {
 			return fwk.AsStatus(fmt.Errorf("GPUs: reserve claim %s for the pod: %w", klog.KObj(pc.Claim), err))
 		}
+		cc.reserved = append(cc.reserved, ktypes.NamespacedName{Namespace: updated.Namespace, Name: updated.Name})
 		if err := tracker.AssumeClaimAfterAPICall(updated); err != nil {
 			klog.FromContext(ctx).V(4).Info("Claim tracker did not take the update", "claim", klog.KObj(updated), "err", err)
 		}
@@ -270,6 +314,7 @@ func (p *Plugin) preBindClaims(ctx context.Context, pod *corev1.Pod, cc *claimCy
 			return fwk.AsStatus(fmt.Errorf("GPUs: write the allocation of claim %s: %w", klog.KObj(c), err))
 		}
 		cc.written[i] = true
+		cc.reserved = append(cc.reserved, ktypes.NamespacedName{Namespace: updated.Namespace, Name: updated.Name})
 		if err := tracker.AssumeClaimAfterAPICall(updated); err != nil {
 			klog.FromContext(ctx).V(4).Info("Claim tracker did not take the update", "claim", klog.KObj(updated), "err", err)
 		}

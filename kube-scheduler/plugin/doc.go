@@ -17,7 +17,7 @@
 // and has seen the nodes' Leases renewed.
 //
 // The plugin keeps one file per extension point (prefilter.go, filter.go,
-// score.go, reserve.go, prebind.go, bind.go, preempt.go for PreFilter's
+// score.go, reserve.go, prebind.go, bind.go, events.go, preempt.go for PreFilter's
 // extensions), the wiring (plugin.go), its args (args.go, config.go; the
 // types are in kube-scheduler/apis/config). ResourceClaims of kubegpu's
 // DeviceClass are allocated through the same steps (claims.go, with

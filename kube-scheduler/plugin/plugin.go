@@ -377,57 +377,6 @@ func (p *Plugin) waitForSync(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// EventsToRegister lists the events that may make a pod this plugin
-// rejected schedulable: a node's inventory appearing or changing, and a pod
-// that held devices going away. The hints only decide: the queue calls them
-// holding its own lock, so they must not change the device cache or call
-// into the queue. The cache, once it has applied such an event, also wakes
-// the pods it refused for it (see waitSet): its handler and the queue's run
-// in no set order.
-func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
-	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation}, QueueingHintFn: inventoryChanged},
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: heldDevices},
-		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: hasClaims},
-		{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: hasClaims},
-	}, nil
-}
-
-func inventoryChanged(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-	n, ok := newObj.(*corev1.Node)
-	if !ok {
-		return fwk.Queue, nil
-	}
-	if old, ok := oldObj.(*corev1.Node); ok && old.Annotations[kubeinterface.AnnotationInventory] == n.Annotations[kubeinterface.AnnotationInventory] {
-		return fwk.QueueSkip, nil
-	}
-	if _, has := n.Annotations[kubeinterface.AnnotationInventory]; !has {
-		return fwk.QueueSkip, nil
-	}
-	return fwk.Queue, nil
-}
-
-// hasClaims wakes the pods with ResourceClaims: one of kubegpu's may have
-// been created, allocated for another pod or released.
-func hasClaims(_ klog.Logger, pod *corev1.Pod, _, _ any) (fwk.QueueingHint, error) {
-	if len(pod.Spec.ResourceClaims) == 0 {
-		return fwk.QueueSkip, nil
-	}
-	return fwk.Queue, nil
-}
-
-func heldDevices(_ klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
-	if d, ok := oldObj.(toolscache.DeletedFinalStateUnknown); ok {
-		oldObj = d.Obj
-	}
-	// An assumed pod whose binding failed comes without the allocation
-	// (it travels in the Binding): a bound or assumed GPU pod is enough.
-	if pod, ok := oldObj.(*corev1.Pod); ok && (pod.Spec.NodeName == "" || !objects.WantsDevices(pod)) {
-		return fwk.QueueSkip, nil
-	}
-	return fwk.Queue, nil
-}
-
 // SignPod lets the scheduler batch pods that ask for no devices; pods with
 // devices, or ResourceClaims (which may be kubegpu's), are never batched,
 // since each one changes the node it lands on.

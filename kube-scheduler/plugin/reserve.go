@@ -52,7 +52,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	if s.claims != nil {
 		own, st := p.reserveClaims(ctx, pod, node, s.claims, alloc)
 		if st != nil {
-			p.unreserveClaims(s.claims)
+			p.unreserveClaims(ctx, pod, s.claims)
 			p.cache.Unreserve(pod.UID)
 			return st
 		}
@@ -132,7 +132,7 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		return
 	}
 	if s.claims != nil {
-		p.unreserveClaims(s.claims)
+		p.unreserveClaims(ctx, pod, s.claims)
 	}
 	p.cache.Unreserve(pod.UID)
 	klog.FromContext(ctx).V(4).Info("Unreserved devices", "pod", klog.KObj(pod), "node", nodeName)

@@ -20,6 +20,10 @@ const ClassName = DriverName
 // ClassSelector is ClassName's CEL selector.
 const ClassSelector = `device.driver == "` + DriverName + `"`
 
+// ClaimCDIKind is the CDI kind of the devices of kubegpu's prepared claims,
+// which the node's shim resolves itself in CreateContainer.
+const ClaimCDIKind = DriverName + "/claim"
+
 // ErrMixedClaim means a claim asks for kubegpu's DeviceClass and for
 // another in the same claim: two allocators would have to agree in one
 // pass.
@@ -105,7 +109,9 @@ func SignedValue(alloc *resourceapi.AllocationResult) (kubeinterface.Allocation,
 	}
 	var found []string
 	for _, c := range alloc.Devices.Config {
-		if c.Opaque == nil || c.Opaque.Driver != DriverName {
+		// Only what the scheduler adds (FromClass): a claim's own
+		// configuration is its tenant's.
+		if c.Opaque == nil || c.Opaque.Driver != DriverName || c.Source != resourceapi.AllocationConfigSourceClass {
 			continue
 		}
 		raw := c.Opaque.Parameters.Raw

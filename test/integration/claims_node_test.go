@@ -199,3 +199,59 @@ func TestClaimOverQuota(t *testing.T) {
 		t.Errorf("a claim over the quota: %v, want Forbidden: exceeded quota: gpus", err)
 	}
 }
+
+// TestSharedClaim: two pods created at once that share one unallocated
+// claim: one allocates it, the other waits for that allocation and joins
+// it on the same node; the claim's GPUs are counted once, and stay held
+// while either pod runs.
+func TestSharedClaim(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	nodes := addNodes(ctx, t, "claimshared", "t4x4", 2)
+	publishSlices(ctx, t, nodes)
+	ns := namespace(ctx, t, "claimshared")
+	if _, err := tenant(t, ns).ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared"}, Spec: gpuClaimSpec(3)}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createPods(ctx, t, ns, claimUser("a", "shared", false), claimUser("b", "shared", false))
+	waitBound(ctx, t, ns, 2)
+	a, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Spec.NodeName != b.Spec.NodeName {
+		t.Fatalf("the pods of one claim are on %s and %s", a.Spec.NodeName, b.Spec.NodeName)
+	}
+	claim := claimOf(ctx, t, ns, a)
+	claimOf(ctx, t, ns, b)
+	if got := claimedIndexes(t, claim, nodes, a.Spec.NodeName); len(got) != 3 {
+		t.Fatalf("the shared claim got GPUs %v, want three", got)
+	}
+	// Counted once: the claim's node has one GPU left, the other node four.
+	var other string
+	for _, n := range nodes.names {
+		if n != a.Spec.NodeName {
+			other = n
+		}
+	}
+	one := gpuPod("one", 1, 0, 0, nil)
+	one.Spec.NodeSelector = map[string]string{corev1.LabelHostname: a.Spec.NodeName}
+	two := gpuPod("two", 2, 0, 0, nil)
+	two.Spec.NodeSelector = map[string]string{corev1.LabelHostname: a.Spec.NodeName}
+	four := gpuPod("four", 4, 0, 0, nil)
+	four.Spec.NodeSelector = map[string]string{corev1.LabelHostname: other}
+	createPods(ctx, t, ns, one, four)
+	waitBound(ctx, t, ns, 4)
+	createPods(ctx, t, ns, two)
+	waitUnschedulable(ctx, t, ns, "two", "not enough free GPUs")
+	// One of the claim's pods goes: the claim still holds its GPUs.
+	deletePod(ctx, t, ns, "a", true)
+	if c, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, "shared", metav1.GetOptions{}); err != nil || c.Status.Allocation == nil ||
+		len(c.Status.ReservedFor) != 1 || c.Status.ReservedFor[0].UID != b.UID {
+		t.Fatalf("the shared claim was released while pod b uses it: %v", err)
+	}
+}
