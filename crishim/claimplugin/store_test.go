@@ -20,16 +20,8 @@ func signedAlloc(t *testing.T, key *kubeinterface.Key, uid ktypes.UID, node stri
 		c.Devices = append(c.Devices, types.DeviceShare{ID: d, UUID: "GPU-" + d, Exclusive: true})
 		res.Devices.Results = append(res.Devices.Results, resourceapi.DeviceRequestAllocationResult{Request: "gpus", Driver: dra.DriverName, Pool: node, Device: d})
 	}
-	a, err := key.Sign(kubeinterface.Allocation{Pod: kubeinterface.PodRef{Namespace: "ns", Name: "c", UID: uid},
-		PodAllocation: types.PodAllocation{Node: node, Containers: []types.ContainerAllocation{c}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	value, err := kubeinterface.EncodeAllocation(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := dra.SignedConfig(value)
+	cfg, err := dra.SignedConfigFor(key.Sign, kubeinterface.PodRef{Namespace: "ns", Name: "c", UID: uid},
+		types.PodAllocation{Node: node, Containers: []types.ContainerAllocation{c}})
 	if err != nil {
 		t.Fatal(err)
 	}

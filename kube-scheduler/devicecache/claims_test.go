@@ -22,15 +22,7 @@ import (
 func claimOf(t *testing.T, key *kubeinterface.Key, uid ktypes.UID, alloc types.PodAllocation, consumers ...ktypes.UID) *resourceapi.ResourceClaim {
 	t.Helper()
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "claim-" + string(uid), UID: uid}}
-	a, err := key.Sign(kubeinterface.Allocation{Pod: kubeinterface.PodRef{Namespace: "ns", Name: c.Name, UID: uid}, PodAllocation: alloc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	value, err := kubeinterface.EncodeAllocation(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := dra.SignedConfig(value)
+	cfg, err := dra.SignedConfigFor(key.Sign, kubeinterface.PodRef{Namespace: "ns", Name: c.Name, UID: uid}, alloc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -181,11 +181,7 @@ func (p *Plugin) reserveClaims(ctx context.Context, pod *corev1.Pod, node *corev
 				own.Containers = append(own.Containers, c)
 			}
 		}
-		value, err := p.sign(kubeinterface.PodRef{Namespace: pc.Claim.Namespace, Name: pc.Claim.Name, UID: pc.Claim.UID}, own)
-		if err != nil {
-			return alloc, fwk.AsStatus(err)
-		}
-		config, err := dra.SignedConfig(value)
+		config, err := dra.SignedConfigFor(p.signer(), kubeinterface.PodRef{Namespace: pc.Claim.Namespace, Name: pc.Claim.Name, UID: pc.Claim.UID}, own)
 		if err != nil {
 			return alloc, fwk.AsStatus(err)
 		}
@@ -324,13 +320,17 @@ func (p *Plugin) preBindClaims(ctx context.Context, pod *corev1.Pod, cc *claimCy
 	return nil
 }
 
+// signer is the key's signing function, as the args ask.
+func (p *Plugin) signer() func(kubeinterface.Allocation) (kubeinterface.Allocation, error) {
+	if p.args.SignWithoutKeyID {
+		return p.key.SignWithoutKeyID
+	}
+	return p.key.Sign
+}
+
 // sign is the encoded allocation alloc, signed for the object ref.
 func (p *Plugin) sign(ref kubeinterface.PodRef, alloc types.PodAllocation) (string, error) {
-	sign := p.key.Sign
-	if p.args.SignWithoutKeyID {
-		sign = p.key.SignWithoutKeyID
-	}
-	a, err := sign(kubeinterface.Allocation{Pod: ref, PodAllocation: alloc})
+	a, err := p.signer()(kubeinterface.Allocation{Pod: ref, PodAllocation: alloc})
 	if err != nil {
 		return "", err
 	}

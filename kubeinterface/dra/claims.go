@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // ClassName is kubegpu's DeviceClass: whole GPUs by count, GPU slices by a
@@ -93,6 +94,21 @@ func SignedConfig(value string) (resourceapi.DeviceAllocationConfiguration, erro
 			Driver: DriverName, Parameters: runtime.RawExtension{Raw: b},
 		}},
 	}, nil
+}
+
+// SignedConfigFor signs alloc, the devices of the claim ref, with sign
+// (a kubeinterface.Key's Sign) and returns the configuration that carries
+// it (SignedConfig).
+func SignedConfigFor(sign func(kubeinterface.Allocation) (kubeinterface.Allocation, error), ref kubeinterface.PodRef, alloc types.PodAllocation) (resourceapi.DeviceAllocationConfiguration, error) {
+	a, err := sign(kubeinterface.Allocation{Pod: ref, PodAllocation: alloc})
+	if err != nil {
+		return resourceapi.DeviceAllocationConfiguration{}, err
+	}
+	value, err := kubeinterface.EncodeAllocation(a)
+	if err != nil {
+		return resourceapi.DeviceAllocationConfiguration{}, err
+	}
+	return SignedConfig(value)
 }
 
 // ErrNotSigned means a claim's allocation carries no signed configuration

@@ -132,10 +132,7 @@ func TestClaimPodOnRealNode(t *testing.T) {
 // claim, which gets GPUs once the victim's claim is released.
 func TestClaimHolderPreempted(t *testing.T) {
 	ctx := context.Background()
-	startScheduler(ctx, t)
-	nodes := addNodes(ctx, t, "claimpre", "t4x4", 1)
-	publishSlices(ctx, t, nodes)
-	ns := namespace(ctx, t, "claimpre")
+	_, nodes, ns := claimNodes(ctx, t, "claimpre", "t4x4", 1)
 	priorityClass(ctx, t, "kubegpu-test-claimpre-low", 10)
 	priorityClass(ctx, t, "kubegpu-test-claimpre-high", 1000)
 	finishing := &atomic.Bool{}
@@ -206,10 +203,7 @@ func TestClaimOverQuota(t *testing.T) {
 // while either pod runs.
 func TestSharedClaim(t *testing.T) {
 	ctx := context.Background()
-	startScheduler(ctx, t)
-	nodes := addNodes(ctx, t, "claimshared", "t4x4", 2)
-	publishSlices(ctx, t, nodes)
-	ns := namespace(ctx, t, "claimshared")
+	_, nodes, ns := claimNodes(ctx, t, "claimshared", "t4x4", 2)
 	if _, err := tenant(t, ns).ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared"}, Spec: gpuClaimSpec(3)}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
+	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 )
@@ -52,6 +53,16 @@ func publishSlices(ctx context.Context, t *testing.T, sn *simNodes) {
 			t.Fatalf("node %s: no ResourceSlices: %v", name, err)
 		}
 	}
+}
+
+// claimNodes starts the scheduler, count simulated nodes of preset with
+// their ResourceSlices published, and a namespace, all named by prefix.
+func claimNodes(ctx context.Context, t *testing.T, prefix, preset string, count int) (*localcluster.Scheduler, *simNodes, string) {
+	t.Helper()
+	sched := startScheduler(ctx, t)
+	nodes := addNodes(ctx, t, prefix, preset, count)
+	publishSlices(ctx, t, nodes)
+	return sched, nodes, namespace(ctx, t, prefix)
 }
 
 // gpuClaimSpec asks for count whole GPUs of kubegpu's DeviceClass.
@@ -140,10 +151,7 @@ func claimedIndexes(t *testing.T, c *resourceapi.ResourceClaim, sn *simNodes, no
 // a pod took GPU 0.
 func TestClaimJobLandsOnNVLinkQuad(t *testing.T) {
 	ctx := context.Background()
-	startScheduler(ctx, t)
-	nodes := addNodes(ctx, t, "claimquad", "dgx1", 1)
-	publishSlices(ctx, t, nodes)
-	ns := namespace(ctx, t, "claimquad")
+	_, nodes, ns := claimNodes(ctx, t, "claimquad", "dgx1", 1)
 	client := tenant(t, ns)
 
 	// One GPU first, as a claim: GPU 0 or another, the quads must stay.
@@ -206,10 +214,7 @@ func TestClaimJobLandsOnNVLinkQuad(t *testing.T) {
 // tenant cannot write a claim's allocation itself.
 func TestClaimAndAnnotationPodsNeverShare(t *testing.T) {
 	ctx := context.Background()
-	sched := startScheduler(ctx, t)
-	nodes := addNodes(ctx, t, "claimshare", "t4x4", 1)
-	publishSlices(ctx, t, nodes)
-	ns := namespace(ctx, t, "claimshare")
+	sched, nodes, ns := claimNodes(ctx, t, "claimshare", "t4x4", 1)
 	client := tenant(t, ns)
 	for _, name := range []string{"c2", "c1"} {
 		count := int64(2)
@@ -323,9 +328,7 @@ func TestClaimAndAnnotationPodsNeverShare(t *testing.T) {
 // (signed), the second by the stock DynamicResources plugin beside it.
 func TestPodWithClaimOfEachKind(t *testing.T) {
 	ctx := context.Background()
-	startScheduler(ctx, t)
-	nodes := addNodes(ctx, t, "claimmix", "dgx1", 1)
-	publishSlices(ctx, t, nodes)
+	_, nodes, ns := claimNodes(ctx, t, "claimmix", "dgx1", 1)
 	node := nodes.names[0]
 	const nicDriver = "nic.example.com"
 	nodeClient, err := kubernetes.NewForConfig(nodes.kubelets[node].Identity.Config)
@@ -348,7 +351,6 @@ func TestPodWithClaimOfEachKind(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cluster.Client.ResourceV1().DeviceClasses().Delete(context.Background(), nicDriver, metav1.DeleteOptions{})
 	})
-	ns := namespace(ctx, t, "claimmix")
 	client := tenant(t, ns)
 	if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "gpus"}, Spec: gpuClaimSpec(2)}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
