@@ -38,7 +38,6 @@ import (
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/internal/localnode"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
-	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
 type options struct {
@@ -462,50 +461,4 @@ func startRealNode(ctx context.Context, c *localcluster.Cluster, o options, pubF
 	}
 	fmt.Printf("    %-10s kubelet %s, kubegpu-crishim %s, containerd %s\n", "real-node", k.Log, shim.Log, n.Log)
 	return stop, nil
-}
-
-// showEnv waits for the pod on the real node to finish and prints its
-// container's output, as kubectl logs gets it.
-func showEnv(ctx context.Context, c *localcluster.Identity, name string) error {
-	var pod *corev1.Pod
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := c.Client.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		pod = p
-		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed, nil
-	})
-	if err != nil {
-		phase := corev1.PodPhase("unknown")
-		if pod != nil {
-			phase = pod.Status.Phase
-		}
-		return fmt.Errorf("pod %s did not finish (phase %s): %w", name, phase, err)
-	}
-	fmt.Printf("    pod/%s on %s: %s, allocation %s\n", name, pod.Spec.NodeName, pod.Status.Phase, allocationSummary(pod))
-	// As kubectl logs reads them: the API server asks the node's kubelet,
-	// which reads them through the shim.
-	logs, err := c.Client.CoreV1().Pods(metav1.NamespaceDefault).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		return fmt.Errorf("the logs of pod %s (kubectl logs): %w", name, err)
-	}
-	for _, l := range strings.Split(strings.TrimSpace(string(logs)), "\n") {
-		fmt.Println("    " + l)
-	}
-	return nil
-}
-
-func allocationSummary(p *corev1.Pod) string {
-	a, err := objects.PodAllocation(p)
-	if err != nil {
-		return "none"
-	}
-	var uuids []string
-	for _, c := range a.Containers {
-		for _, d := range c.Devices {
-			uuids = append(uuids, d.ID+"="+d.UUID)
-		}
-	}
-	return strings.Join(uuids, ", ")
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -75,43 +74,5 @@ func createClaim(ctx context.Context, tenant *localcluster.Identity, doc string)
 		return fmt.Errorf("create ResourceClaim %s: %w", claim.Name, err)
 	}
 	fmt.Printf("    resourceclaim/%s created\n", claim.Name)
-	return nil
-}
-
-// showClaim prints a claim's standard allocation, as `kubectl describe
-// resourceclaim` shows it to the tenant.
-func showClaim(ctx context.Context, tenant *localcluster.Identity, name string) error {
-	c, err := tenant.Client.ResourceV1().ResourceClaims(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if c.Status.Allocation == nil {
-		return fmt.Errorf("ResourceClaim %s is not allocated", name)
-	}
-	for _, r := range c.Status.Allocation.Devices.Results {
-		fmt.Printf("    resourceclaim/%s: request %s -> %s/%s/%s\n", name, r.Request, r.Driver, r.Pool, r.Device)
-	}
-	if _, _, err := dra.SignedValue(c.Status.Allocation); err != nil {
-		return fmt.Errorf("ResourceClaim %s: %w", name, err)
-	}
-	fmt.Printf("    resourceclaim/%s: signed by kubegpu-scheduler (status.allocation.devices.config, driver %s)\n", name, dra.DriverName)
-	return nil
-}
-
-// showRunningEnv prints what a running pod's container printed, once it
-// has printed its GPUs, as kubectl logs shows it to the tenant.
-func showRunningEnv(ctx context.Context, c *localcluster.Identity, name string) error {
-	var logs []byte
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		var err error
-		logs, err = c.Client.CoreV1().Pods(metav1.NamespaceDefault).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
-		return err == nil && strings.Contains(string(logs), "SIMGPU"), nil
-	})
-	if err != nil {
-		return fmt.Errorf("pod %s printed no GPUs (kubectl logs): %w", name, err)
-	}
-	for _, l := range strings.Split(strings.TrimSpace(string(logs)), "\n") {
-		fmt.Println("    " + l)
-	}
 	return nil
 }
