@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/json"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	configv1 "k8s.io/kube-scheduler/config/v1"
@@ -15,6 +14,7 @@ import (
 	schedconfigv1 "k8s.io/kubernetes/pkg/scheduler/apis/config/v1"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kubegpu/kubegpu/kube-scheduler/claims"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
@@ -75,7 +75,8 @@ func NewFacade(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugi
 func facadeArgs(obj runtime.Object) (*schedconfig.DynamicResourcesArgs, error) {
 	var v1 configv1.DynamicResourcesArgs
 	if u, ok := obj.(*runtime.Unknown); ok && len(u.Raw) > 0 {
-		if err := json.Unmarshal(u.Raw, &v1); err != nil {
+		// Strict: a misspelt field is an error, not a default.
+		if err := yaml.UnmarshalStrict(u.Raw, &v1); err != nil {
 			return nil, fmt.Errorf("args: %w", err)
 		}
 	} else if obj != nil {

@@ -3,11 +3,13 @@ package plugin
 import (
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
@@ -70,5 +72,20 @@ func TestFacadeHidesKubegpuClaims(t *testing.T) {
 	other := &corev1.Pod{Spec: corev1.PodSpec{ResourceClaims: []corev1.PodResourceClaim{{Name: "nic", ResourceClaimName: ptr.To("nic")}}}}
 	if f.hide(other) != other {
 		t.Errorf("a pod without kubegpu claims was copied")
+	}
+}
+
+// TestFacadeArgs: the facade's args are DynamicResourcesArgs, defaulted;
+// a misspelt field is an error.
+func TestFacadeArgs(t *testing.T) {
+	if _, err := facadeArgs(nil); err != nil {
+		t.Errorf("no args: %v", err)
+	}
+	args, err := facadeArgs(&runtime.Unknown{Raw: []byte(`{"filterTimeout":"3s"}`)})
+	if err != nil || args.FilterTimeout == nil || args.FilterTimeout.Duration != 3*time.Second {
+		t.Errorf("filterTimeout 3s: %+v, %v", args, err)
+	}
+	if _, err := facadeArgs(&runtime.Unknown{Raw: []byte(`{"filterTimout":"3s"}`)}); err == nil {
+		t.Error("a misspelt field was accepted")
 	}
 }
