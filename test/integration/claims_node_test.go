@@ -244,8 +244,16 @@ func TestSharedClaim(t *testing.T) {
 	waitUnschedulable(ctx, t, ns, "two", "not enough free GPUs")
 	// One of the claim's pods goes: the claim still holds its GPUs.
 	deletePod(ctx, t, ns, "a", true)
-	if c, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, "shared", metav1.GetOptions{}); err != nil || c.Status.Allocation == nil ||
-		len(c.Status.ReservedFor) != 1 || c.Status.ReservedFor[0].UID != b.UID {
-		t.Fatalf("the shared claim was released while pod b uses it: %v", err)
+	// The claim controller takes pod a off the reservations; the claim
+	// stays allocated for b.
+	var c *resourceapi.ResourceClaim
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		c, err = cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, "shared", metav1.GetOptions{})
+		return err == nil && !slices.ContainsFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == a.UID }), nil
+	}); err != nil {
+		t.Fatalf("pod a was not taken off the shared claim's reservations: %v", err)
+	}
+	if c.Status.Allocation == nil || len(c.Status.ReservedFor) != 1 || c.Status.ReservedFor[0].UID != b.UID {
+		t.Fatalf("the shared claim was released while pod b uses it: allocation %v, reserved for %+v", c.Status.Allocation != nil, c.Status.ReservedFor)
 	}
 }
