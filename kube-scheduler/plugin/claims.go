@@ -173,15 +173,15 @@ func (p *Plugin) reserveClaims(ctx context.Context, pod *corev1.Pod, node *corev
 			continue
 		}
 		part := devicecache.ClaimPart{UID: pc.Claim.UID, Claim: ktypes.NamespacedName{Namespace: pc.Claim.Namespace, Name: pc.Claim.Name}}
-		own := types.PodAllocation{Node: node.Name, Enforcement: alloc.Enforcement}
+		claimAlloc := types.PodAllocation{Node: node.Name, Enforcement: alloc.Enforcement}
 		for _, r := range pc.Claim.Spec.Devices.Requests {
 			name := claims.ContainerName(pc.Name, r.Name)
 			part.Containers = append(part.Containers, name)
 			if c, ok := alloc.Container(name); ok {
-				own.Containers = append(own.Containers, c)
+				claimAlloc.Containers = append(claimAlloc.Containers, c)
 			}
 		}
-		config, err := dra.SignedConfigFor(p.signer(), kubeinterface.PodRef{Namespace: pc.Claim.Namespace, Name: pc.Claim.Name, UID: pc.Claim.UID}, own)
+		config, err := dra.SignedConfigFor(p.signer(), kubeinterface.PodRef{Namespace: pc.Claim.Namespace, Name: pc.Claim.Name, UID: pc.Claim.UID}, claimAlloc)
 		if err != nil {
 			return alloc, fwk.AsStatus(err)
 		}
@@ -190,10 +190,11 @@ func (p *Plugin) reserveClaims(ctx context.Context, pod *corev1.Pod, node *corev
 		res.Devices.Config = append(res.Devices.Config, config)
 		c := pc.Claim.DeepCopy()
 		c.Status.Allocation = &res
-		cc.allocated = append(cc.allocated, c)
 		parts = append(parts, part)
+		// With written beside it, so that Unreserve may run at any point.
+		cc.allocated = append(cc.allocated, c)
+		cc.written = append(cc.written, false)
 	}
-	cc.written = make([]bool, len(cc.allocated))
 	own, err := p.cache.MoveToClaims(pod.UID, parts)
 	if err != nil {
 		return alloc, fwk.AsStatus(fmt.Errorf("GPUs: %w", err))
