@@ -41,7 +41,7 @@ func newClaimDeps(m fwk.SharedDRAManager) *claimDeps {
 	celCache := cel.NewCache(64, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity, EnableListTypeAttributes: fts.EnableDRAListTypeAttributes})
 	return &claimDeps{
 		manager:   m,
-		compiler:  &claims.Compiler{Classes: m.DeviceClasses(), CEL: celCache, Devices: m.ResourceSlices().ListWithDeviceTaintRules},
+		compiler:  &claims.Compiler{Classes: m.DeviceClasses(), CEL: celCache},
 		allocator: &claims.Allocator{Features: dynamicresources.AllocatorFeatures(fts), Classes: m.DeviceClasses(), CEL: celCache},
 	}
 }
@@ -99,12 +99,17 @@ func (p *Plugin) podClaims(ctx context.Context, pod *corev1.Pod) (*claimCycle, [
 	if !cc.unallocated {
 		return cc, nil, nil
 	}
-	extra, err := p.claimDeps.compiler.Compile(ctx, pcs)
+	// Listed once: for the selectors and for the allocator's check.
+	published, err := p.claimDeps.manager.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return nil, nil, fwk.AsStatus(fmt.Errorf("GPUs: ResourceSlices: %w", err))
+	}
+	cc.slices = published
+	comp := *p.claimDeps.compiler
+	comp.Devices = func() ([]*resourceapi.ResourceSlice, error) { return published, nil }
+	extra, err := comp.Compile(ctx, pcs)
 	if err != nil {
 		return nil, nil, claimStatus(err)
-	}
-	if cc.slices, err = p.claimDeps.manager.ResourceSlices().ListWithDeviceTaintRules(); err != nil {
-		return nil, nil, fwk.AsStatus(fmt.Errorf("GPUs: ResourceSlices: %w", err))
 	}
 	// The tracker refuses while claims change under it: a few tries,
 	// as the stock plugin makes.
