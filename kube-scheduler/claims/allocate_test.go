@@ -2,6 +2,7 @@ package claims
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"testing"
 
@@ -170,5 +171,30 @@ func TestAllocateSlice(t *testing.T) {
 	}
 	if m := got.ConsumedCapacity[dra.CapacityMemory]; m.Cmp(resource.MustParse("4Gi")) != 0 {
 		t.Errorf("consumed memory %s, want 4Gi", m.String())
+	}
+}
+
+// TestAllocateSlicesShareGPU: two claims asking only cores share a GPU,
+// as two annotation slices asking only cores do: a request that names no
+// memory takes none.
+func TestAllocateSlicesShareGPU(t *testing.T) {
+	inv, slice := dgx1(t, "n1")
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	state := emptyState()
+	for i := range 3 {
+		r := whole("slice", 1)
+		r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{dra.CapacityCores: resource.MustParse("30")}}
+		pcs := []PodClaim{{Name: "s", Claim: claim(fmt.Sprint("c", i), r)}}
+		res, err := newAllocator().Allocate(context.Background(), node, pcs, chose(inv, ContainerName("s", "slice"), types.DeviceShare{ComputePercent: 30}, 2),
+			[]*resourceapi.ResourceSlice{slice}, state)
+		if err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+		got := res[0].Devices.Results[0]
+		if m, ok := got.ConsumedCapacity[dra.CapacityMemory]; ok && !m.IsZero() {
+			t.Errorf("claim %d consumed memory %s, want none", i, m.String())
+		}
+		state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(structured.MakeDeviceID(got.Driver, got.Pool, got.Device), got.ConsumedCapacity))
+		state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(structured.MakeDeviceID(got.Driver, got.Pool, got.Device), got.ShareID))
 	}
 }

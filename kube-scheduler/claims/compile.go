@@ -124,7 +124,11 @@ func (c *Compiler) request(pc PodClaim, r resourceapi.DeviceRequest) (types.Cont
 		count = 1
 	}
 	cr := types.ContainerRequest{Name: ContainerName(pc.Name, r.Name), Count: int(min(count, 1<<16))}
-	if e.Capacity != nil {
+	if e.Capacity != nil && len(e.Capacity.Requests) > 0 {
+		// What DRA's accounting counts for a capacity the request does
+		// not name (the devices' request policies, dra.Devices): no
+		// memory, and all of the cores.
+		cr.ComputePercent = types.MaxComputePercent
 		for name, q := range e.Capacity.Requests {
 			switch name {
 			case dra.CapacityMemory:

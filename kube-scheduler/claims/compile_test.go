@@ -37,6 +37,16 @@ func TestCompile(t *testing.T) {
 		t.Fatalf("Compile = %+v", got)
 	}
 
+	// A capacity the request does not name counts as DRA counts it: no
+	// memory, all of the cores.
+	mem, cores := whole("mem", 1), whole("cores", 1)
+	mem.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{dra.CapacityMemory: resource.MustParse("2Gi")}}
+	cores.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{dra.CapacityCores: resource.MustParse("30")}}
+	got, err = c.Compile(ctx, []PodClaim{{Name: "gpu", Claim: claim("c", mem, cores)}})
+	if err != nil || len(got) != 2 || got[0].MemoryMiB != 2048 || got[0].ComputePercent != 100 || got[1].MemoryMiB != 0 || got[1].ComputePercent != 30 {
+		t.Fatalf("Compile with one capacity each = %+v, %v; want 2048 MiB with 100%% cores, and 30%% cores without memory", got, err)
+	}
+
 	// A selector: the UUIDs of the devices that pass it.
 	r := whole("one", 1)
 	r.Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
@@ -63,7 +73,7 @@ func TestCompile(t *testing.T) {
 	}
 	all := whole("all", 0)
 	all.Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
-	cores := whole("cores", 1)
+	cores = whole("cores", 1)
 	cores.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{dra.CapacityCores: resource.MustParse("150")}}
 	other := whole("other", 1)
 	other.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"bandwidth": resource.MustParse("1")}}

@@ -250,20 +250,18 @@ func counters(d, gpu types.Device) map[string]resourceapi.Counter {
 // consumable makes a whole GPU's capacity consumable (DRA's consumable
 // capacity, feature DRAConsumableCapacity): kubegpu shares a GPU among
 // pods by slices of its memory and compute, so the device may be allocated
-// more than once, each time taking memory in MiB (all of it by default)
-// and cores from 1 to 100 (all by default). A partition (MIG) is taken
-// whole.
+// more than once, each time taking memory in MiB (none by default: a slice
+// that names no memory holds none, as a kubegpu.io/gpu-cores slice) and
+// cores from 1 to 100 (all by default, so that a request that names
+// neither takes the GPU whole). A partition (MIG) is taken whole.
 func consumable(dev *resourceapi.Device) {
 	dev.AllowMultipleAllocations = ptr.To(true)
-	// A GPU that reports no memory gets no memory policy: a minimum
-	// above its capacity would make the API refuse the whole slice.
-	if mem := dev.Capacity[CapacityMemory]; mem.Value.Value() >= 1<<20 {
-		mem.RequestPolicy = &resourceapi.CapacityRequestPolicy{
-			Default:    ptr.To(mem.Value.DeepCopy()),
-			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Mi")), Step: ptr.To(resource.MustParse("1Mi"))},
-		}
-		dev.Capacity[CapacityMemory] = mem
+	mem := dev.Capacity[CapacityMemory]
+	mem.RequestPolicy = &resourceapi.CapacityRequestPolicy{
+		Default:    ptr.To(resource.MustParse("0")),
+		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("0")), Step: ptr.To(resource.MustParse("1Mi"))},
 	}
+	dev.Capacity[CapacityMemory] = mem
 	cores := dev.Capacity[CapacityCores]
 	cores.RequestPolicy = &resourceapi.CapacityRequestPolicy{
 		Default: ptr.To(resource.MustParse("100")),
