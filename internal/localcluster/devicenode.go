@@ -8,12 +8,14 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -30,6 +32,10 @@ type DeviceNode struct {
 	// may hold more extended resources).
 	Inventory types.Inventory
 	Capacity  advertiser.ResourceList
+	// ResourceSlices publishes the devices as ResourceSlices of driver
+	// dra.DriverName too, in the advertiser's layout
+	// (advertiser.DriverResources).
+	ResourceSlices bool
 }
 
 // AddDeviceNodes registers nodes, 32 at a time.
@@ -82,6 +88,11 @@ func (c *Cluster) addDeviceNode(ctx context.Context, client advertiser.Client, n
 	if err := advertiser.PublishInventory(ctx, client, n.Name, n.Inventory, n.Capacity); err != nil {
 		return err
 	}
+	if n.ResourceSlices {
+		if err := c.publishSlices(ctx, n.Name, n.Inventory); err != nil {
+			return err
+		}
+	}
 	now := metav1.NewMicroTime(time.Now())
 	_, err := c.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Create(ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: kubeinterface.LeaseNamespace},
@@ -116,4 +127,32 @@ func (c *Cluster) RenewLeases(ctx context.Context, names []string) {
 		}
 		wg.Wait()
 	}
+}
+
+// publishSlices writes node's ResourceSlices as the advertiser's
+// resourceslice controller would (one pool named after the node,
+// advertiser.DriverResources), directly: one controller per node of
+// thousands would cost a watch each.
+func (c *Cluster) publishSlices(ctx context.Context, node string, inv types.Inventory) error {
+	devices, err := dra.Devices(inv, dra.Options{})
+	if err != nil {
+		return fmt.Errorf("node %s: %w", node, err)
+	}
+	pool := advertiser.DriverResources(node, devices, dra.CounterSets(inv)).Pools[node]
+	for i, sl := range pool.Slices {
+		_, err := c.Client.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", node, dra.DriverName, i)},
+			Spec: resourceapi.ResourceSliceSpec{
+				Driver:         dra.DriverName,
+				Pool:           resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: int64(len(pool.Slices))},
+				NodeName:       ptr.To(node),
+				Devices:        sl.Devices,
+				SharedCounters: sl.SharedCounters,
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("node %s: ResourceSlice %d: %w", node, i, err)
+		}
+	}
+	return nil
 }

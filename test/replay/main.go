@@ -21,7 +21,13 @@
 // node label (nvidia.com/gpu.product, as GPU feature discovery sets it)
 // that pods with a gpu_spec select. The stock scheduler checks only the
 // node's total, so its figures count placements no single GPU could hold:
-// they are an upper bound.
+// they are an upper bound. With -schedulers kubegpu-claims,stock-claims
+// the same pods ask for their GPUs as ResourceClaims instead (the nodes'
+// GPUs published as ResourceSlices of gpu.kubegpu.io; whole GPUs by count,
+// slices as the capacity request cores, models as a CEL selector),
+// allocated once by kubegpu-scheduler (DeviceClass gpu.kubegpu.io) and
+// once by the stock kube-scheduler's DynamicResources plugin (a class over
+// the same devices): both check each GPU, so their figures compare.
 //
 //	go run ./test/replay --bin-dir _output/bin --plugin-dir _output/plugins --openb ../shared/data/openb
 package main
@@ -32,7 +38,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +46,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -53,7 +59,6 @@ import (
 	"github.com/kubegpu/kubegpu/internal/keyfiles"
 	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/internal/tracegpus"
-	"github.com/kubegpu/kubegpu/kubeinterface"
 )
 
 type options struct {
@@ -80,7 +85,7 @@ func main() {
 	flag.Float64Var(&o.inflate, "inflate", 1.3, "pods arrive until their GPU request passes this × the capacity")
 	flag.IntVar(&o.percentage, "percentage-of-nodes-to-score", 0, "override the configuration's percentageOfNodesToScore (0: as shipped)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory and logs")
-	schedulers := flag.String("schedulers", "kubegpu,stock", "schedulers to replay: kubegpu (kubegpu-scheduler), stock (kube-scheduler)")
+	schedulers := flag.String("schedulers", "kubegpu,stock", "schedulers to replay: kubegpu (kubegpu-scheduler), stock (kube-scheduler, GPUs as node totals), kubegpu-claims and stock-claims (the same, pods with ResourceClaims)")
 	flag.Parse()
 	o.schedulers = strings.Split(*schedulers, ",")
 	if o.nodes == "" {
@@ -155,9 +160,24 @@ func run(ctx context.Context, o options) ([]result, error) {
 		return nil, err
 	}
 	defer c.Stop()
-	names, err := publishNodes(ctx, c, x)
+	var rps []replayer
+	withClaims := false
+	for _, name := range o.schedulers {
+		rp, ok := replayers[name]
+		if !ok {
+			return nil, fmt.Errorf("unknown scheduler %q (kubegpu, stock, kubegpu-claims, stock-claims)", name)
+		}
+		rps = append(rps, rp)
+		withClaims = withClaims || rp.mode.claims()
+	}
+	names, err := publishNodes(ctx, c, x, withClaims)
 	if err != nil {
 		return nil, err
+	}
+	if withClaims {
+		if err := createClasses(ctx, c); err != nil {
+			return nil, err
+		}
 	}
 	renewCtx, stopRenewing := context.WithCancel(ctx)
 	defer stopRenewing()
@@ -172,16 +192,8 @@ func run(ctx context.Context, o options) ([]result, error) {
 	}
 	defer cs.stop()
 	var results []result
-	for _, name := range o.schedulers {
-		var r result
-		switch name {
-		case "kubegpu":
-			r, err = replayWith(ctx, c, o, x, cs, "kubegpu-scheduler", keyFile)
-		case "stock":
-			r, err = replayWith(ctx, c, o, x, cs, "kube-scheduler", "")
-		default:
-			err = fmt.Errorf("unknown scheduler %q (kubegpu, stock)", name)
-		}
+	for _, rp := range rps {
+		r, err := replayWith(ctx, c, o, x, cs, rp, keyFile)
 		if err != nil {
 			return nil, err
 		}
@@ -192,13 +204,15 @@ func run(ctx context.Context, o options) ([]result, error) {
 	return results, nil
 }
 
-// replayWith replays x with binary (kubegpu-scheduler, or kube-scheduler
-// given GPUs as extended resources) on the cluster's nodes, then deletes
-// the pods.
-func replayWith(ctx context.Context, c *localcluster.Cluster, o options, x *sim.Experiment, cs *clusterScheduler, binary, keyFile string) (result, error) {
+// replayWith replays x with rp's scheduler (kubegpu-scheduler with the
+// shipped configuration, or kube-scheduler with its defaults) on the
+// cluster's nodes, its pods asking for GPUs in rp's mode, then deletes the
+// pods and claims.
+func replayWith(ctx context.Context, c *localcluster.Cluster, o options, x *sim.Experiment, cs *clusterScheduler, rp replayer, keyFile string) (result, error) {
+	binary := rp.binary
 	config := fmt.Sprintf("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: %s\n  qps: 5000\n  burst: 5000\nleaderElection:\n  leaderElect: false\n", c.Kubeconfig)
-	cs.stock = keyFile == ""
-	if !cs.stock {
+	cs.mode = rp.mode
+	if binary == "kubegpu-scheduler" {
 		var err error
 		config, err = c.ShippedSchedulerConfig(filepath.Join(repoRoot(), "kube-scheduler/config/kubegpu-scheduler.yaml"), c.Kubeconfig, mustAbs(o.pluginDir), keyFile, 5000)
 		if err != nil {
@@ -213,29 +227,28 @@ func replayWith(ctx context.Context, c *localcluster.Cluster, o options, x *sim.
 		return result{}, err
 	}
 	defer func() { _ = sched.Stop() }()
-	fmt.Fprintf(os.Stderr, "replay: %s\n", binary)
+	fmt.Fprintf(os.Stderr, "replay: %s\n", rp.name)
 	// kubegpu-scheduler holds GPU pods until it has seen the nodes renew
 	// their Leases (at most heartbeatStaleness/4 + 2 s): wait for a pod
 	// that fits anywhere to be bound, then take it away.
 	if err := cs.warmUp(ctx); err != nil {
-		return result{}, fmt.Errorf("%s: %w (log: %s)", binary, err, sched.Log)
+		return result{}, fmt.Errorf("%s: %w (log: %s)", rp.name, err, sched.Log)
 	}
 	start := time.Now()
 	done := 0
-	run := sim.Replay(x, binary, cs, func() {
+	run := sim.Replay(x, rp.name, cs, func() {
 		if done++; done%1000 == 0 {
-			fmt.Fprintf(os.Stderr, "replay: %s %d/%d pods\n", binary, done, len(x.Pods))
+			fmt.Fprintf(os.Stderr, "replay: %s %d/%d pods\n", rp.name, done, len(x.Pods))
 		}
 	})
 	if cs.err != nil {
-		return result{}, fmt.Errorf("%s: %w (log: %s)", binary, cs.err, sched.Log)
+		return result{}, fmt.Errorf("%s: %w (log: %s)", rp.name, cs.err, sched.Log)
 	}
-	name := binary
-	if cs.stock {
-		name += " (GPUs as node totals)"
+	r := summarize(rp.name, x, run, time.Since(start))
+	if err := cs.clear(ctx); err != nil {
+		return result{}, err
 	}
-	r := summarize(name, x, run, time.Since(start))
-	return r, cs.clear(ctx)
+	return r, cs.clearClaims(ctx)
 }
 
 // repoRoot is the checkout: this command runs from it (go run ./test/replay)
@@ -268,6 +281,15 @@ func report(w io.Writer, x *sim.Experiment, results []result) {
 	for _, r := range results[:len(results)-1] {
 		fmt.Fprintf(w, "\n%s strands %+.2f points of the GPUs at 130%% against the simulator.", r.name, r.unalloc-sim.unalloc)
 	}
+	byName := map[string]result{}
+	for _, r := range results {
+		byName[r.name] = r
+	}
+	annotations, ok1 := byName[replayers["kubegpu"].name]
+	claims, ok2 := byName[replayers["kubegpu-claims"].name]
+	if ok1 && ok2 {
+		fmt.Fprintf(w, "\nWith ResourceClaims kubegpu-scheduler strands %+.2f points against its own resources.", claims.unalloc-annotations.unalloc)
+	}
 	fmt.Fprintln(w)
 }
 
@@ -276,9 +298,9 @@ const nodeLabel = "kubegpu.io/replay"
 
 // publishNodes registers the experiment's nodes as kubegpu-crishim would
 // publish them (the trace's CPU and memory, its GPUs as a simulated
-// inventory of its model, a Lease), with the stock scheduler's extended
-// resource and model label beside.
-func publishNodes(ctx context.Context, c *localcluster.Cluster, x *sim.Experiment) ([]string, error) {
+// inventory of its model, a Lease, and, with slices, ResourceSlices), with
+// the stock scheduler's extended resource and model label beside.
+func publishNodes(ctx context.Context, c *localcluster.Cluster, x *sim.Experiment, slices bool) ([]string, error) {
 	names := make([]string, len(x.Nodes))
 	nodes := make([]localcluster.DeviceNode, len(x.Nodes))
 	for i, spec := range x.Nodes {
@@ -294,7 +316,7 @@ func publishNodes(ctx context.Context, c *localcluster.Cluster, x *sim.Experimen
 				corev1.ResourcePods:   *resource.NewQuantity(1000, resource.DecimalSI),
 			},
 			Labels:    map[string]string{nodeLabel: "true", stockModel: spec.Model},
-			Inventory: inv, Capacity: capacity,
+			Inventory: inv, Capacity: capacity, ResourceSlices: slices,
 		}
 	}
 	return names, c.AddDeviceNodes(ctx, nodes)
@@ -307,8 +329,8 @@ type clusterScheduler struct {
 	client kubernetes.Interface
 	stopCh chan struct{}
 
-	// stock: pods ask for GPUs as the stock scheduler's extended resource.
-	stock bool
+	// mode is how pods ask for GPUs.
+	mode mode
 
 	mu      sync.Mutex
 	waiting map[string]chan bool
@@ -371,18 +393,25 @@ func (cs *clusterScheduler) Schedule(p *sim.PodSpec) bool {
 	if cs.err != nil {
 		return false
 	}
-	bound, err := cs.place(podOf(p, cs.stock))
+	bound, err := cs.place(podOf(p, cs.mode))
 	if err != nil {
 		cs.err = fmt.Errorf("pod %s: %w", p.Name, err)
 	}
 	return bound
 }
 
-func (cs *clusterScheduler) place(pod *corev1.Pod) (bool, error) {
+// place creates claim (if any) and pod and waits for the pod's outcome;
+// an unschedulable pod is deleted with its claim.
+func (cs *clusterScheduler) place(pod *corev1.Pod, claim *resourceapi.ResourceClaim) (bool, error) {
 	ch := make(chan bool, 1)
 	cs.mu.Lock()
 	cs.waiting[pod.Name] = ch
 	cs.mu.Unlock()
+	if claim != nil {
+		if _, err := cs.client.ResourceV1().ResourceClaims(namespace).Create(cs.ctx, claim, metav1.CreateOptions{}); err != nil {
+			return false, err
+		}
+	}
 	if _, err := cs.client.CoreV1().Pods(namespace).Create(cs.ctx, pod, metav1.CreateOptions{}); err != nil {
 		return false, err
 	}
@@ -391,6 +420,11 @@ func (cs *clusterScheduler) place(pod *corev1.Pod) (bool, error) {
 		if !bound {
 			if err := cs.client.CoreV1().Pods(namespace).Delete(cs.ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 				return false, err
+			}
+			if claim != nil {
+				if err := cs.client.ResourceV1().ResourceClaims(namespace).Delete(cs.ctx, claim.Name, metav1.DeleteOptions{}); err != nil {
+					return false, err
+				}
 			}
 		}
 		return bound, nil
@@ -404,13 +438,16 @@ func (cs *clusterScheduler) place(pod *corev1.Pod) (bool, error) {
 func (cs *clusterScheduler) warmUp(ctx context.Context) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for i := 0; time.Now().Before(deadline); i++ {
-		probe := podOf(&sim.PodSpec{Name: fmt.Sprintf("warm-up-%d", i), NumGPU: 1, GPUMilli: 10}, cs.stock)
-		bound, err := cs.place(probe)
+		probe, claim := podOf(&sim.PodSpec{Name: fmt.Sprintf("warm-up-%d", i), NumGPU: 1, GPUMilli: 10}, cs.mode)
+		bound, err := cs.place(probe, claim)
 		if err != nil {
 			return err
 		}
 		if bound {
-			return cs.client.CoreV1().Pods(namespace).Delete(ctx, probe.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			if err := cs.client.CoreV1().Pods(namespace).Delete(ctx, probe.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				return err
+			}
+			return cs.clearClaims(ctx)
 		}
 		time.Sleep(time.Second)
 	}
@@ -430,70 +467,4 @@ func (cs *clusterScheduler) clear(ctx context.Context) error {
 		}
 	}
 	return errors.New("the replay's pods were not deleted within 2 minutes")
-}
-
-// Resources the stock scheduler is given GPUs as.
-const (
-	stockGPUMilli = "alibabacloud.com/gpu-milli"
-	stockModel    = "nvidia.com/gpu.product"
-)
-
-// podOf is the pod a trace line asks for: its CPU and memory, and its GPUs
-// whole (gpu_milli 1000) or as slices of gpu_milli/10 per cent, of the
-// models gpu_spec lists. With stock, its GPUs are num_gpu × gpu_milli of
-// the node's stockGPUMilli, and the models a node label it selects.
-func podOf(p *sim.PodSpec, stock bool) *corev1.Pod {
-	if stock {
-		return stockPodOf(p)
-	}
-	requests := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI),
-		corev1.ResourceMemory: *resource.NewQuantity(p.MemoryMiB<<20, resource.BinarySI),
-	}
-	limits := corev1.ResourceList{}
-	if p.NumGPU > 0 {
-		limits[kubeinterface.ResourceGPU] = *resource.NewQuantity(int64(p.NumGPU), resource.DecimalSI)
-		if p.GPUMilli < 1000 {
-			limits[kubeinterface.ResourceGPUCores] = *resource.NewQuantity(int64(max(1, int(math.Round(float64(p.GPUMilli)/10)))), resource.DecimalSI)
-		}
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: strings.ToLower(p.Name)},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{nodeLabel: "true"},
-			Containers: []corev1.Container{{Name: "main", Image: "busybox",
-				Resources: corev1.ResourceRequirements{Requests: requests, Limits: limits}}},
-		},
-	}
-	if len(p.GPUSpec) > 0 {
-		pod.Annotations = map[string]string{kubeinterface.AnnotationModelInclude: strings.Join(p.GPUSpec, ",")}
-	}
-	return pod
-}
-
-func stockPodOf(p *sim.PodSpec) *corev1.Pod {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: strings.ToLower(p.Name)},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{nodeLabel: "true"},
-			Containers: []corev1.Container{{Name: "main", Image: "busybox",
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceCPU:    *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI),
-					corev1.ResourceMemory: *resource.NewQuantity(p.MemoryMiB<<20, resource.BinarySI),
-				}}}},
-		},
-	}
-	if p.NumGPU > 0 {
-		q := *resource.NewQuantity(p.TotalGPUMilli(), resource.DecimalSI)
-		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{stockGPUMilli: q}
-		pod.Spec.Containers[0].Resources.Requests[stockGPUMilli] = q
-	}
-	if len(p.GPUSpec) > 0 {
-		pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: stockModel, Operator: corev1.NodeSelectorOpIn, Values: p.GPUSpec}},
-			}}},
-		}}
-	}
-	return pod
 }

@@ -15,8 +15,10 @@ import (
 // GPUs, slices, model selectors, CPU-only pods; 40 nodes of three models)
 // through the real kubegpu-scheduler with the shipped configuration: every
 // pod gets an outcome, and the real scheduler's figures are the
-// simulator's for the same experiment, within a point. The stock
-// kube-scheduler replays the same pods too.
+// simulator's for the same experiment, within a point. The same pods as
+// ResourceClaims of kubegpu's DeviceClass give kubegpu-scheduler's figure
+// within a point too. The stock kube-scheduler replays the same pods, with
+// GPUs as node totals and as claims its DynamicResources plugin allocates.
 func TestReplaySmallTrace(t *testing.T) {
 	bin, plugins := os.Getenv("KUBEGPU_BIN_DIR"), os.Getenv("KUBEGPU_PLUGIN_DIR")
 	if bin == "" || plugins == "" {
@@ -47,7 +49,7 @@ func TestReplaySmallTrace(t *testing.T) {
 		fmt.Fprintf(&pods, "pod-%03d,%d,%d,%d,%d,%s\n", i, 1000+rng.Intn(8)*1000, 2048+rng.Intn(8)*1024, num, milli, spec)
 	}
 	o := options{binDir: bin, pluginDir: plugins, nodes: filepath.Join(dir, "nodes.csv"), pods: filepath.Join(dir, "pods.csv"), seed: 1, inflate: 1.3,
-		schedulers: []string{"kubegpu", "stock"}}
+		schedulers: []string{"kubegpu", "stock", "kubegpu-claims", "stock-claims"}}
 	for path, text := range map[string]string{o.nodes: nodes.String(), o.pods: pods.String()} {
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
@@ -60,12 +62,17 @@ func TestReplaySmallTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
-	if len(results) != 3 {
-		t.Fatalf("%d results, want kubegpu-scheduler's, kube-scheduler's and the simulator's", len(results))
+	if len(results) != 5 {
+		t.Fatalf("%d results, want kubegpu-scheduler's and kube-scheduler's, each with annotations and claims, and the simulator's", len(results))
 	}
-	real, stock, simulated := results[0], results[1], results[2]
-	if stock.placed == 0 || stock.placed+stock.failed != real.placed+real.failed {
-		t.Errorf("stock kube-scheduler: %d placed, %d failed", stock.placed, stock.failed)
+	real, stock, claims, stockClaims, simulated := results[0], results[1], results[2], results[3], results[4]
+	for _, r := range []result{stock, claims, stockClaims} {
+		if r.placed == 0 || r.placed+r.failed != real.placed+real.failed {
+			t.Errorf("%s: %d placed, %d failed; kubegpu-scheduler %d, %d", r.name, r.placed, r.failed, real.placed, real.failed)
+		}
+	}
+	if d := claims.unalloc - real.unalloc; d > 1 || d < -1 {
+		t.Errorf("unallocated at 130%%: with claims %.2f, with kubegpu's resources %.2f", claims.unalloc, real.unalloc)
 	}
 	if real.placed+real.failed != simulated.placed+simulated.failed {
 		t.Errorf("%d pods replayed, the simulator %d", real.placed+real.failed, simulated.placed+simulated.failed)

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubegpu/kubegpu/device-scheduler/sim"
+	"github.com/kubegpu/kubegpu/internal/localcluster"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
+)
+
+// mode is how a replay's pods ask for their GPUs.
+type mode int
+
+const (
+	// annotations: kubegpu's resources (kubegpu.io/gpu, gpu-cores) and
+	// model annotation.
+	annotations mode = iota
+	// nodeTotals: the stock scheduler's extended resource and a model
+	// label (stockPodOf).
+	nodeTotals
+	// claimsKubegpu: a ResourceClaim of kubegpu's DeviceClass, which
+	// kubegpu-scheduler allocates.
+	claimsKubegpu
+	// claimsStock: a ResourceClaim of stockClass over the same devices,
+	// tolerating kubegpu's taint, which the stock DynamicResources plugin
+	// allocates (first fit).
+	claimsStock
+)
+
+func (m mode) claims() bool { return m == claimsKubegpu || m == claimsStock }
+
+// replayer is one scheduler replayed, and how its pods ask for GPUs.
+type replayer struct {
+	name   string
+	binary string
+	mode   mode
+}
+
+// replayers are the -schedulers a replay knows.
+var replayers = map[string]replayer{
+	"kubegpu":        {"kubegpu-scheduler", "kubegpu-scheduler", annotations},
+	"stock":          {"kube-scheduler (GPUs as node totals)", "kube-scheduler", nodeTotals},
+	"kubegpu-claims": {"kubegpu-scheduler (ResourceClaims)", "kubegpu-scheduler", claimsKubegpu},
+	"stock-claims":   {"kube-scheduler (ResourceClaims, DynamicResources)", "kube-scheduler", claimsStock},
+}
+
+// stockClass selects kubegpu's devices for the stock DynamicResources
+// plugin, as dra.ClassName does for kubegpu-scheduler.
+const stockClass = "gpu-stock.replay.kubegpu.io"
+
+// createClasses creates kubegpu's shipped DeviceClass and stockClass.
+func createClasses(ctx context.Context, c *localcluster.Cluster) error {
+	if err := c.Apply(ctx, filepath.Join(repoRoot(), "deploy/dra/kubegpu-deviceclass.yaml")); err != nil {
+		return err
+	}
+	_, err := c.Client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: stockClass},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: dra.ClassSelector}}}}}, metav1.CreateOptions{})
+	return err
+}
+
+// Resources the stock scheduler is given GPUs as.
+const (
+	stockGPUMilli = "alibabacloud.com/gpu-milli"
+	stockModel    = "nvidia.com/gpu.product"
+)
+
+// podOf is the pod a trace line asks for, in mode m, and the claim it
+// uses (claim modes, with GPUs).
+func podOf(p *sim.PodSpec, m mode) (*corev1.Pod, *resourceapi.ResourceClaim) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: strings.ToLower(p.Name)},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{nodeLabel: "true"},
+			Containers: []corev1.Container{{Name: "main", Image: "busybox",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU:    *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI),
+					corev1.ResourceMemory: *resource.NewQuantity(p.MemoryMiB<<20, resource.BinarySI),
+				}}}},
+		},
+	}
+	if p.NumGPU == 0 {
+		return pod, nil
+	}
+	switch m {
+	case nodeTotals:
+		stockGPUs(pod, p)
+	case claimsKubegpu, claimsStock:
+		return pod, claimOf(pod, p, m)
+	default:
+		limits := corev1.ResourceList{kubeinterface.ResourceGPU: *resource.NewQuantity(int64(p.NumGPU), resource.DecimalSI)}
+		if p.GPUMilli < 1000 {
+			limits[kubeinterface.ResourceGPUCores] = *resource.NewQuantity(cores(p), resource.DecimalSI)
+		}
+		pod.Spec.Containers[0].Resources.Limits = limits
+		if len(p.GPUSpec) > 0 {
+			pod.Annotations = map[string]string{kubeinterface.AnnotationModelInclude: strings.Join(p.GPUSpec, ",")}
+		}
+	}
+	return pod, nil
+}
+
+// cores is a slice's compute in per cent of a GPU, as kubegpu.io/gpu-cores
+// and the claims' capacity request "cores" take it.
+func cores(p *sim.PodSpec) int64 { return int64(max(1, int(math.Round(float64(p.GPUMilli)/10)))) }
+
+// stockGPUs gives pod num_gpu × gpu_milli of the node's stockGPUMilli, and
+// the models of gpu_spec as a node label it selects.
+func stockGPUs(pod *corev1.Pod, p *sim.PodSpec) {
+	q := *resource.NewQuantity(p.TotalGPUMilli(), resource.DecimalSI)
+	pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{stockGPUMilli: q}
+	pod.Spec.Containers[0].Resources.Requests[stockGPUMilli] = q
+	if len(p.GPUSpec) > 0 {
+		pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: stockModel, Operator: corev1.NodeSelectorOpIn, Values: p.GPUSpec}},
+			}}},
+		}}
+	}
+}
+
+// claimOf is the ResourceClaim, named as the pod, that asks for p's GPUs,
+// and makes pod use it: num_gpu devices, each a whole GPU or, below
+// gpu_milli 1000, the capacity request cores; gpu_spec's models as a CEL
+// selector on the model attribute.
+func claimOf(pod *corev1.Pod, p *sim.PodSpec, m mode) *resourceapi.ResourceClaim {
+	r := &resourceapi.ExactDeviceRequest{DeviceClassName: dra.ClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(p.NumGPU)}
+	if m == claimsStock {
+		r.DeviceClassName = stockClass
+		r.Tolerations = []resourceapi.DeviceToleration{{Key: dra.TaintManaged, Operator: resourceapi.DeviceTolerationOpExists}}
+	}
+	if p.GPUMilli < 1000 {
+		r.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+			dra.CapacityCores: *resource.NewQuantity(cores(p), resource.DecimalSI)}}
+	}
+	if len(p.GPUSpec) > 0 {
+		q := make([]string, len(p.GPUSpec))
+		for i, model := range p.GPUSpec {
+			q[i] = strconv.Quote(model)
+		}
+		r.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf("device.attributes[%q].%s in [%s]", dra.DriverName, dra.AttributeModel, strings.Join(q, ", "))}}}
+	}
+	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(pod.Name)}}
+	pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: pod.Name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpus", Exactly: r}}}}}
+}
+
+// clearClaims deletes the replay's ResourceClaims, once their pods are
+// gone: without kube-controller-manager nothing releases them, so their
+// finalizers are taken off first.
+func (cs *clusterScheduler) clearClaims(ctx context.Context) error {
+	claims := cs.client.ResourceV1().ResourceClaims(namespace)
+	list, err := claims.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, c := range list.Items {
+		if len(c.Finalizers) == 0 {
+			continue
+		}
+		c.Finalizers = nil
+		if _, err := claims.Update(ctx, &c, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("claim %s: %w", c.Name, err)
+		}
+	}
+	if err := claims.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		list, err := claims.List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil && len(list.Items) == 0 {
+			return nil
+		}
+	}
+	return errors.New("the replay's claims were not deleted within 2 minutes")
+}
