@@ -210,10 +210,11 @@ bench-scheduler: build plugins kube-binaries ## Scheduling throughput, kubegpu-s
 
 REPLAY_PODS ?= openb_pod_list_default.csv
 REPLAY_SEED ?= 1
+REPLAY_SCHEDULERS ?= kubegpu,stock
 
 .PHONY: bench-replay
-bench-replay: build plugins kube-binaries ## Replay the openb trace through the real kubegpu-scheduler beside the simulator (OPENB, REPLAY_PODS, REPLAY_SEED)
-	$(GO) run ./test/replay --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) --openb $(OPENB) --pods $(REPLAY_PODS) --seed $(REPLAY_SEED)
+bench-replay: build plugins kube-binaries ## Replay the openb trace through the real kubegpu-scheduler beside the simulator (OPENB, REPLAY_PODS, REPLAY_SEED, REPLAY_SCHEDULERS=kubegpu,kubegpu-claims,stock-claims for ResourceClaims)
+	$(GO) run ./test/replay --bin-dir $(BIN) --plugin-dir $(PLUGIN_DIR) --openb $(OPENB) --pods $(REPLAY_PODS) --seed $(REPLAY_SEED) --schedulers $(REPLAY_SCHEDULERS)
 
 # Upstream's scheduler_perf harness with the KubeGPU plugin registered out
 # of tree, beside the stock plugins on the same workloads (test/schedperf).

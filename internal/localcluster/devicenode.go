@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
@@ -89,7 +90,7 @@ func (c *Cluster) addDeviceNode(ctx context.Context, client advertiser.Client, n
 		return err
 	}
 	if n.ResourceSlices {
-		if err := c.publishSlices(ctx, n.Name, n.Inventory); err != nil {
+		if err := PublishSlices(ctx, c.Client, n.Name, n.Inventory); err != nil {
 			return err
 		}
 	}
@@ -129,18 +130,19 @@ func (c *Cluster) RenewLeases(ctx context.Context, names []string) {
 	}
 }
 
-// publishSlices writes node's ResourceSlices as the advertiser's
-// resourceslice controller would (one pool named after the node,
-// advertiser.DriverResources), directly: one controller per node of
-// thousands would cost a watch each.
-func (c *Cluster) publishSlices(ctx context.Context, node string, inv types.Inventory) error {
+// PublishSlices writes node's ResourceSlices of driver dra.DriverName for
+// inv as the advertiser's resourceslice controller would (one pool named
+// after the node, advertiser.DriverResources), directly: for benchmarks of
+// thousands of nodes, where one controller per node would cost a watch
+// each.
+func PublishSlices(ctx context.Context, client kubernetes.Interface, node string, inv types.Inventory) error {
 	devices, err := dra.Devices(inv, dra.Options{})
 	if err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
 	}
 	pool := advertiser.DriverResources(node, devices, dra.CounterSets(inv)).Pools[node]
 	for i, sl := range pool.Slices {
-		_, err := c.Client.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{
+		_, err := client.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", node, dra.DriverName, i)},
 			Spec: resourceapi.ResourceSliceSpec{
 				Driver:         dra.DriverName,

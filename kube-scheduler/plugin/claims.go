@@ -142,14 +142,26 @@ func (p *Plugin) filterClaims(ctx context.Context, cc *claimCycle, node *corev1.
 	if !cc.unallocated {
 		return nil
 	}
-	if _, err := p.claimDeps.allocator.Allocate(ctx, node, cc.claims, alloc, cc.slices, cc.state); err != nil {
-		if errors.Is(err, claims.ErrRejected) || errors.Is(err, structured.ErrFailedAllocationOnNode) {
-			// This node's devices or slices: the other nodes may do.
-			return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+err.Error())
-		}
-		return fwk.AsStatus(fmt.Errorf("GPUs: %w", err))
+	_, err := p.claimDeps.allocator.Allocate(ctx, node, cc.claims, alloc, cc.slices, cc.state)
+	return allocateStatus(ctx, err)
+}
+
+// allocateStatus is Filter's answer for the structured allocator's check
+// of a node.
+func allocateStatus(ctx context.Context, err error) *fwk.Status {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, claims.ErrRejected) || errors.Is(err, structured.ErrFailedAllocationOnNode):
+		// This node's devices or slices: the other nodes may do.
+		return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+err.Error())
+	case ctx.Err() != nil:
+		// The scheduler stops filtering once it has found enough nodes;
+		// an error would fail the whole cycle (upstream's DynamicResources
+		// plugin answers the same).
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("GPUs: asked by the scheduler to stop allocating devices: %v", context.Cause(ctx)))
 	}
-	return nil
+	return fwk.AsStatus(fmt.Errorf("GPUs: %w", err))
 }
 
 // reserveClaims turns the devices Reserve chose for the claim containers

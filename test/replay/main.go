@@ -47,6 +47,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -457,14 +458,34 @@ func (cs *clusterScheduler) warmUp(ctx context.Context) error {
 // clear deletes the replay's pods and waits until they are gone.
 func (cs *clusterScheduler) clear(ctx context.Context) error {
 	pods := cs.client.CoreV1().Pods(namespace)
-	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
-		return err
-	}
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+	return deleteAll(ctx, "pods", func() error {
+		return pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+	}, func() (bool, error) {
 		list, err := pods.List(ctx, metav1.ListOptions{Limit: 1})
-		if err == nil && len(list.Items) == 0 {
+		return err == nil && len(list.Items) == 0, err
+	})
+}
+
+// deleteAll calls deleteCollection until gone reports nothing left, for
+// up to 5 minutes: the API server gives up answering a deletion of
+// thousands of objects after a minute (a timeout), and goes on deleting.
+func deleteAll(ctx context.Context, what string, deleteCollection func() error, gone func() (bool, error)) error {
+	var last error
+	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		if err := deleteCollection(); err != nil {
+			if !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
+				return fmt.Errorf("delete the replay's %s: %w", what, err)
+			}
+			last = err
+		}
+		if done, err := gone(); done {
 			return nil
+		} else if err != nil {
+			last = err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 	}
-	return errors.New("the replay's pods were not deleted within 2 minutes")
+	return fmt.Errorf("the replay's %s were not deleted within 5 minutes: %v", what, last)
 }

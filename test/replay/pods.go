@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -179,14 +177,10 @@ func (cs *clusterScheduler) clearClaims(ctx context.Context) error {
 			return fmt.Errorf("claim %s: %w", c.Name, err)
 		}
 	}
-	if err := claims.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		return err
-	}
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+	return deleteAll(ctx, "claims", func() error {
+		return claims.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	}, func() (bool, error) {
 		list, err := claims.List(ctx, metav1.ListOptions{Limit: 1})
-		if err == nil && len(list.Items) == 0 {
-			return nil
-		}
-	}
-	return errors.New("the replay's claims were not deleted within 2 minutes")
+		return err == nil && len(list.Items) == 0, err
+	})
 }

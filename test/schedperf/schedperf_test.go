@@ -7,7 +7,8 @@
 // workloads: DGX-1 nodes (8 GPUs, with their inventory, capacity and
 // Leases renewed: see publish for the capacity each scheduler sees), and
 // pods of one whole GPU, of 4 GPUs that need an NVLink quad, of 25% GPU
-// slices, and without GPUs.
+// slices, and without GPUs; and upstream's DRA test cases at 500 nodes,
+// with ResourceClaims of kubegpu's devices (claims_test.go).
 //
 //	make bench-schedperf                      # 5,000 nodes
 //	make bench-schedperf SCHEDPERF_BENCH='.*/500Nodes' SCHEDPERF_FILTER=short
@@ -39,13 +40,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -66,6 +63,7 @@ import (
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/internal/keyfiles"
+	"github.com/kubegpu/kubegpu/internal/localcluster"
 	"github.com/kubegpu/kubegpu/kube-scheduler/plugin"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
@@ -108,7 +106,7 @@ func BenchmarkPerfScheduling(b *testing.B) {
 		b.Fatal(err)
 	}
 	var r renewer
-	perf.RunBenchmarkPerfScheduling(b, config, "kubegpu", frameworkruntime.Registry{plugin.Name: plugin.NewFactory().New},
+	perf.RunBenchmarkPerfScheduling(b, config, "kubegpu", frameworkruntime.Registry{plugin.Name: plugin.NewFactory().New, plugin.FacadeName: plugin.NewFacade},
 		perf.WithNodeUpdateFn(r.publish), perf.WithPreRunFn(r.start))
 }
 
@@ -128,7 +126,8 @@ func writeConfig(dir, pluginDir, keyFile string) (string, error) {
 	schedConfig := filepath.Join(dir, "kubegpu-scheduler.yaml")
 	// The shipped profile (kube-scheduler/config/kubegpu-scheduler.yaml):
 	// KubeGPU at weight 10, filtering after the filters that read only the
-	// node object, binding first. heartbeatStaleness of an hour:
+	// node object, binding first; the stock DynamicResources plugin behind
+	// DynamicResourcesFacade. heartbeatStaleness of an hour:
 	// the Leases are renewed every 30 s, which is slower than kubelets'.
 	// gpuMetrics PerModel unless KUBEGPU_SCHEDPERF_GPU_METRICS says
 	// PerGPU: the harness gathers the scheduler's whole registry every
@@ -170,6 +169,10 @@ profiles:
       enabled:
       - name: KubeGPU
         weight: 10
+      - name: DynamicResourcesFacade
+        weight: 2
+      disabled:
+      - name: DynamicResources
     filter:
       enabled:
       - name: NodeName
@@ -214,23 +217,26 @@ profiles:
 	if os.Getenv("KUBEGPU_SCHEDPERF_CONTROL") == "1" {
 		order = append(order, "Control")
 	}
+	header := func(sched, name string) {
+		fmt.Fprintf(&b, "- name: %s_%s\n", sched, name)
+		switch sched {
+		case "KubeGPU":
+			fmt.Fprintf(&b, "  schedulerConfigPath: %s\n", schedConfig)
+		case "StockBinpack":
+			fmt.Fprintf(&b, "  schedulerConfigPath: %s\n", binpackConfig)
+		}
+		// The histograms reported beside throughput: the harness
+		// gathers the whole registry once per histogram and label
+		// combination after each workload, and its default list
+		// (every plugin at every extension point, some 200) takes
+		// minutes at 5,000 nodes with kubegpu-scheduler's per-GPU
+		// series in the registry. Outside the measured window either
+		// way, the same for both schedulers.
+		b.WriteString(metricsConfig)
+	}
 	for _, w := range workloads {
 		for _, sched := range order {
-			fmt.Fprintf(&b, "- name: %s_%s\n", sched, w.name)
-			switch sched {
-			case "KubeGPU":
-				fmt.Fprintf(&b, "  schedulerConfigPath: %s\n", schedConfig)
-			case "StockBinpack":
-				fmt.Fprintf(&b, "  schedulerConfigPath: %s\n", binpackConfig)
-			}
-			// The histograms reported beside throughput: the harness
-			// gathers the whole registry once per histogram and label
-			// combination after each workload, and its default list
-			// (every plugin at every extension point, some 200) takes
-			// minutes at 5,000 nodes with kubegpu-scheduler's per-GPU
-			// series in the registry. Outside the measured window either
-			// way, the same for both schedulers.
-			b.WriteString(metricsConfig)
+			header(sched, w.name)
 			fmt.Fprintf(&b, `  defaultPodTemplatePath: %[1]s/%[2]s
   workloadTemplate:
   - opcode: createNodes
@@ -249,6 +255,14 @@ profiles:
     labels: [performance]
     params: {nodes: 5000, initPods: %[5]d, measurePods: %[6]d}
 `, templates, w.template, w.small[0], w.small[1], w.large[0], w.large[1])
+		}
+	}
+	for _, w := range claimWorkloads {
+		for _, sched := range order {
+			header(sched, w.name)
+			if err := writeClaimCase(&b, templates, sched != "KubeGPU", w.body); err != nil {
+				return "", err
+			}
 		}
 	}
 	path := filepath.Join(dir, "performance-config.yaml")
@@ -326,7 +340,8 @@ type renewer struct {
 // kubegpu's other resources, unread by the stock plugins; a slice pod
 // (nvidia.com/gpu: 1, kubegpu.io/gpu-cores: 25) takes one of a stock node's
 // 8 GPUs, as it would without GPU sharing. Spreading, the stock scheduler
-// fills no node in any workload here but the 4-GPU one.
+// fills no node in any workload here but the 4-GPU one. In the claim test
+// cases (claimWorkloads) the GPUs are published as ResourceSlices too.
 func (r *renewer) publish(tCtx ktesting.TContext, _ *scheduler.Scheduler, _ *perf.Workload, nodes *corev1.NodeList) error {
 	topo, err := simgpu.Preset("dgx1")
 	if err != nil {
@@ -336,6 +351,7 @@ func (r *renewer) publish(tCtx ktesting.TContext, _ *scheduler.Scheduler, _ *per
 	if stockCase(tCtx.Name()) {
 		slicesPerGPU = 1
 	}
+	claims := claimCase(tCtx.Name())
 	client := tCtx.Client()
 	ac, err := advertiser.NewClient(tCtx.RESTConfig())
 	if err != nil {
@@ -367,6 +383,12 @@ func (r *renewer) publish(tCtx ktesting.TContext, _ *scheduler.Scheduler, _ *per
 			if err := advertiser.PublishInventory(tCtx, ac, n.Name, inv, advertiser.Capacity(inv, slicesPerGPU)); err != nil {
 				errs <- err
 				return
+			}
+			if claims {
+				if err := localcluster.PublishSlices(tCtx, client, n.Name, inv); err != nil {
+					errs <- err
+					return
+				}
 			}
 			now := metav1.NewMicroTime(time.Now())
 			_, err := client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Create(tCtx, &coordinationv1.Lease{
@@ -433,122 +455,5 @@ func (r *renewer) start(tCtx ktesting.TContext, _ *perf.Workload) (func(), error
 		r.mu.Lock()
 		r.client, r.nodes = nil, nil
 		r.mu.Unlock()
-	}, nil
-}
-
-// processState is what the process carries from one test case to the next
-// (its goroutines and live heap, after a collection), the CPU it has used,
-// and the machine's CPU time by kind, from /proc/stat: what else ran
-// beside the benchmark (other processes, and steal: a virtual machine's
-// CPU taken by its host) shows why two rounds disagree.
-type processState struct {
-	at         time.Time
-	goroutines int
-	heap       uint64
-	cpu        time.Duration
-	// machine is /proc/stat's first line (user, nice, system, idle,
-	// iowait, irq, softirq, steal) in clock ticks; nil where unreadable.
-	machine []uint64
-}
-
-// since is what the machine did between s0 and s: the process's CPU, the
-// machine's CPU used by all processes and stolen by its host, in seconds.
-func (s processState) since(s0 processState) string {
-	out := fmt.Sprintf("%.1f s, process %.1f CPU-s", s.at.Sub(s0.at).Seconds(), (s.cpu - s0.cpu).Seconds())
-	if len(s.machine) >= 8 && len(s0.machine) >= 8 {
-		d := make([]float64, 8)
-		for i := range d {
-			// Counters the kernel lets go backwards (iowait; steal
-			// after a migration) count as zero, not as a wrap.
-			if s.machine[i] > s0.machine[i] {
-				d[i] = float64(s.machine[i]-s0.machine[i]) / 100 // USER_HZ
-			}
-		}
-		busy := d[0] + d[1] + d[2] + d[5] + d[6]
-		out += fmt.Sprintf(", machine busy %.1f CPU-s, idle %.1f, iowait %.1f, steal %.1f", busy, d[3], d[4], d[7])
-	}
-	return out
-}
-
-func machineCPU() []uint64 {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return nil
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	fields := strings.Fields(line)
-	if len(fields) < 9 || fields[0] != "cpu" {
-		return nil
-	}
-	var ticks []uint64
-	for _, f := range fields[1:9] {
-		n, err := strconv.ParseUint(f, 10, 64)
-		if err != nil {
-			return nil
-		}
-		ticks = append(ticks, n)
-	}
-	return ticks
-}
-
-func snapshot() processState {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return processState{
-		at:         time.Now(),
-		goroutines: runtime.NumGoroutine(),
-		heap:       m.HeapAlloc,
-		cpu:        time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
-		machine:    machineCPU(),
-	}
-}
-
-func (s processState) String() string {
-	return fmt.Sprintf("%d goroutines, %d MiB live heap, %.1f CPU-s", s.goroutines, s.heap>>20, s.cpu.Seconds())
-}
-
-// profile writes a CPU profile of the process for the workload (its nodes'
-// creation, the pods before and the pods measured) to
-// $KUBEGPU_SCHEDPERF_PROFILE_DIR/<test name>-<time>.pprof, if that is set,
-// and its mutex contention and blocking (sampled) beside it
-// (.mutex.pprof, .block.pprof, with .base.pprof snapshots of their start).
-func profile(tCtx ktesting.TContext) (stop func(), err error) {
-	dir := os.Getenv("KUBEGPU_SCHEDPERF_PROFILE_DIR")
-	if dir == "" {
-		return func() {}, nil
-	}
-	name := strings.NewReplacer("/", "_", " ", "_").Replace(tCtx.Name()) + time.Now().Format("-150405") + ".pprof"
-	f, err := os.Create(filepath.Join(dir, name))
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	// Where the scheduler waits rather than computes: lock contention
-	// and blocking, beside the CPU profile. Go counts them from the
-	// process's start, so they are written at the workload's start too
-	// (.base): go tool pprof -base X.mutex.base.pprof X.mutex.pprof.
-	runtime.SetMutexProfileFraction(100)
-	runtime.SetBlockProfileRate(int(time.Millisecond))
-	write := func(kind, suffix string) {
-		if w, err := os.Create(strings.TrimSuffix(f.Name(), ".pprof") + "." + kind + suffix); err == nil {
-			_ = pprof.Lookup(kind).WriteTo(w, 0)
-			w.Close()
-		}
-	}
-	write("mutex", ".base.pprof")
-	write("block", ".base.pprof")
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-		write("mutex", ".pprof")
-		write("block", ".pprof")
-		runtime.SetMutexProfileFraction(0)
-		runtime.SetBlockProfileRate(0)
 	}, nil
 }
