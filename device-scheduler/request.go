@@ -60,7 +60,7 @@ func (r *Request) SetEnforcement(p types.EnforcementPolicy) error {
 	if p == types.EnforcementRequired {
 		for _, c := range r.Containers {
 			if !c.Exclusive && (c.Milli == 0 || c.MemoryMiB == 0) {
-				return fmt.Errorf("container %q: under enforcement %s a GPU slice must set both %s and %s, so that the node can hold it to both",
+				return fmt.Errorf("container %q: under enforcement %s a GPU slice must set both %s and %s (a ResourceClaim's request: the capacities memory and cores), so that the node can hold it to both",
 					c.Name, types.EnforcementRequired, "kubegpu.io/gpu-memory", "kubegpu.io/gpu-cores")
 			}
 		}

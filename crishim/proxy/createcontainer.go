@@ -126,8 +126,9 @@ func CreateContainer(d Devices) Interceptor {
 		}
 		// The devices of the pod's kubegpu claims that the container
 		// uses, which kubelet passes as CDI devices: given as its
-		// allocation's are, held in the ledger as DRA claims' are (shared
-		// with the claim's other pods, never with kubegpu's annotations).
+		// allocation's are, held in the ledger as DRA claims' are (a whole
+		// GPU shared with the claim's other pods only, never with
+		// kubegpu's annotations; a slice beside other slices).
 		var claimShares []types.DeviceShare
 		if d.Claims != nil && len(cfg.GetCDIDevices()) > 0 {
 			names := make([]string, 0, len(cfg.GetCDIDevices()))

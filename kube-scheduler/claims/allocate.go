@@ -80,14 +80,17 @@ func (a *Allocator) Allocate(ctx context.Context, node *corev1.Node, pcs []PodCl
 		if s.Spec.Driver != dra.DriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != node.Name {
 			continue
 		}
-		c := s.DeepCopy()
-		c.Spec.Devices = c.Spec.Devices[:0]
+		// Shallow copies: the allocator reads slices (upstream's plugin
+		// gives it the informer's own), and Filter checks hundreds of
+		// nodes per pod.
+		c := *s
+		c.Spec.Devices = make([]resourceapi.Device, 0, len(names))
 		for _, d := range s.Spec.Devices {
 			if names[d.Name] {
-				c.Spec.Devices = append(c.Spec.Devices, *d.DeepCopy())
+				c.Spec.Devices = append(c.Spec.Devices, d)
 			}
 		}
-		kept = append(kept, c)
+		kept = append(kept, &c)
 	}
 	al, err := structured.NewAllocator(ctx, a.Features, *state, a.Classes, kept, a.CEL)
 	if err != nil {
@@ -135,11 +138,16 @@ func check(res *resourceapi.AllocationResult, node string, chosen map[string][]t
 	return nil
 }
 
-// pinned is the CEL selector of exactly devs, by their UUIDs.
+// pinned is the CEL selector of devs among the node's devices, by their
+// IDs as published (Allocate keeps only the node's slices and only the
+// chosen devices, and check confirms each result by the device's name).
+// IDs rather than UUIDs: the same choice on another node is the same
+// expression, compiled once for all (the allocator's CEL cache; Filter
+// checks hundreds of nodes per pod).
 func pinned(devs []types.DeviceShare) string {
 	q := make([]string, len(devs))
 	for i, d := range devs {
-		q[i] = strconv.Quote(d.UUID)
+		q[i] = strconv.Quote(dra.AttributeString(d.ID))
 	}
-	return `device.attributes["` + dra.DriverName + `"].uuid in [` + strings.Join(q, ", ") + `]`
+	return `device.attributes["` + dra.DriverName + `"].` + string(dra.AttributeID) + ` in [` + strings.Join(q, ", ") + `]`
 }

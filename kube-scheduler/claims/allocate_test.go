@@ -2,8 +2,8 @@ package claims
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"

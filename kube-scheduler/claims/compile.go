@@ -71,7 +71,7 @@ func (c *Compiler) Compile(ctx context.Context, pcs []PodClaim) ([]types.Contain
 	defer cancel()
 	var out []types.ContainerRequest
 	var devices []*resourceapi.ResourceSlice
-	listed := false
+	listed, partitions := false, false
 	for _, pc := range pcs {
 		if pc.Allocated() {
 			continue
@@ -81,18 +81,30 @@ func (c *Compiler) Compile(ctx context.Context, pcs []PodClaim) ([]types.Contain
 			if err != nil {
 				return nil, err
 			}
-			if len(selectors) > 0 {
+			// DRA takes a partition (MIG) whole: a claim's slices go on
+			// whole GPUs only.
+			wholeOnly := cr.Shared()
+			if len(selectors) > 0 || wholeOnly {
 				if !listed {
 					if devices, err = c.Devices(); err != nil {
 						return nil, fmt.Errorf("ResourceSlices: %w", err)
 					}
-					listed = true
+					listed, partitions = true, hasPartitions(devices)
 				}
-				uuids, err := c.matching(ctx, selectors, devices)
-				if err != nil {
+				if len(selectors) == 0 && !partitions {
+					out = append(out, cr) // nothing to narrow
+					continue
+				}
+				uuids, err := c.matching(ctx, selectors, devices, wholeOnly)
+				switch {
+				case errors.Is(err, context.DeadlineExceeded):
+					// Slow, not wrong: tried again later.
+					return nil, fmt.Errorf("%w: claim %s request %s: %w", ErrWaiting, pc.Claim.Name, r.Name, err)
+				case err != nil:
 					return nil, fmt.Errorf("%w: claim %s request %s: %w", ErrInvalid, pc.Claim.Name, r.Name, err)
-				}
-				if len(uuids) == 0 {
+				case len(uuids) == 0 && wholeOnly:
+					return nil, fmt.Errorf("%w: claim %s request %s: no whole GPU of driver %s passes its selectors (a slice goes on a whole GPU, not a partition)", ErrWaiting, pc.Claim.Name, r.Name, dra.DriverName)
+				case len(uuids) == 0:
 					return nil, fmt.Errorf("%w: claim %s request %s: no device of driver %s passes its selectors", ErrWaiting, pc.Claim.Name, r.Name, dra.DriverName)
 				}
 				cr.Selector.IncludeUUIDs = uuids
@@ -132,11 +144,11 @@ func (c *Compiler) request(pc PodClaim, r resourceapi.DeviceRequest) (types.Cont
 		for name, q := range e.Capacity.Requests {
 			switch name {
 			case dra.CapacityMemory:
-				mib := (q.Value() + 1<<20 - 1) >> 20
-				if q.Sign() <= 0 || mib < 1 {
-					return types.ContainerRequest{}, nil, bad("capacity %s must be at least 1Mi", name)
+				// None is the devices' default (dra.Devices).
+				if q.Sign() < 0 {
+					return types.ContainerRequest{}, nil, bad("capacity %s must not be negative", name)
 				}
-				cr.MemoryMiB = mib
+				cr.MemoryMiB = (q.Value() + 1<<20 - 1) >> 20
 			case dra.CapacityCores:
 				if q.Cmp(resource.MustParse("1")) < 0 || q.Cmp(resource.MustParse("100")) > 0 || q.MilliValue()%1000 != 0 {
 					return types.ContainerRequest{}, nil, bad("capacity %s must be a whole number from 1 to 100, got %s", name, q.String())
@@ -162,9 +174,25 @@ func (c *Compiler) request(pc PodClaim, r resourceapi.DeviceRequest) (types.Cont
 	return cr, selectors, nil
 }
 
+// hasPartitions reports whether any device of dra.DriverName is a
+// partition.
+func hasPartitions(devices []*resourceapi.ResourceSlice) bool {
+	for _, sl := range devices {
+		if sl.Spec.Driver != dra.DriverName {
+			continue
+		}
+		for i := range sl.Spec.Devices {
+			if _, ok := sl.Spec.Devices[i].Attributes[dra.AttributeParent]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // matching returns the UUIDs of the devices of dra.DriverName that pass
-// every selector.
-func (c *Compiler) matching(ctx context.Context, selectors []resourceapi.DeviceSelector, devices []*resourceapi.ResourceSlice) ([]string, error) {
+// every selector; with wholeOnly, of those that are no partition.
+func (c *Compiler) matching(ctx context.Context, selectors []resourceapi.DeviceSelector, devices []*resourceapi.ResourceSlice, wholeOnly bool) ([]string, error) {
 	progs := make([]cel.CompilationResult, 0, len(selectors))
 	for _, s := range selectors {
 		if s.CEL == nil {
@@ -188,6 +216,9 @@ func (c *Compiler) matching(ctx context.Context, selectors []resourceapi.DeviceS
 			d := &sl.Spec.Devices[i]
 			uuid := d.Attributes[dra.AttributeUUID].StringValue
 			if uuid == nil {
+				continue
+			}
+			if _, part := d.Attributes[dra.AttributeParent]; part && wholeOnly {
 				continue
 			}
 			in := cel.Device{Driver: sl.Spec.Driver, AllowMultipleAllocations: d.AllowMultipleAllocations, Attributes: d.Attributes, Capacity: d.Capacity}

@@ -87,3 +87,24 @@ func TestCompile(t *testing.T) {
 		}
 	}
 }
+
+// TestCompileSliceOnWholeGPUs: DRA takes a partition whole, so a claim's
+// slice may go only on whole GPUs; memory 0 is none, as by default.
+func TestCompileSliceOnWholeGPUs(t *testing.T) {
+	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }
+	slice := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: dra.DriverName, Devices: []resourceapi.Device{
+		{Name: "gpu0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{dra.AttributeUUID: str("GPU-A")}},
+		{Name: "gpu1-mig0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{dra.AttributeUUID: str("MIG-B"), dra.AttributeParent: str("gpu1")}},
+	}}}
+	c := compiler(t, slice)
+	r := whole("slice", 1)
+	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{dra.CapacityMemory: resource.MustParse("0")}}
+	got, err := c.Compile(context.Background(), []PodClaim{{Name: "gpu", Claim: claim("c", r)}})
+	if err != nil || len(got) != 1 || got[0].MemoryMiB != 0 || got[0].ComputePercent != 100 || fmt.Sprint(got[0].Selector.IncludeUUIDs) != "[GPU-A]" {
+		t.Fatalf("Compile = %+v, %v; want 100%% cores without memory, on GPU-A only", got, err)
+	}
+	// Whole devices: partitions too (the engine gives out a partition whole).
+	if got, err := c.Compile(context.Background(), []PodClaim{{Name: "gpu", Claim: claim("c", whole("one", 1))}}); err != nil || len(got[0].Selector.IncludeUUIDs) != 0 {
+		t.Fatalf("Compile of a whole device = %+v, %v; want no selector", got, err)
+	}
+}

@@ -38,7 +38,7 @@ type claimDeps struct {
 
 func newClaimDeps(m fwk.SharedDRAManager) *claimDeps {
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
-	celCache := cel.NewCache(64, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity, EnableListTypeAttributes: fts.EnableDRAListTypeAttributes})
+	celCache := cel.NewCache(256, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity, EnableListTypeAttributes: fts.EnableDRAListTypeAttributes})
 	return &claimDeps{
 		manager:   m,
 		compiler:  &claims.Compiler{Classes: m.DeviceClasses(), CEL: celCache},

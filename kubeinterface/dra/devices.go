@@ -256,12 +256,16 @@ func counters(d, gpu types.Device) map[string]resourceapi.Counter {
 // neither takes the GPU whole). A partition (MIG) is taken whole.
 func consumable(dev *resourceapi.Device) {
 	dev.AllowMultipleAllocations = ptr.To(true)
-	mem := dev.Capacity[CapacityMemory]
-	mem.RequestPolicy = &resourceapi.CapacityRequestPolicy{
-		Default:    ptr.To(resource.MustParse("0")),
-		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("0")), Step: ptr.To(resource.MustParse("1Mi"))},
+	// A GPU that reports no memory gets no memory policy: one step of
+	// 1Mi above its capacity would make the API refuse the whole slice
+	// (with no policy a request takes all of it, nothing).
+	if mem := dev.Capacity[CapacityMemory]; mem.Value.Value() >= 1<<20 {
+		mem.RequestPolicy = &resourceapi.CapacityRequestPolicy{
+			Default:    ptr.To(resource.MustParse("0")),
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("0")), Step: ptr.To(resource.MustParse("1Mi"))},
+		}
+		dev.Capacity[CapacityMemory] = mem
 	}
-	dev.Capacity[CapacityMemory] = mem
 	cores := dev.Capacity[CapacityCores]
 	cores.RequestPolicy = &resourceapi.CapacityRequestPolicy{
 		Default: ptr.To(resource.MustParse("100")),
@@ -281,16 +285,22 @@ func Slices(devices []resourceapi.Device) [][]resourceapi.Device {
 	return append(out, devices)
 }
 
-// str is a string attribute, cut to the API's 64 bytes at a character's
-// boundary.
+// str is a string attribute (AttributeString).
 func str(s string) resourceapi.DeviceAttribute {
+	s = AttributeString(s)
+	return resourceapi.DeviceAttribute{StringValue: &s}
+}
+
+// AttributeString is s as a string attribute publishes it: cut to the
+// API's 64 bytes at a character's boundary.
+func AttributeString(s string) string {
 	if len(s) > resourceapi.DeviceAttributeMaxValueLength {
 		s = s[:resourceapi.DeviceAttributeMaxValueLength]
 		for !utf8.ValidString(s) {
 			s = s[:len(s)-1]
 		}
 	}
-	return resourceapi.DeviceAttribute{StringValue: &s}
+	return s
 }
 
 // semver reads a compute capability ("8.0", "9") as a semantic version.

@@ -239,7 +239,7 @@ func TestLinkGroupsWhateverTheOrder(t *testing.T) {
 }
 
 // TestConsumableCapacity: a whole GPU may be allocated more than once, each
-// time taking memory (all by default) and 1 to 100 cores (100 by default),
+// time taking memory (none by default) and 1 to 100 cores (100 by default),
 // as kubegpu slices it; a MIG partition is taken whole, and it and its GPU
 // (in MIG mode, never shared) consume the GPU's counters: the GPU all of
 // them, the partition its share.
@@ -270,6 +270,10 @@ func TestConsumableCapacity(t *testing.T) {
 	if gpu.AllowMultipleAllocations == nil || !*gpu.AllowMultipleAllocations || mem == nil || cores == nil ||
 		!mem.Default.IsZero() || !mem.ValidRange.Min.IsZero() || cores.Default.Value() != 100 || cores.ValidRange.Max.Value() != 100 || cores.ValidRange.Min.Value() != 1 {
 		t.Errorf("whole GPU: allowMultipleAllocations %v, memory policy %+v, cores policy %+v; want memory none by default, cores all", gpu.AllowMultipleAllocations, mem, cores)
+	}
+	inv.Devices[0].MemoryMiB = 0
+	if none, err := Devices(inv, Options{}); err != nil || none[0].Capacity[CapacityMemory].RequestPolicy != nil {
+		t.Errorf("a GPU reporting no memory: memory policy %+v, %v; want none (a step of 1Mi would exceed the capacity)", none[0].Capacity[CapacityMemory].RequestPolicy, err)
 	}
 	if mig.AllowMultipleAllocations != nil || mig.Capacity[CapacityMemory].RequestPolicy != nil {
 		t.Errorf("MIG partition: allowMultipleAllocations %v, memory policy %+v; want it taken whole", mig.AllowMultipleAllocations, mig.Capacity[CapacityMemory].RequestPolicy)

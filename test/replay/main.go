@@ -47,7 +47,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -195,6 +194,10 @@ func run(ctx context.Context, o options) ([]result, error) {
 	var results []result
 	for _, rp := range rps {
 		r, err := replayWith(ctx, c, o, x, cs, rp, keyFile)
+		if err == nil {
+			fmt.Fprintf(os.Stderr, "replay: %s: allocated %.2f%% at 100%% arrived, unallocated %.2f%% at 130%%, %d placed, %d failed, %s\n",
+				r.name, r.allocAt100, r.unalloc, r.placed, r.failed, r.elapsed.Round(time.Second))
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -382,6 +385,11 @@ func podOutcome(p *corev1.Pod) (bound, known bool) {
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			// The scheduler saw the pod before its claim, created just
+			// before it: it tries again once it sees the claim.
+			if len(p.Spec.ResourceClaims) > 0 && strings.Contains(c.Message, "not found") {
+				return false, false
+			}
 			return false, true
 		}
 	}
@@ -453,39 +461,4 @@ func (cs *clusterScheduler) warmUp(ctx context.Context) error {
 		time.Sleep(time.Second)
 	}
 	return errors.New("the scheduler placed no probe pod within 2 minutes")
-}
-
-// clear deletes the replay's pods and waits until they are gone.
-func (cs *clusterScheduler) clear(ctx context.Context) error {
-	pods := cs.client.CoreV1().Pods(namespace)
-	return deleteAll(ctx, "pods", func() error {
-		return pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
-	}, func() (bool, error) {
-		list, err := pods.List(ctx, metav1.ListOptions{Limit: 1})
-		return err == nil && len(list.Items) == 0, err
-	})
-}
-
-// deleteAll calls deleteCollection until gone reports nothing left, for
-// up to 5 minutes: the API server gives up answering a deletion of
-// thousands of objects after a minute (a timeout), and goes on deleting.
-func deleteAll(ctx context.Context, what string, deleteCollection func() error, gone func() (bool, error)) error {
-	var last error
-	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
-		if err := deleteCollection(); err != nil {
-			if !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
-				return fmt.Errorf("delete the replay's %s: %w", what, err)
-			}
-			last = err
-		}
-		if done, err := gone(); done {
-			return nil
-		} else if err != nil {
-			last = err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-	}
-	return fmt.Errorf("the replay's %s were not deleted within 5 minutes: %v", what, last)
 }

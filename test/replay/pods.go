@@ -7,12 +7,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/device-scheduler/sim"
@@ -164,23 +167,76 @@ func claimOf(pod *corev1.Pod, p *sim.PodSpec, m mode) *resourceapi.ResourceClaim
 // finalizers are taken off first.
 func (cs *clusterScheduler) clearClaims(ctx context.Context) error {
 	claims := cs.client.ResourceV1().ResourceClaims(namespace)
-	list, err := claims.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, c := range list.Items {
-		if len(c.Finalizers) == 0 {
+	return deleteAll(ctx, "claims", func(ctx context.Context) ([]string, error) {
+		list, err := claims.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return nil, err
+		}
+		names := make([]string, len(list.Items))
+		for i, c := range list.Items {
+			names[i] = c.Name
+		}
+		return names, nil
+	}, func(ctx context.Context, name string) error {
+		if _, err := claims.Patch(ctx, name, ktypes.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		return claims.Delete(ctx, name, metav1.DeleteOptions{})
+	})
+}
+
+// clear deletes the replay's pods and waits until they are gone.
+func (cs *clusterScheduler) clear(ctx context.Context) error {
+	pods := cs.client.CoreV1().Pods(namespace)
+	return deleteAll(ctx, "pods", func(ctx context.Context) ([]string, error) {
+		list, err := pods.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return nil, err
+		}
+		names := make([]string, len(list.Items))
+		for i, p := range list.Items {
+			names[i] = p.Name
+		}
+		return names, nil
+	}, func(ctx context.Context, name string) error {
+		return pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+}
+
+// deleteAll deletes the objects list names, 16 at a time, until none is
+// left, for up to 5 minutes: one DeleteCollection of thousands of pods
+// outlasts the API server's request timeout on a busy machine.
+func deleteAll(ctx context.Context, what string, list func(context.Context) ([]string, error), del func(context.Context, string) error) error {
+	var last error
+	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		names, err := list(ctx)
+		if err != nil {
+			last = err
 			continue
 		}
-		c.Finalizers = nil
-		if _, err := claims.Update(ctx, &c, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("claim %s: %w", c.Name, err)
+		if len(names) == 0 {
+			return nil
+		}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for _, name := range names {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := del(ctx, name); err != nil && !apierrors.IsNotFound(err) {
+					mu.Lock()
+					last = err
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 	}
-	return deleteAll(ctx, "claims", func() error {
-		return claims.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-	}, func() (bool, error) {
-		list, err := claims.List(ctx, metav1.ListOptions{Limit: 1})
-		return err == nil && len(list.Items) == 0, err
-	})
+	return fmt.Errorf("the replay's %s were not deleted within 5 minutes: %v", what, last)
 }

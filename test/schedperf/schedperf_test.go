@@ -316,7 +316,7 @@ const metricsConfig = `  metricsCollectorConfig:
         values: [PreFilter, Filter, PreScore, Score, Reserve, Permit, PreBind, Bind]
       scheduler_plugin_execution_duration_seconds:
       - label: plugin
-        values: [KubeGPU, NodeResourcesFit]
+        values: [KubeGPU, NodeResourcesFit, DynamicResources, DynamicResourcesFacade]
       - label: extension_point
         values: [PreFilter, Filter, PreScore, Score, Reserve, Bind]
 `
