@@ -13,6 +13,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/kubegpu/kubegpu/kube-scheduler/claims"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -116,10 +118,32 @@ func claimError(err error) (string, error) {
 	return "", err
 }
 
+// claimHold is a kubegpu claim's allocation: its devices and the pods it
+// is reserved for.
+type claimHold struct {
+	claim *resourceapi.ResourceClaim
+	alloc types.PodAllocation
+}
+
+// holders names the claim and the pods it is reserved for, for `gpus`.
+func (h claimHold) holders() []string {
+	var out []string
+	for _, r := range h.claim.Status.ReservedFor {
+		if r.Resource == "pods" && r.APIGroup == "" {
+			out = append(out, fmt.Sprintf("%s/%s (claim %s)", h.claim.Namespace, r.Name, h.claim.Name))
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, fmt.Sprintf("%s/%s (claim, no pod)", h.claim.Namespace, h.claim.Name))
+	}
+	return out
+}
+
 // loadClaims lists the allocated ResourceClaims, whose kubegpu devices
-// the scheduler counts as held. Not being allowed to is said, not an
-// error.
-func (s *clusterState) loadClaims(ctx context.Context, client kubernetes.Interface) error {
+// the scheduler counts as held, and keeps those whose allocation verify
+// accepts (dra.ClaimAllocation) as holds. Not being allowed to list them
+// is said, not an error.
+func (s *clusterState) loadClaims(ctx context.Context, client kubernetes.Interface, verify func(kubeinterface.Allocation) error) error {
 	list, err := client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if apierrors.IsForbidden(err) {
 		s.draUnread = fmt.Sprintf("Not counted: the GPUs that ResourceClaims hold (%v); the role kubegpu-viewer grants it.", err)
@@ -128,9 +152,20 @@ func (s *clusterState) loadClaims(ctx context.Context, client kubernetes.Interfa
 	if err != nil {
 		return fmt.Errorf("list ResourceClaims (GPUs claims hold): %w", err)
 	}
+	s.claimHolds = map[string][]claimHold{}
 	for i := range list.Items {
-		if list.Items[i].Status.Allocation != nil {
-			s.claims = append(s.claims, &list.Items[i])
+		c := &list.Items[i]
+		if c.Status.Allocation == nil {
+			continue
+		}
+		s.claims = append(s.claims, c)
+		a, _, err := dra.ClaimAllocation(c, verify)
+		switch {
+		case errors.Is(err, dra.ErrNotSigned):
+		case err != nil:
+			s.unverifiedClaims++
+		default:
+			s.claimHolds[a.Node] = append(s.claimHolds[a.Node], claimHold{claim: c, alloc: a.PodAllocation})
 		}
 	}
 	return nil

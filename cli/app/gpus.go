@@ -85,6 +85,9 @@ func newGPUsCommand(client func() (kubernetes.Interface, error), key func() (*ku
 				w = cmd.ErrOrStderr()
 			}
 			printDRA(w, s, rows)
+			if s.unverifiedClaims > 0 {
+				fmt.Fprintf(w, "\nNot counted: %d allocated ResourceClaim(s) of kubegpu's DeviceClass whose signed allocation does not verify; they hold no GPUs.\n", s.unverifiedClaims)
+			}
 			return printUnverified(w, s.unverified, k != nil)
 		},
 	}
@@ -92,7 +95,8 @@ func newGPUsCommand(client func() (kubernetes.Interface, error), key func() (*ku
 	return cmd
 }
 
-// gpus computes every device's use from the pods' allocations.
+// gpus computes every device's use from the pods' allocations and the
+// ResourceClaims'.
 func gpus(s *clusterState) []GPU {
 	var out []GPU
 	for _, n := range s.nodes {
@@ -105,17 +109,8 @@ func gpus(s *clusterState) []GPU {
 			out = append(out, GPU{Node: n.name, Index: d.Index, ID: d.ID, UUID: d.UUID, Model: d.Model,
 				Health: string(d.Health), Parent: d.Parent, MemoryMiB: d.MemoryMiB, Pods: []string{}, SliceEnforcer: d.SliceEnforcer})
 		}
-		for _, pa := range s.pods[n.name] {
-			name := pa.pod.Namespace + "/" + pa.pod.Name
-			if pa.annotationDiffers {
-				// Counted by the scheduler's record; new containers
-				// get what the changed annotation says, or nothing.
-				name += " (annotation changed)"
-			}
-			if borrowing(pa.pod) {
-				name += " (borrowing)"
-			}
-			for _, c := range append(append([]types.ContainerAllocation{}, pa.alloc.InitContainers...), pa.alloc.Containers...) {
+		hold := func(alloc types.PodAllocation, names []string, slice func() SliceState) {
+			for _, c := range append(append([]types.ContainerAllocation{}, alloc.InitContainers...), alloc.Containers...) {
 				for _, sh := range c.Devices {
 					i, ok := byID[sh.ID]
 					if !ok {
@@ -127,21 +122,43 @@ func gpus(s *clusterState) []GPU {
 					} else {
 						g.UsedMiB += sh.MemoryMiB
 						g.UsedCores += sh.ComputePercent
-						pod := pa.pod.Namespace + "/" + pa.pod.Name
-						if !slices.ContainsFunc(g.Slices, func(s SliceState) bool { return s.Pod == pod }) {
-							// The condition is the pod's: once per GPU.
-							e := objects.PodEnforcement(pa.pod)
-							if e.State == "" {
-								e.State = "Unrecorded"
-							}
-							g.Slices = append(g.Slices, SliceState{Pod: pod, State: e.State, Message: e.Message})
+						if st := slice(); !slices.ContainsFunc(g.Slices, func(s SliceState) bool { return s.Pod == st.Pod }) {
+							g.Slices = append(g.Slices, st) // once per GPU
 						}
 					}
-					if !slices.Contains(g.Pods, name) {
-						g.Pods = append(g.Pods, name)
+					for _, name := range names {
+						if !slices.Contains(g.Pods, name) {
+							g.Pods = append(g.Pods, name)
+						}
 					}
 				}
 			}
+		}
+		for _, pa := range s.pods[n.name] {
+			pod := pa.pod.Namespace + "/" + pa.pod.Name
+			name := pod
+			if pa.annotationDiffers {
+				// Counted by the scheduler's record; new containers
+				// get what the changed annotation says, or nothing.
+				name += " (annotation changed)"
+			}
+			if borrowing(pa.pod) {
+				name += " (borrowing)"
+			}
+			hold(pa.alloc.PodAllocation, []string{name}, func() SliceState {
+				// The condition is the pod's.
+				e := objects.PodEnforcement(pa.pod)
+				if e.State == "" {
+					e.State = "Unrecorded"
+				}
+				return SliceState{Pod: pod, State: e.State, Message: e.Message}
+			})
+		}
+		// ResourceClaims' devices, held for their pods.
+		for _, h := range s.claimHolds[n.name] {
+			hold(h.alloc, h.holders(), func() SliceState {
+				return SliceState{Pod: h.claim.Namespace + "/" + h.claim.Name + " (claim)", State: "Unrecorded"}
+			})
 		}
 	}
 	return out

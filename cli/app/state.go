@@ -56,6 +56,11 @@ type clusterState struct {
 	// node the explained pod's claims are allocated on, or "".
 	claims []*resourceapi.ResourceClaim
 	pinned string
+	// claimHolds maps a node name to the kubegpu claims allocated there
+	// whose signed allocation verifies (with a key; checked for the claim
+	// without one), and unverifiedClaims counts the others.
+	claimHolds       map[string][]claimHold
+	unverifiedClaims int
 	// draUnread says why the slices or classes could not be read (a role
 	// from before kubegpu read them), or is empty.
 	draUnread string
@@ -113,7 +118,11 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 	if err := s.loadDRA(ctx, client); err != nil {
 		return nil, err
 	}
-	if err := s.loadClaims(ctx, client); err != nil {
+	var verify func(kubeinterface.Allocation) error
+	if key != nil {
+		verify = key.Verify
+	}
+	if err := s.loadClaims(ctx, client, verify); err != nil {
 		return nil, err
 	}
 	for i := range nominated.Items {
@@ -128,10 +137,6 @@ func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterf
 		s.nodes = append(s.nodes, nodeState{name: n.Name, inv: inv, invErr: err, node: n})
 	}
 	slices.SortFunc(s.nodes, func(a, b nodeState) int { return strings.Compare(a.name, b.name) })
-	var verify func(kubeinterface.Allocation) error
-	if key != nil {
-		verify = key.Verify
-	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {

@@ -102,10 +102,7 @@ func (c *Cache) ForgetAssumed(logger klog.Logger, uid ktypes.UID) {
 // released. A counted claim keeps the devices it was counted with for as
 // long as it stays allocated (its pods' containers hold them).
 func (c *Cache) UpdateClaim(logger klog.Logger, claim *resourceapi.ResourceClaim) {
-	alloc, value, err := dra.SignedValue(claim.Status.Allocation)
-	if err == nil {
-		err = c.verifyClaim(claim, alloc)
-	}
+	alloc, value, err := dra.ClaimAllocation(claim, c.verifyClaim)
 	if c.updateClaimLocked(logger, claim, alloc, value, err) {
 		c.wake(c.deviceWaiters)
 	}
@@ -187,12 +184,9 @@ func (c *Cache) claimsGoneLocked(ns *nodeState, removed map[ktypes.UID]struct{},
 // allocation's signed configuration.
 const sourceClaim = "claim"
 
-// verifyClaim checks a claim's signed allocation: signed by a trusted key
-// for this very claim.
-func (c *Cache) verifyClaim(claim *resourceapi.ResourceClaim, a kubeinterface.Allocation) error {
-	if a.Pod.UID != claim.UID || a.Pod.Namespace != claim.Namespace || a.Pod.Name != claim.Name {
-		return errors.New("the signed allocation is for another object")
-	}
+// verifyClaim checks the signature of a claim's allocation
+// (dra.ClaimAllocation checks that it is for the claim): by a trusted key.
+func (c *Cache) verifyClaim(a kubeinterface.Allocation) error {
 	switch {
 	case c.keys != nil:
 		return c.keys.Verify(a)

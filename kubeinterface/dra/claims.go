@@ -156,3 +156,22 @@ func SignedValue(alloc *resourceapi.AllocationResult) (kubeinterface.Allocation,
 	}
 	return a, found[0], nil
 }
+
+// ClaimAllocation is the kubegpu allocation signed into claim's status
+// (SignedValue), refused unless it names this very claim (namespace, name
+// and UID) and, with verify, unless verify accepts its signature.
+func ClaimAllocation(claim *resourceapi.ResourceClaim, verify func(kubeinterface.Allocation) error) (kubeinterface.Allocation, string, error) {
+	a, value, err := SignedValue(claim.Status.Allocation)
+	if err != nil {
+		return kubeinterface.Allocation{}, "", err
+	}
+	if a.Pod.UID != claim.UID || a.Pod.Namespace != claim.Namespace || a.Pod.Name != claim.Name {
+		return kubeinterface.Allocation{}, "", errors.New("the signed allocation is for another object")
+	}
+	if verify != nil {
+		if err := verify(a); err != nil {
+			return kubeinterface.Allocation{}, "", err
+		}
+	}
+	return a, value, nil
+}

@@ -2,7 +2,10 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -283,6 +286,31 @@ func TestClaimAndAnnotationPodsNeverShare(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("kubegpu explain of the claim-based pod does not say %q:\n%s", want, out)
 		}
+	}
+	// kubegpu gpus lists the claim's GPUs as held by it, for its pod.
+	var rows []struct {
+		Node  string   `json:"node"`
+		Index int      `json:"index"`
+		Pods  []string `json:"pods"`
+	}
+	js, err := exec.Command(filepath.Join(binDir, "kubegpu"), "--kubeconfig", viewer.Kubeconfig, "--allocation-key", pubFile, "gpus", "-o", "json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(js, &rows); err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, r := range rows {
+		if r.Node == node && slices.Contains(r.Pods, ns+"/claim2 (claim c2)") {
+			held++
+			if !slices.Contains(byClaim, r.Index) {
+				t.Errorf("kubegpu gpus: GPU %d of %s held by claim c2, which holds %v", r.Index, node, byClaim)
+			}
+		}
+	}
+	if held != len(byClaim) {
+		t.Errorf("kubegpu gpus lists %d GPUs held by claim c2, want %d", held, len(byClaim))
 	}
 	// The claim's pod goes; the controller deallocates the claim; both
 	// waiting pods get the two GPUs it held.
