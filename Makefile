@@ -255,7 +255,7 @@ SCHEDPERF_NODES ?= 5000Nodes
 SCHEDPERF_DUET_A ?= KubeGPU
 
 .PHONY: bench-schedperf-duet
-bench-schedperf-duet: schedperf-build ## scheduler_perf in duets, kubegpu and stock side by side on half the CPUs each (SCHEDPERF_ROUNDS, SCHEDPERF_WORKLOADS, SCHEDPERF_NODES=500Nodes SCHEDPERF_FILTER=short, SCHEDPERF_DUET_A=Control)
+bench-schedperf-duet: schedperf-build ## scheduler_perf in duets, kubegpu and stock side by side on half the CPUs each (SCHEDPERF_ROUNDS, SCHEDPERF_WORKLOADS, SCHEDPERF_NODES=500Nodes SCHEDPERF_FILTER=short, SCHEDPERF_DUET_A=Control; upstream's DRA cases: SCHEDPERF_WORKLOADS="ClaimTemplate ClaimTemplateSelector SharedClaim" with 500Nodes)
 	cd test/schedperf && PATH=$(CURDIR)/$(SCHEDPERF)/bin:$$PATH KUBEGPU_PLUGIN_DIR=$(CURDIR)/$(SCHEDPERF)/plugins KUBEGPU_SCHEDPERF_GPU_METRICS=$(SCHEDPERF_GPU_METRICS) \
 		$(CURDIR)/hack/schedperf-duet.sh -t $(CURDIR)/$(SCHEDPERF)/bin/schedperf.test -o $(CURDIR)/$(SCHEDPERF)/duet -r $(SCHEDPERF_ROUNDS) \
 			-n $(SCHEDPERF_NODES) -l $(SCHEDPERF_FILTER) -a $(SCHEDPERF_DUET_A) $(SCHEDPERF_WORKLOADS)

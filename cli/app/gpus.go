@@ -185,7 +185,9 @@ func printGPUs(w io.Writer, rows []GPU, output string) error {
 	}
 	fmt.Fprintln(tw, header)
 	for _, g := range rows {
-		pods := strings.Join(g.Pods, ",")
+		// Holders of claims come from reservedFor, which anyone who may
+		// write a claim's status names freely.
+		pods := sanitize(strings.Join(g.Pods, ","))
 		if pods == "" {
 			pods = "-"
 		}

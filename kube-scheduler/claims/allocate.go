@@ -56,10 +56,12 @@ func (a *Allocator) Allocate(ctx context.Context, node *corev1.Node, pcs []PodCl
 		}
 	}
 	var claims []*resourceapi.ResourceClaim
+	var podNames []string // the pod's names of claims
 	for _, pc := range pcs {
 		if pc.Allocated() {
 			continue
 		}
+		podNames = append(podNames, pc.Name)
 		cl := pc.Claim.DeepCopy()
 		for i := range cl.Spec.Devices.Requests {
 			r := &cl.Spec.Devices.Requests[i]
@@ -104,7 +106,7 @@ func (a *Allocator) Allocate(ctx context.Context, node *corev1.Node, pcs []PodCl
 		return nil, ErrRejected
 	}
 	for i := range results {
-		if err := check(&results[i], node.Name, chosen); err != nil {
+		if err := check(&results[i], node.Name, podNames[i], chosen); err != nil {
 			return nil, err
 		}
 		for j := range results[i].Devices.Results {
@@ -118,22 +120,28 @@ func (a *Allocator) Allocate(ctx context.Context, node *corev1.Node, pcs []PodCl
 	return results, nil
 }
 
-// check confirms that a result gives each device chosen once, on node.
-func check(res *resourceapi.AllocationResult, node string, chosen map[string][]types.DeviceShare) error {
-	want := map[string]int{}
-	for _, devs := range chosen {
-		for _, d := range devs {
-			want[dra.DeviceName(d.ID)]++
-		}
-	}
+// check confirms that a result of the pod's claim podName gives each
+// request exactly the devices chosen for it (its engine container), on
+// node: whatever the pin matched (IDs as published are cut, and a node
+// publishes its own), a request gets no device chosen for another.
+func check(res *resourceapi.AllocationResult, node, podName string, chosen map[string][]types.DeviceShare) error {
+	want := map[string]map[string]int{}
 	for _, r := range res.Devices.Results {
 		if r.Driver != dra.DriverName || r.Pool != node {
 			return fmt.Errorf("%w: the allocator gave device %s/%s/%s", ErrRejected, r.Driver, r.Pool, r.Device)
 		}
-		if want[r.Device] == 0 {
-			return fmt.Errorf("%w: the allocator gave device %s, which kubegpu did not choose", ErrRejected, r.Device)
+		w, ok := want[r.Request]
+		if !ok {
+			w = map[string]int{}
+			for _, d := range chosen[ContainerName(podName, r.Request)] {
+				w[dra.DeviceName(d.ID)]++
+			}
+			want[r.Request] = w
 		}
-		want[r.Device]--
+		if w[r.Device] == 0 {
+			return fmt.Errorf("%w: the allocator gave request %s device %s, which kubegpu did not choose for it", ErrRejected, r.Request, r.Device)
+		}
+		w[r.Device]--
 	}
 	return nil
 }
@@ -149,5 +157,6 @@ func pinned(devs []types.DeviceShare) string {
 	for i, d := range devs {
 		q[i] = strconv.Quote(dra.AttributeString(d.ID))
 	}
+	slices.Sort(q) // one expression for one set
 	return `device.attributes["` + dra.DriverName + `"].` + string(dra.AttributeID) + ` in [` + strings.Join(q, ", ") + `]`
 }

@@ -198,3 +198,22 @@ func TestAllocateSlicesShareGPU(t *testing.T) {
 		state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(structured.MakeDeviceID(got.Driver, got.Pool, got.Device), got.ShareID))
 	}
 }
+
+// TestCheckPerRequest: a result that gives a request a device chosen for
+// another request of the pod is refused.
+func TestCheckPerRequest(t *testing.T) {
+	chosen := map[string][]types.DeviceShare{ContainerName("g", "a"): {{ID: "gpu2"}}, ContainerName("g", "b"): {{ID: "gpu5"}}}
+	res := func(a, b string) *resourceapi.AllocationResult {
+		return &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+			{Request: "a", Driver: dra.DriverName, Pool: "n1", Device: a}, {Request: "b", Driver: dra.DriverName, Pool: "n1", Device: b}}}}
+	}
+	if err := check(res("gpu2", "gpu5"), "n1", "g", chosen); err != nil {
+		t.Errorf("as chosen: %v", err)
+	}
+	if err := check(res("gpu5", "gpu2"), "n1", "g", chosen); !errors.Is(err, ErrRejected) {
+		t.Errorf("swapped: %v, want ErrRejected", err)
+	}
+	if err := check(res("gpu2", "gpu5"), "n2", "g", chosen); !errors.Is(err, ErrRejected) {
+		t.Errorf("another node's pool: %v, want ErrRejected", err)
+	}
+}

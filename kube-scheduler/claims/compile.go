@@ -20,6 +20,10 @@ import (
 // allocated at once: the engine's bound on a pod's containers.
 const MaxRequests = types.MaxDeviceContainers
 
+// maxMemory bounds a request's memory (1 PiB): above any GPU's, and far
+// from overflowing MiB arithmetic.
+const maxMemory = 1 << 50
+
 // selectorTimeout bounds the evaluation of one pod's claim selectors over
 // the cluster's devices (once per scheduling attempt).
 const selectorTimeout = time.Second
@@ -97,7 +101,7 @@ func (c *Compiler) Compile(ctx context.Context, pcs []PodClaim) ([]types.Contain
 				}
 				uuids, err := c.matching(ctx, selectors, devices, wholeOnly)
 				switch {
-				case errors.Is(err, context.DeadlineExceeded):
+				case err != nil && ctx.Err() != nil:
 					// Slow, not wrong: tried again later.
 					return nil, fmt.Errorf("%w: claim %s request %s: %w", ErrWaiting, pc.Claim.Name, r.Name, err)
 				case err != nil:
@@ -145,8 +149,8 @@ func (c *Compiler) request(pc PodClaim, r resourceapi.DeviceRequest) (types.Cont
 			switch name {
 			case dra.CapacityMemory:
 				// None is the devices' default (dra.Devices).
-				if q.Sign() < 0 {
-					return types.ContainerRequest{}, nil, bad("capacity %s must not be negative", name)
+				if q.Sign() < 0 || q.CmpInt64(maxMemory) > 0 {
+					return types.ContainerRequest{}, nil, bad("capacity %s must be from 0 to %d bytes, got %s", name, int64(maxMemory), q.String())
 				}
 				cr.MemoryMiB = (q.Value() + 1<<20 - 1) >> 20
 			case dra.CapacityCores:
@@ -239,6 +243,10 @@ func (c *Compiler) matching(ctx context.Context, selectors []resourceapi.DeviceS
 				out = append(out, *uuid)
 			}
 		}
+	}
+	// A deadline passed within the last slice made its devices fail.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("the selectors took over %s over the cluster's devices: %w", selectorTimeout, err)
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil

@@ -103,6 +103,11 @@ func TestCompileSliceOnWholeGPUs(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].MemoryMiB != 0 || got[0].ComputePercent != 100 || fmt.Sprint(got[0].Selector.IncludeUUIDs) != "[GPU-A]" {
 		t.Fatalf("Compile = %+v, %v; want 100%% cores without memory, on GPU-A only", got, err)
 	}
+	// Memory beyond any GPU's: refused, not overflowed.
+	r.Exactly.Capacity.Requests[dra.CapacityMemory] = resource.MustParse("8Ei")
+	if _, err := c.Compile(context.Background(), []PodClaim{{Name: "gpu", Claim: claim("c", r)}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("memory 8Ei: %v, want ErrInvalid", err)
+	}
 	// Whole devices: partitions too (the engine gives out a partition whole).
 	if got, err := c.Compile(context.Background(), []PodClaim{{Name: "gpu", Claim: claim("c", whole("one", 1))}}); err != nil || len(got[0].Selector.IncludeUUIDs) != 0 {
 		t.Fatalf("Compile of a whole device = %+v, %v; want no selector", got, err)

@@ -168,7 +168,7 @@ func claimOf(pod *corev1.Pod, p *sim.PodSpec, m mode) *resourceapi.ResourceClaim
 func (cs *clusterScheduler) clearClaims(ctx context.Context) error {
 	claims := cs.client.ResourceV1().ResourceClaims(namespace)
 	return deleteAll(ctx, "claims", func(ctx context.Context) ([]string, error) {
-		list, err := claims.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		list, err := claims.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
 		}
@@ -189,7 +189,7 @@ func (cs *clusterScheduler) clearClaims(ctx context.Context) error {
 func (cs *clusterScheduler) clear(ctx context.Context) error {
 	pods := cs.client.CoreV1().Pods(namespace)
 	return deleteAll(ctx, "pods", func(ctx context.Context) ([]string, error) {
-		list, err := pods.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		list, err := pods.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
 		}
