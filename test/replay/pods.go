@@ -238,5 +238,8 @@ func deleteAll(ctx context.Context, what string, list func(context.Context) ([]s
 			return err
 		}
 	}
-	return fmt.Errorf("the replay's %s were not deleted within 5 minutes: %v", what, last)
+	if last == nil {
+		return fmt.Errorf("the replay's %s were not deleted within 5 minutes", what)
+	}
+	return fmt.Errorf("the replay's %s were not deleted within 5 minutes: %w", what, last)
 }
