@@ -13,8 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -172,11 +174,7 @@ func (cs *clusterScheduler) clearClaims(ctx context.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		names := make([]string, len(list.Items))
-		for i, c := range list.Items {
-			names[i] = c.Name
-		}
-		return names, nil
+		return objectNames(list)
 	}, func(ctx context.Context, name string) error {
 		if _, err := claims.Patch(ctx, name, ktypes.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 			return err
@@ -193,11 +191,7 @@ func (cs *clusterScheduler) clear(ctx context.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		names := make([]string, len(list.Items))
-		for i, p := range list.Items {
-			names[i] = p.Name
-		}
-		return names, nil
+		return objectNames(list)
 	}, func(ctx context.Context, name string) error {
 		return pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	})
@@ -242,4 +236,17 @@ func deleteAll(ctx context.Context, what string, list func(context.Context) ([]s
 		return fmt.Errorf("the replay's %s were not deleted within 5 minutes", what)
 	}
 	return fmt.Errorf("the replay's %s were not deleted within 5 minutes: %w", what, last)
+}
+
+// objectNames are the names of a list's items.
+func objectNames(list runtime.Object) ([]string, error) {
+	var names []string
+	err := meta.EachListItem(list, func(o runtime.Object) error {
+		m, err := meta.Accessor(o)
+		if err == nil {
+			names = append(names, m.GetName())
+		}
+		return err
+	})
+	return names, err
 }
