@@ -74,7 +74,20 @@ func probePolicies(ctx context.Context, c kubernetes.Interface, ns string, want 
 			return false
 		}
 	}
-	return true
+	return sharesPods(ctx, c, ns) == want
+}
+
+// sharesPods reports whether the mutating policy kubegpu-gpu-share is in
+// force for the tenant c of ns: a dry run of a one-GPU pod is admitted
+// with the share it sets. The validating policy that checks that share can
+// be in force a moment before the mutating one, refusing every GPU pod.
+func sharesPods(ctx context.Context, c kubernetes.Interface, ns string) bool {
+	p, err := c.CoreV1().Pods(ns).Create(ctx, gpuPod("policy-probe", 1, 0, 0, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return false
+	}
+	share := p.Spec.Containers[0].Resources.Requests[kubeinterface.ResourceGPUShare]
+	return share.Value() == 100
 }
 
 // withoutPolicies removes kubegpu's admission policies for the rest of the

@@ -187,18 +187,28 @@ func TestClaimOverQuota(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The API server's quota admission works from its own cache of the
+	// quota: a moment after the controller writes the quota's status it may
+	// not hold it yet, and a claim admitted then is not charged. Asked in
+	// dry runs until it holds it (a claim over the whole quota refused),
+	// then for real.
 	client := tenant(t, ns)
+	refusedNow := func(spec resourceapi.ResourceClaimSpec) {
+		t.Helper()
+		probe := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Spec: spec}
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return apierrors.IsForbidden(err), nil
+		}); err != nil {
+			t.Fatalf("the API server's quota admission never refused a dry run over the quota: %v", err)
+		}
+	}
+	refusedNow(gpuClaimSpec(5))
 	if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "three"}, Spec: gpuClaimSpec(3)}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("a claim within the quota: %v", err)
 	}
-	// The API server's quota admission works from its own cache of the
-	// quota: a moment after the quota is written it may not hold it yet.
-	// Asked in dry runs until it does, then for real.
+	refusedNow(gpuClaimSpec(2))
 	over := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "two"}, Spec: gpuClaimSpec(2)}
-	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, over, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return apierrors.IsForbidden(err), nil
-	})
 	_, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, over, metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota: gpus") {
 		t.Errorf("a claim over the quota: %v, want Forbidden: exceeded quota: gpus", err)
