@@ -107,7 +107,7 @@ func TestExplainAgreesWithTheScheduler(t *testing.T) {
 			want, withNominated := schedulerRows(t, p, nodes, bound, nominated, profiles, pod)
 			nominatedNodes += withNominated
 			for i := range rows {
-				rows[i].reason, rows[i].devices = "", "" // explain's own words
+				rows[i].reason, rows[i].devices, rows[i].refusal = "", "", nil // explain's own words and error
 			}
 			if !slices.Equal(rows, want) {
 				t.Fatalf("cluster %d, pod %s (%+v):\nexplain   %+v\nscheduler %+v", cl, pod.Name, req, rows, want)

@@ -12,7 +12,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/cel"
 
+	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/claims"
+	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/types"
@@ -23,8 +25,13 @@ import (
 // for those to allocate, and the node those allocated are on.
 type podClaims struct {
 	claims []claims.PodClaim
-	extra  []types.ContainerRequest
-	node   string
+	// variants are the requests of the claims to allocate, one list per
+	// combination of their alternatives (claims.Compile).
+	variants [][]types.ContainerRequest
+	node     string
+	// slicesUnread is set when the caller may not list ResourceSlices:
+	// selectors and alternatives were judged as if no device matched.
+	slicesUnread bool
 }
 
 // loadPodClaims reads and compiles pod's kubegpu claims; nil when it has
@@ -50,7 +57,9 @@ func loadPodClaims(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod)
 			list, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 			if apierrors.IsForbidden(err) {
 				// A viewer role from before kubegpu read slices: judged
-				// as if no device were published (selectors match none).
+				// as if no device were published (selectors match none),
+				// and said so.
+				out.slicesUnread = true
 				return nil, nil
 			}
 			if err != nil {
@@ -62,10 +71,60 @@ func loadPodClaims(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod)
 			}
 			return out, nil
 		}}
-	if out.extra, err = comp.Compile(ctx, pcs); err != nil {
+	if out.variants, err = comp.Compile(ctx, pcs); err != nil {
+		if out.slicesUnread {
+			return nil, fmt.Errorf("%w (judged as if no device were published: your role may not list ResourceSlices)", err)
+		}
 		return nil, err
 	}
 	return out, nil
+}
+
+// compile compiles the pod's request as kubegpu-scheduler's PreFilter
+// does: with the first variant of its claims (r, req) and each other one
+// (others), in DRA's order of preference. pc may be nil.
+func (pc *podClaims) compile(engine *devicescheduler.Engine, pod *corev1.Pod, host devicescheduler.Host, policy types.EnforcementPolicy) (r *devicescheduler.Request, req types.PodRequest, others []*devicescheduler.Request, err error) {
+	var variants [][]types.ContainerRequest
+	if pc != nil {
+		variants = pc.variants
+	}
+	var first []types.ContainerRequest
+	if len(variants) > 0 {
+		first = variants[0]
+	}
+	if r, req, err = devicecache.CompileRequest(engine, pod, host, policy, first...); err != nil {
+		return nil, req, nil, err
+	}
+	for i := 1; i < len(variants); i++ {
+		o, _, err := devicecache.CompileRequest(engine, pod, host, policy, variants[i]...)
+		if err != nil {
+			return nil, req, nil, err
+		}
+		others = append(others, o)
+	}
+	return r, req, others, nil
+}
+
+// decideVariants is decide for the first of the inputs (the variants of a
+// pod's claims, in DRA's order of preference) that fits node, ranked as
+// kubegpu-scheduler ranks it (claims.RankScore); when none fits, the
+// verdict kubegpu-scheduler's Filter answers with (the most hopeful,
+// devicecache.MostHopeful).
+func decideVariants(c *devicecache.Cache, ins []devicecache.Input, node *corev1.Node, requested [2]int64, self *corev1.Pod, nominated []nominee) explainRow {
+	rows := make([]explainRow, 0, len(ins))
+	refusals := make([]error, 0, len(ins))
+	for i := range ins {
+		row := decide(c, &ins[i], node, requested, self, nominated)
+		if row.fits {
+			row.score = claims.RankScore(row.score, i, len(ins))
+			return row
+		}
+		if row.refusal == nil {
+			return row // DRA serves the pod there, whatever the variant
+		}
+		rows, refusals = append(rows, row), append(refusals, row.refusal)
+	}
+	return rows[devicecache.MostHopeful(refusals)]
 }
 
 // claimGetter gets claims from the API server.
@@ -110,6 +169,12 @@ func (pc *podClaims) note() string {
 	s := fmt.Sprintf("It has %d ResourceClaim(s) of kubegpu's DeviceClass: kubegpu-scheduler allocates them with its engine (the requests named claim/... below), and writes each allocation into its claim's status.", len(pc.claims))
 	if pc.node != "" {
 		s += fmt.Sprintf(" Claims of it are allocated on %s: no other node can take it.", pc.node)
+	}
+	if pc.slicesUnread {
+		s += " Your role may not list ResourceSlices: the claims' selectors and alternatives are judged as if no device matched them, which kubegpu-scheduler does not do."
+	}
+	if n := len(pc.variants); n > 1 {
+		s += fmt.Sprintf(" Its claims have alternatives (firstAvailable), %d ways in all: the requests above are the first; each node below is judged with the first way that fits there, and nodes that take an earlier way rank first.", n)
 	}
 	return s
 }

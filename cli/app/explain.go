@@ -85,6 +85,8 @@ type explainRow struct {
 	// dra is set where DRA, not kubegpu, serves the pod (reason says
 	// why): the scheduler passes the node to the DynamicResources plugin.
 	dra bool
+	// refusal is the cache's refusal, where the devices do not fit.
+	refusal error
 }
 
 func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name string) error {
@@ -123,11 +125,7 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 		return nil
 	}
 	cpu, mem := objects.HostRequest(pod)
-	var extra []types.ContainerRequest
-	if pc != nil {
-		extra = pc.extra
-	}
-	r, req, err := devicecache.CompileRequest(engine, pod, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}, policy, extra...)
+	r, req, others, err := pc.compile(engine, pod, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}, policy)
 	if err != nil {
 		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, sanitize(err.Error()))
 		return nil
@@ -193,7 +191,7 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	if pc != nil {
 		s.pinned = pc.node
 	}
-	rows := o.evaluate(engine, s, r, pod, time.Now())
+	rows := o.evaluate(engine, s, r, pod, time.Now(), others...)
 	return printExplain(w, rows, o.topDevices)
 }
 
@@ -206,7 +204,7 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 //
 // The workload mix is learned from the bound pods as a scheduler learns it
 // when it starts (devicecache.Cache.LearnPods).
-func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterState, r *devicescheduler.Request, self *corev1.Pod, now time.Time) []explainRow {
+func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterState, r *devicescheduler.Request, self *corev1.Pod, now time.Time, others ...*devicescheduler.Request) []explainRow {
 	clock := now
 	cfg := devicecache.Config{Engine: engine, Keys: o.key, FormOnly: o.key == nil, Staleness: o.staleness, Now: func() time.Time { return clock },
 		ListPods: func() ([]*corev1.Pod, error) { return s.bound, nil }}
@@ -253,8 +251,11 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 		}
 	}
 	c.LearnPods(logger)
-	in := c.InputOnce(r)
-	c.ForPod(&in, self)
+	ins := make([]devicecache.Input, 0, 1+len(others))
+	for _, r := range append([]*devicescheduler.Request{r}, others...) {
+		ins = append(ins, c.InputOnce(r))
+		c.ForPod(&ins[len(ins)-1], self)
+	}
 	nominated := nominatedBefore(self, s.nominated, o.schedulerNames)
 	affinity := nodeaffinity.GetRequiredNodeAffinity(self)
 	var rows []explainRow
@@ -272,7 +273,7 @@ func (o *explainOptions) evaluate(engine *devicescheduler.Engine, s *clusterStat
 			row.reason = "the node's kubegpu-crishim accepts none of the keys given with --allocation-key: its pods' containers would be refused their GPUs"
 		}
 		if row.reason == "" {
-			row = decide(c, &in, n.node, s.requestedBytes[n.name], self, nominees(c, engine, s.policies, n.name, nominated[n.name]))
+			row = decideVariants(c, ins, n.node, s.requestedBytes[n.name], self, nominees(c, engine, s.policies, n.name, nominated[n.name]))
 		}
 		rows = append(rows, row)
 	}
@@ -331,7 +332,7 @@ func decide(c *devicecache.Cache, in *devicecache.Input, node *corev1.Node, requ
 				return row
 			}
 			refusal := devicecache.Classify(err)
-			row := explainRow{node: node.Name, reason: refusal.Detail(), status: refusal.Message}
+			row := explainRow{node: node.Name, reason: refusal.Detail(), status: refusal.Message, refusal: err}
 			capacity, free = devicecache.NodeHost(a.Cpu().MilliValue(), a.Memory().Value(), requested[0], requested[1])
 			if _, err := c.Evaluate(node, in, capacity, free, &pl); err == nil {
 				row.reason += nominatedSuffix(nominated) // they alone keep the pod out
@@ -346,7 +347,7 @@ func decide(c *devicecache.Cache, in *devicecache.Input, node *corev1.Node, requ
 	}
 	if err != nil {
 		refusal := devicecache.Classify(err)
-		return explainRow{node: node.Name, reason: refusal.Detail(), status: refusal.Message}
+		return explainRow{node: node.Name, reason: refusal.Detail(), status: refusal.Message, refusal: err}
 	}
 	return explainRow{node: node.Name, fits: true, score: score, devices: allocationDevices(pl.Allocation())}
 }

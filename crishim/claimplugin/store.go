@@ -87,11 +87,11 @@ func (s *Store) verify(uid ktypes.UID, namespace, name string, alloc *resourceap
 	byRequest := map[string][]types.DeviceShare{}
 	signed := 0
 	for _, c := range a.Containers {
-		i := strings.LastIndex(c.Name, "/")
-		if !strings.HasPrefix(c.Name, "claim/") || i < 0 {
+		req, ok := dra.ClaimEntryRequest(c.Name)
+		if !ok {
 			return nil, fmt.Errorf("%w %s/%s: signed entry %q is no claim request", ErrInvalid, namespace, name, c.Name)
 		}
-		byRequest[c.Name[i+1:]] = append(byRequest[c.Name[i+1:]], c.Devices...)
+		byRequest[req] = append(byRequest[req], c.Devices...)
 		signed += len(c.Devices)
 	}
 	p := &prepared{value: value, shares: map[string]types.DeviceShare{}}
@@ -113,7 +113,7 @@ func (s *Store) verify(uid ktypes.UID, namespace, name string, alloc *resourceap
 		if i < 0 {
 			return nil, fmt.Errorf("%w %s/%s: request %s was given device %s, which the scheduler did not sign", ErrInvalid, namespace, name, r.Request, r.Device)
 		}
-		cdiName := string(uid) + "_" + r.Request + "_" + r.Device
+		cdiName := cdiDeviceName(uid, r.Request, r.Device)
 		p.shares[cdiName] = list[i]
 		byRequest[r.Request] = append(list[:i], list[i+1:]...)
 		p.results = append(p.results, r)
@@ -231,10 +231,21 @@ func (s *Store) read(uid ktypes.UID) (map[string]types.DeviceShare, error) {
 	}
 	out := map[string]types.DeviceShare{}
 	for _, c := range a.Containers {
-		req := c.Name[strings.LastIndex(c.Name, "/")+1:]
+		req, ok := dra.ClaimEntryRequest(c.Name)
+		if !ok {
+			return nil, fmt.Errorf("%w %s: spec file: signed entry %q is no claim request", ErrInvalid, uid, c.Name)
+		}
 		for _, d := range c.Devices {
-			out[string(uid)+"_"+req+"_"+dra.DeviceName(d.ID)] = d
+			out[cdiDeviceName(uid, req, dra.DeviceName(d.ID))] = d
 		}
 	}
 	return out, nil
+}
+
+// cdiDeviceName is the CDI name of device dev of claim uid's request req
+// (a result's request: "<request>" or "<request>/<subrequest>"): UIDs,
+// request and device names have no "_", and the "/" that CDI names may
+// not hold becomes ".", which no request name holds either.
+func cdiDeviceName(uid ktypes.UID, req, dev string) string {
+	return string(uid) + "_" + strings.ReplaceAll(req, "/", ".") + "_" + dev
 }

@@ -38,7 +38,7 @@ var toleration = resourceapi.DeviceToleration{
 
 // Allocate returns the allocation results of the unallocated claims among
 // pcs on node, in their order, each request given exactly the devices
-// alloc holds for its engine container (ContainerName): the structured
+// alloc holds for its engine container (dra.ClaimEntry): the structured
 // allocator's results over copies of the node's slices of dra.DriverName
 // (from published) that keep only those devices, and copies of the claims
 // that tolerate dra.TaintManaged and select only those devices. state is
@@ -48,7 +48,7 @@ func (a *Allocator) Allocate(ctx context.Context, node *corev1.Node, pcs []PodCl
 	chosen := map[string][]types.DeviceShare{}
 	names := map[string]bool{}
 	for _, c := range alloc.Containers {
-		if IsClaimContainer(c.Name) {
+		if dra.IsClaimEntry(c.Name) {
 			chosen[c.Name] = c.Devices
 			for _, d := range c.Devices {
 				names[dra.DeviceName(d.ID)] = true
@@ -64,13 +64,9 @@ func (a *Allocator) Allocate(ctx context.Context, node *corev1.Node, pcs []PodCl
 		podNames = append(podNames, pc.Name)
 		cl := pc.Claim.DeepCopy()
 		for i := range cl.Spec.Devices.Requests {
-			r := &cl.Spec.Devices.Requests[i]
-			devs := chosen[ContainerName(pc.Name, r.Name)]
-			if r.Exactly == nil || len(devs) == 0 {
-				return nil, fmt.Errorf("claim %s request %s: no devices chosen", pc.Claim.Name, r.Name)
+			if err := pin(&cl.Spec.Devices.Requests[i], pc.Name, chosen); err != nil {
+				return nil, fmt.Errorf("claim %s: %w", pc.Claim.Name, err)
 			}
-			r.Exactly.Tolerations = append(r.Exactly.Tolerations, toleration)
-			r.Exactly.Selectors = append(r.Exactly.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: pinned(devs)}})
 		}
 		claims = append(claims, cl)
 	}
@@ -120,6 +116,37 @@ func (a *Allocator) Allocate(ctx context.Context, node *corev1.Node, pcs []PodCl
 	return results, nil
 }
 
+// pin makes r of the pod's claim podName take exactly the devices chosen
+// for it, tolerating dra.TaintManaged: an exact request its engine
+// container's devices; a firstAvailable request the alternative the engine
+// placed (the one with an engine container), alone, so that the result
+// names it as DRA names an alternative's ("<request>/<subrequest>").
+func pin(r *resourceapi.DeviceRequest, podName string, chosen map[string][]types.DeviceShare) error {
+	sel := func(devs []types.DeviceShare) resourceapi.DeviceSelector {
+		return resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: pinned(devs)}}
+	}
+	if e := r.Exactly; e != nil {
+		devs := chosen[dra.ClaimEntry(podName, r.Name)]
+		if len(devs) == 0 {
+			return fmt.Errorf("request %s: no devices chosen", r.Name)
+		}
+		e.Tolerations = append(e.Tolerations, toleration)
+		e.Selectors = append(e.Selectors, sel(devs))
+		return nil
+	}
+	for _, s := range r.FirstAvailable {
+		devs := chosen[dra.ClaimEntry(podName, r.Name+"/"+s.Name)]
+		if len(devs) == 0 {
+			continue
+		}
+		s.Tolerations = append(slices.Clone(s.Tolerations), toleration)
+		s.Selectors = append(slices.Clone(s.Selectors), sel(devs))
+		r.FirstAvailable = []resourceapi.DeviceSubRequest{s}
+		return nil
+	}
+	return fmt.Errorf("request %s: no devices chosen for any of its alternatives", r.Name)
+}
+
 // check confirms that a result of the pod's claim podName gives each
 // request exactly the devices chosen for it (its engine container), on
 // node: whatever the pin matched (IDs as published are cut, and a node
@@ -133,7 +160,7 @@ func check(res *resourceapi.AllocationResult, node, podName string, chosen map[s
 		w, ok := want[r.Request]
 		if !ok {
 			w = map[string]int{}
-			for _, d := range chosen[ContainerName(podName, r.Request)] {
+			for _, d := range chosen[dra.ClaimEntry(podName, r.Request)] {
 				w[dra.DeviceName(d.ID)]++
 			}
 			want[r.Request] = w

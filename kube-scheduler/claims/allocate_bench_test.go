@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -33,7 +34,7 @@ func BenchmarkAllocateAcrossNodes(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		n := nodes[i%len(nodes)]
-		alloc := chose(n.inv, ContainerName("g", "gpu"), types.DeviceShare{Exclusive: true}, i%8)
+		alloc := chose(n.inv, dra.ClaimEntry("g", "gpu"), types.DeviceShare{Exclusive: true}, i%8)
 		alloc.Node = n.node.Name
 		if _, err := a.Allocate(context.Background(), n.node, pcs, alloc, []*resourceapi.ResourceSlice{n.slice}, emptyState()); err != nil {
 			b.Fatal(err)

@@ -100,7 +100,7 @@ func TestAllocateWholeGPUs(t *testing.T) {
 	inv, slice := dgx1(t, "n1")
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	pcs := []PodClaim{{Name: "gpu", Claim: claim("c", whole("gpus", 4))}}
-	res, err := newAllocator().Allocate(context.Background(), node, pcs, chose(inv, ContainerName("gpu", "gpus"), types.DeviceShare{Exclusive: true}, 4, 5, 6, 7),
+	res, err := newAllocator().Allocate(context.Background(), node, pcs, chose(inv, dra.ClaimEntry("gpu", "gpus"), types.DeviceShare{Exclusive: true}, 4, 5, 6, 7),
 		[]*resourceapi.ResourceSlice{slice}, emptyState())
 	if err != nil {
 		t.Fatal(err)
@@ -141,11 +141,11 @@ func TestAllocateRejectsConstraint(t *testing.T) {
 	c.Spec.Devices.Constraints = []resourceapi.DeviceConstraint{{MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(dra.DriverName + "/" + string(dra.AttributeLinkGroup)))}}
 	pcs := []PodClaim{{Name: "gpu", Claim: c}}
 	a := newAllocator()
-	if _, err := a.Allocate(context.Background(), node, pcs, chose(inv, ContainerName("gpu", "gpus"), types.DeviceShare{Exclusive: true}, 0, 1, 2, 4),
+	if _, err := a.Allocate(context.Background(), node, pcs, chose(inv, dra.ClaimEntry("gpu", "gpus"), types.DeviceShare{Exclusive: true}, 0, 1, 2, 4),
 		[]*resourceapi.ResourceSlice{slice}, emptyState()); !errors.Is(err, ErrRejected) {
 		t.Errorf("across quads: err %v, want ErrRejected", err)
 	}
-	if _, err := a.Allocate(context.Background(), node, pcs, chose(inv, ContainerName("gpu", "gpus"), types.DeviceShare{Exclusive: true}, 0, 1, 2, 3),
+	if _, err := a.Allocate(context.Background(), node, pcs, chose(inv, dra.ClaimEntry("gpu", "gpus"), types.DeviceShare{Exclusive: true}, 0, 1, 2, 3),
 		[]*resourceapi.ResourceSlice{slice}, emptyState()); err != nil {
 		t.Errorf("one quad: %v", err)
 	}
@@ -160,7 +160,7 @@ func TestAllocateSlice(t *testing.T) {
 	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
 		dra.CapacityMemory: resource.MustParse("4Gi"), dra.CapacityCores: resource.MustParse("30")}}
 	pcs := []PodClaim{{Name: "s", Claim: claim("c", r)}}
-	res, err := newAllocator().Allocate(context.Background(), node, pcs, chose(inv, ContainerName("s", "slice"), types.DeviceShare{MemoryMiB: 4096, ComputePercent: 30}, 2),
+	res, err := newAllocator().Allocate(context.Background(), node, pcs, chose(inv, dra.ClaimEntry("s", "slice"), types.DeviceShare{MemoryMiB: 4096, ComputePercent: 30}, 2),
 		[]*resourceapi.ResourceSlice{slice}, emptyState())
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +185,7 @@ func TestAllocateSlicesShareGPU(t *testing.T) {
 		r := whole("slice", 1)
 		r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{dra.CapacityCores: resource.MustParse("30")}}
 		pcs := []PodClaim{{Name: "s", Claim: claim(fmt.Sprint("c", i), r)}}
-		res, err := newAllocator().Allocate(context.Background(), node, pcs, chose(inv, ContainerName("s", "slice"), types.DeviceShare{ComputePercent: 30}, 2),
+		res, err := newAllocator().Allocate(context.Background(), node, pcs, chose(inv, dra.ClaimEntry("s", "slice"), types.DeviceShare{ComputePercent: 30}, 2),
 			[]*resourceapi.ResourceSlice{slice}, state)
 		if err != nil {
 			t.Fatalf("claim %d: %v", i, err)
@@ -202,7 +202,7 @@ func TestAllocateSlicesShareGPU(t *testing.T) {
 // TestCheckPerRequest: a result that gives a request a device chosen for
 // another request of the pod is refused.
 func TestCheckPerRequest(t *testing.T) {
-	chosen := map[string][]types.DeviceShare{ContainerName("g", "a"): {{ID: "gpu2"}}, ContainerName("g", "b"): {{ID: "gpu5"}}}
+	chosen := map[string][]types.DeviceShare{dra.ClaimEntry("g", "a"): {{ID: "gpu2"}}, dra.ClaimEntry("g", "b"): {{ID: "gpu5"}}}
 	res := func(a, b string) *resourceapi.AllocationResult {
 		return &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
 			{Request: "a", Driver: dra.DriverName, Pool: "n1", Device: a}, {Request: "b", Driver: dra.DriverName, Pool: "n1", Device: b}}}}
@@ -215,5 +215,38 @@ func TestCheckPerRequest(t *testing.T) {
 	}
 	if err := check(res("gpu2", "gpu5"), "n2", "g", chosen); !errors.Is(err, ErrRejected) {
 		t.Errorf("another node's pool: %v, want ErrRejected", err)
+	}
+}
+
+// TestAllocateAlternative: the allocation of a firstAvailable request names
+// the alternative the engine placed, as DRA names it, with its devices.
+func TestAllocateAlternative(t *testing.T) {
+	inv, slice := dgx1(t, "n1")
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	r := resourceapi.DeviceRequest{Name: "gpus", FirstAvailable: []resourceapi.DeviceSubRequest{
+		{Name: "eight", DeviceClassName: dra.ClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 8},
+		{Name: "four", DeviceClassName: dra.ClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 4}}}
+	pcs := []PodClaim{{Name: "gpu", Claim: claim("c", r)}}
+	res, err := newAllocator().Allocate(context.Background(), node, pcs, chose(inv, dra.ClaimEntry("gpu", "gpus/four"), types.DeviceShare{Exclusive: true}, 0, 1, 2, 3),
+		[]*resourceapi.ResourceSlice{slice}, emptyState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || len(res[0].Devices.Results) != 4 {
+		t.Fatalf("results %+v, want one with 4 devices", res)
+	}
+	for _, d := range res[0].Devices.Results {
+		if d.Request != "gpus/four" {
+			t.Errorf("result %+v, want request gpus/four", d)
+		}
+	}
+	if len(pcs[0].Claim.Spec.Devices.Requests[0].FirstAvailable) != 2 {
+		t.Error("Allocate changed the claim it was given")
+	}
+	// No alternative chosen: refused, not allocated by the allocator's
+	// own choice.
+	if _, err := newAllocator().Allocate(context.Background(), node, pcs, chose(inv, dra.ClaimEntry("gpu", "gpus/two"), types.DeviceShare{Exclusive: true}, 0, 1),
+		[]*resourceapi.ResourceSlice{slice}, emptyState()); err == nil {
+		t.Error("an alternative the claim does not have was allocated")
 	}
 }

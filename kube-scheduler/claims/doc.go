@@ -4,9 +4,12 @@
 //
 // ForPod finds a pod's kubegpu claims (pod.go). Compile turns their
 // requests into the engine's container requests, one per claim request,
-// named "claim/<pod claim>/<request>", the CEL selectors of the request and
+// named as dra.ClaimEntry names them, the CEL selectors of the request and
 // of its class evaluated over the cluster's kubegpu devices into a set of
-// UUIDs (compile.go). Allocate then checks the devices the engine chose
+// UUIDs (compile.go); a pod whose requests have alternatives
+// (firstAvailable) gets one list of container requests per combination,
+// in DRA's order of preference, and RankScore ranks nodes by the first one
+// that fits there. Allocate then checks the devices the engine chose
 // with the upstream structured allocator, over copies of the node's
 // ResourceSlices that keep only those devices and a copy of each claim
 // that tolerates kubegpu's taint and is pinned to its devices, and returns

@@ -167,6 +167,26 @@ func Classify(err error) *Refusal {
 	return r
 }
 
+// MostHopeful picks, of the refusals of one node for each way a pod could
+// be placed (the variants of its claims' alternatives), the one to answer
+// with: the first that frees devices could end (Waits), else the first
+// that is not Unresolvable, else the first. A way that could fit after
+// evictions or departures must not be hidden behind one that never fits,
+// or preemption passes the node over and the pod is not woken.
+func MostHopeful(refusals []error) int {
+	resolvable := -1
+	for i, err := range refusals {
+		r := Classify(err)
+		if r.Waits {
+			return i
+		}
+		if !r.Unresolvable && resolvable < 0 {
+			resolvable = i
+		}
+	}
+	return max(resolvable, 0)
+}
+
 // notLiveReason strips the sentinel from a node-not-live error.
 func notLiveReason(err error) string {
 	msg := err.Error()

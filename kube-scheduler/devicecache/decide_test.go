@@ -49,3 +49,26 @@ func TestRefusalClassified(t *testing.T) {
 		})
 	}
 }
+
+// TestMostHopeful: of a node's refusals of a pod's variants, a wait for
+// freed devices comes first, then what evictions could end, then the first.
+func TestMostHopeful(t *testing.T) {
+	never := errors.Join(errNeverFits, &devicescheduler.NotFitError{Reason: devicescheduler.ReasonNotEnoughFree})
+	notFree := &devicescheduler.NotFitError{Reason: devicescheduler.ReasonNotEnoughFree}
+	other := errors.New("the allocator refused")
+	for _, tc := range []struct {
+		name     string
+		refusals []error
+		want     int
+	}{
+		{"one", []error{never}, 0},
+		{"never, then a wait", []error{never, other, notFree}, 2},
+		{"never, then resolvable", []error{never, ErrNoInventory, other}, 2},
+		{"all unresolvable", []error{never, ErrNoInventory}, 0},
+		{"the first wait", []error{notFree, notFree}, 0},
+	} {
+		if got := MostHopeful(tc.refusals); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

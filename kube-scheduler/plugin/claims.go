@@ -67,8 +67,9 @@ type claimCycle struct {
 }
 
 // podClaims reads the pod's kubegpu claims in PreFilter: nil when it has
-// none, and the engine's container requests for those to allocate.
-func (p *Plugin) podClaims(ctx context.Context, pod *corev1.Pod) (*claimCycle, []types.ContainerRequest, *fwk.Status) {
+// none, and the engine's container requests for those to allocate, as
+// variants in DRA's order of preference (claims.Compile).
+func (p *Plugin) podClaims(ctx context.Context, pod *corev1.Pod) (*claimCycle, [][]types.ContainerRequest, *fwk.Status) {
 	if len(pod.Spec.ResourceClaims) == 0 || p.claimDeps == nil {
 		return nil, nil, nil
 	}
@@ -107,7 +108,7 @@ func (p *Plugin) podClaims(ctx context.Context, pod *corev1.Pod) (*claimCycle, [
 	cc.slices = published
 	comp := *p.claimDeps.compiler
 	comp.Devices = func() ([]*resourceapi.ResourceSlice, error) { return published, nil }
-	extra, err := comp.Compile(ctx, pcs)
+	variants, err := comp.Compile(ctx, pcs)
 	if err != nil {
 		return nil, nil, claimStatus(err)
 	}
@@ -121,7 +122,7 @@ func (p *Plugin) podClaims(ctx context.Context, pod *corev1.Pod) (*claimCycle, [
 	if err != nil {
 		return nil, nil, fwk.AsStatus(fmt.Errorf("GPUs: allocated devices: %w", err))
 	}
-	return cc, extra, nil
+	return cc, variants, nil
 }
 
 // claimStatus is the framework's status for an error of package claims.
@@ -191,10 +192,11 @@ func (p *Plugin) reserveClaims(ctx context.Context, pod *corev1.Pod, node *corev
 		}
 		part := devicecache.ClaimPart{UID: pc.Claim.UID, Claim: ktypes.NamespacedName{Namespace: pc.Claim.Namespace, Name: pc.Claim.Name}}
 		claimAlloc := types.PodAllocation{Node: node.Name, Enforcement: alloc.Enforcement}
-		for _, r := range pc.Claim.Spec.Devices.Requests {
-			name := claims.ContainerName(pc.Name, r.Name)
-			part.Containers = append(part.Containers, name)
-			if c, ok := alloc.Container(name); ok {
+		// One entry per request, its name the alternative given where
+		// the request has several (dra.ClaimEntry).
+		for _, c := range alloc.Containers {
+			if dra.ClaimEntryOf(c.Name, pc.Name) {
+				part.Containers = append(part.Containers, c.Name)
 				claimAlloc.Containers = append(claimAlloc.Containers, c)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/claims"
 )
 
 // Filter checks, through the engine, whether the pod's devices fit on the
@@ -40,20 +41,29 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod,
 		// time, without them, and that call's score is Score's. (Where
 		// the nominated pods add no devices the overlay is empty, and both
 		// passes put a score: the later one counts, see filterScores.)
-		_, err = p.cache.EvaluateWith(node, o, &s.eval, corev1helpers.PodPriority(pod), capacity, free, pl)
+		//
 		// Not in preemption's dry run: the allocator counts the victims'
 		// claims as allocated until they are gone; the devices are checked
 		// once they are.
-		if err == nil && s.claims != nil && !o.DryRun {
-			if st := p.filterClaims(ctx, s.claims, node, pl.Allocation()); st != nil {
-				return st
-			}
+		var st *fwk.Status
+		_, _, st, err = p.tryVariants(ctx, s, node, !o.DryRun, pl, func(in *devicecache.Input) (int64, error) {
+			return p.cache.EvaluateWith(node, o, in, corev1helpers.PodPriority(pod), capacity, free, pl)
+		})
+		if st != nil {
+			return st
 		}
 	} else {
 		var score int64
-		score, err = p.cache.Evaluate(node, &s.eval, capacity, free, pl)
-		if err == nil && s.claims != nil {
-			if st := p.filterClaims(ctx, s.claims, node, pl.Allocation()); st != nil {
+		v := 0
+		if s.claims == nil {
+			// Without the closure: Filter's hot path.
+			score, err = p.cache.Evaluate(node, &s.eval, capacity, free, pl)
+		} else {
+			var st *fwk.Status
+			score, v, st, err = p.tryVariants(ctx, s, node, true, pl, func(in *devicecache.Input) (int64, error) {
+				return p.cache.Evaluate(node, in, capacity, free, pl)
+			})
+			if st != nil {
 				return st
 			}
 		}
@@ -62,7 +72,7 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod,
 		case err != nil:
 			s.pending.Count(devicecache.ReasonOf(err))
 		default:
-			s.scores.put(node, score)
+			s.scores.put(node, claims.RankScore(score, v, len(s.others)+1))
 		}
 	}
 	if isDRAServes(err) {

@@ -29,7 +29,7 @@ import (
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	// Only the leader schedules: it alone writes the allocation records.
 	p.recorder.Start(p.ctx)
-	cc, extra, status := p.podClaims(ctx, pod)
+	cc, variants, status := p.podClaims(ctx, pod)
 	if status != nil {
 		reason := devicecache.ReasonOther // waiting for a claim
 		if status.Code() == fwk.UnschedulableAndUnresolvable {
@@ -48,7 +48,18 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	if status != nil {
 		return nil, status
 	}
-	r, req, err := devicecache.CompileRequest(p.engine, pod, podHost(pod), policy, extra...)
+	var first []types.ContainerRequest
+	if len(variants) > 0 {
+		first = variants[0]
+	}
+	r, req, err := devicecache.CompileRequest(p.engine, pod, podHost(pod), policy, first...)
+	var others []variant
+	for i := 1; i < len(variants) && err == nil; i++ {
+		var v variant
+		if v.request, _, err = devicecache.CompileRequest(p.engine, pod, podHost(pod), policy, variants[i]...); err == nil {
+			others = append(others, v)
+		}
+	}
 	if err != nil {
 		p.pending.Refuse(pod.UID, devicecache.ReasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
@@ -79,13 +90,18 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		}
 		p.cache.NotWaiting(pod.UID)
 	}
-	s := &cycleState{request: r, pending: p.pending.Start(pod.UID), claims: cc}
+	s := &cycleState{request: r, others: others, pending: p.pending.Start(pod.UID), claims: cc}
 	if cc != nil && cc.unallocated {
 		s.eval = p.cache.InputOnce(r) // Filter checks the devices chosen on each node: no memo
 	} else {
 		s.eval = p.cache.Input(devicecache.RequestShape(req, r.Host, r.Enforcement), r)
 	}
 	p.cache.ForPod(&s.eval, pod)
+	for i := range s.others {
+		v := &s.others[i]
+		v.eval = p.cache.InputOnce(v.request)
+		p.cache.ForPod(&v.eval, pod)
+	}
 	s.scores.reset(len(nodes))
 	cs.Write(stateKey, s)
 	return nil, nil

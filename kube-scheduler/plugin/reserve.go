@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"errors"
 
 	corev1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -12,6 +11,7 @@ import (
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/apis/config"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // Reserve chooses the pod's devices on the chosen node afresh and assumes
@@ -41,25 +41,28 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		klog.FromContext(ctx).V(4).Info("DRA serves the pod's request on the node; kubegpu reserves nothing", "pod", klog.KObj(pod), "node", nodeName)
 		return nil
 	}
-	alloc, err := p.cache.Reserve(pod, nodeName, s.request, capacity, free, p.nominated(pod, nodeName))
-	if err != nil {
-		var nf *devicescheduler.NotFitError
-		if errors.As(err, &nf) {
-			return fwk.NewStatus(fwk.Unschedulable, "GPUs: "+nf.Detail())
+	// The first variant that fits the node now, as DRA takes the first
+	// alternative that does; the first one's refusal when none does.
+	var alloc types.PodAllocation
+	var refusal *fwk.Status
+	request := s.request
+	for i := range len(s.others) + 1 {
+		a, st := p.reserveVariant(ctx, s, pod, node, nodeName, capacity, free, i)
+		if st == nil {
+			alloc, request, refusal = a, s.requestOf(i), nil
+			break
 		}
-		return fwk.AsStatus(err)
-	}
-	if s.claims != nil {
-		own, st := p.reserveClaims(ctx, pod, node, s.claims, alloc)
-		if st != nil {
-			p.unreserveClaims(ctx, pod, s.claims)
-			p.cache.Unreserve(pod.UID)
-			return st
+		if refusal == nil || st.Code() != fwk.Unschedulable {
+			refusal = st
 		}
-		alloc = own
-		s.claimOnly = len(own.Containers)+len(own.InitContainers) == 0
+		if st.Code() != fwk.Unschedulable {
+			break
+		}
 	}
-	p.engine.ObservePod(string(pod.UID), s.request, pod.CreationTimestamp.Time)
+	if refusal != nil {
+		return refusal
+	}
+	p.engine.ObservePod(string(pod.UID), request, pod.CreationTimestamp.Time)
 	p.pending.Remove(pod.UID)
 	s.alloc = alloc
 	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {

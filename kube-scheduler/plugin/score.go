@@ -13,6 +13,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/claims"
 )
 
 // PreScore indexes the scores Filter found for a GPU pod, and skips scoring
@@ -35,7 +36,7 @@ func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _
 // its CPU and memory ranks last). A node that filled up since is still
 // ranked by Filter's score: Reserve checks again. For a pod without devices, nodes
 // without devices come first, then GPU nodes by the engine's score.
-func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
+func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
 	s := getState(cs)
 	if s == nil {
 		if h := getHostOnly(cs); h != nil {
@@ -49,13 +50,15 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni f
 	capacity, free := nodeHost(ni)
 	pl := placements.Get().(*devicescheduler.Placement)
 	defer placements.Put(pl)
-	score, err := p.cache.Evaluate(ni.Node(), &s.eval, capacity, free, pl)
+	score, v, _, err := p.tryVariants(ctx, s, ni.Node(), false, pl, func(in *devicecache.Input) (int64, error) {
+		return p.cache.Evaluate(ni.Node(), in, capacity, free, pl)
+	})
 	if err != nil {
 		// The node changed since Filter and the pod no longer fits:
 		// rank it last; Reserve will check again.
 		return math.MinInt64, nil
 	}
-	return score, nil
+	return claims.RankScore(score, v, len(s.others)+1), nil
 }
 
 // noDevices is the raw score, for a pod without devices, of a node without

@@ -24,6 +24,10 @@ type cycleState struct {
 	request *devicescheduler.Request
 	// eval is what every Filter and Score call of the cycle evaluates.
 	eval devicecache.Input
+	// others are the variants after request, in DRA's order of
+	// preference, of a pod whose claims have alternatives (firstAvailable,
+	// claims.Compile): a node takes the first variant that fits there.
+	others []variant
 	// waitsForDevices is set once a node refused the pod for want of
 	// devices, and the cache remembers the pod to wake it.
 	waitsForDevices atomic.Bool
@@ -46,6 +50,28 @@ type cycleState struct {
 	// value is the annotation value written.
 	written bool
 	value   string
+}
+
+// variant is one way to satisfy the pod's claims with alternatives.
+type variant struct {
+	request *devicescheduler.Request
+	eval    devicecache.Input
+}
+
+// input is variant i's input: 0 is eval, the others in order.
+func (s *cycleState) input(i int) *devicecache.Input {
+	if i == 0 {
+		return &s.eval
+	}
+	return &s.others[i-1].eval
+}
+
+// requestOf is variant i's request: 0 is request, the others in order.
+func (s *cycleState) requestOf(i int) *devicescheduler.Request {
+	if i == 0 {
+		return s.request
+	}
+	return s.others[i-1].request
 }
 
 // Clone shares the state: after PreFilter it is written only by Reserve

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,12 +19,53 @@ import (
 // engine, not by the stock DynamicResources plugin.
 const ClassName = DriverName
 
+// DevicesQuota is the resource of a ResourceQuota that caps the devices
+// a namespace's ResourceClaims of ClassName ask for (Kubernetes' quota on
+// DRA devices, per DeviceClass).
+const DevicesQuota = ClassName + ".deviceclass.resource.k8s.io/devices"
+
 // ClassSelector is ClassName's CEL selector.
 const ClassSelector = `device.driver == "` + DriverName + `"`
 
 // ClaimCDIKind is the CDI kind of the devices of kubegpu's prepared claims,
 // which the node's shim resolves itself in CreateContainer.
 const ClaimCDIKind = DriverName + "/claim"
+
+// claimEntryPrefix begins the name of an entry of a claim's signed
+// allocation (ClaimEntry). Container names are DNS labels: none has a "/".
+const claimEntryPrefix = "claim/"
+
+// ClaimEntry names the entry of a signed allocation (and the engine's
+// container) that holds the devices of request req of the claim a pod
+// names podClaim: "claim/<pod claim>/<request>", where req is a request's
+// name, or "<request>/<subrequest>" for the alternative of a firstAvailable
+// request it was given, as DRA names the request of a result.
+func ClaimEntry(podClaim, req string) string { return claimEntryPrefix + podClaim + "/" + req }
+
+// IsClaimEntry reports whether an allocation's entry (or an engine
+// container) stands for a claim request (ClaimEntry).
+func IsClaimEntry(name string) bool { return strings.HasPrefix(name, claimEntryPrefix) }
+
+// ClaimEntryOf reports whether entry stands for a request of the claim a
+// pod names podClaim.
+func ClaimEntryOf(entry, podClaim string) bool {
+	return strings.HasPrefix(entry, claimEntryPrefix+podClaim+"/")
+}
+
+// ClaimEntryRequest is the request an entry named by ClaimEntry stands
+// for: a results' request name, "<request>" or "<request>/<subrequest>".
+func ClaimEntryRequest(entry string) (string, bool) {
+	rest, ok := strings.CutPrefix(entry, claimEntryPrefix)
+	if !ok {
+		return "", false
+	}
+	// The pod's name of the claim is a DNS label: up to the first "/".
+	_, req, ok := strings.Cut(rest, "/")
+	if !ok || req == "" {
+		return "", false
+	}
+	return req, true
+}
 
 // ErrMixedClaim means a claim asks for kubegpu's DeviceClass and for
 // another in the same claim: two allocators would have to agree in one

@@ -104,3 +104,20 @@ func FuzzSignedValue(f *testing.F) {
 		}
 	})
 }
+
+func TestClaimEntry(t *testing.T) {
+	for _, req := range []string{"gpus", "gpus/big", "a/b"} {
+		e := ClaimEntry("pc", req)
+		if !IsClaimEntry(e) || !ClaimEntryOf(e, "pc") || ClaimEntryOf(e, "p") {
+			t.Errorf("%s: not recognized as the entry of claim pc", e)
+		}
+		if got, ok := ClaimEntryRequest(e); !ok || got != req {
+			t.Errorf("ClaimEntryRequest(%q) = %q, %v; want %q", e, got, ok, req)
+		}
+	}
+	for _, bad := range []string{"gpus", "claim/", "claim/pc", "claim/pc/", "container/pc/gpus"} {
+		if req, ok := ClaimEntryRequest(bad); ok {
+			t.Errorf("ClaimEntryRequest(%q) = %q, want no request", bad, req)
+		}
+	}
+}

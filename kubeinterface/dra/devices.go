@@ -54,6 +54,12 @@ const (
 	// AttributeSliceEnforcer is what holds slices of the GPU to their
 	// share (e.g. "mps"), when something does.
 	AttributeSliceEnforcer resourceapi.QualifiedName = "sliceEnforcer"
+	// AttributePreparesAlternatives is true on every device of a node
+	// whose kubegpu-crishim prepares claims given an alternative of a
+	// firstAvailable request (results named "<request>/<subrequest>"):
+	// kubegpu-scheduler places alternatives only on such devices, as an
+	// older shim refuses to prepare them.
+	AttributePreparesAlternatives resourceapi.QualifiedName = "preparesAlternatives"
 )
 
 // Standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute).
@@ -129,6 +135,8 @@ func Devices(inv types.Inventory, opts Options) ([]resourceapi.Device, error) {
 			AttributeModel:  str(d.Model),
 			AttributeUUID:   str(d.UUID),
 			AttributeIndex:  {IntValue: ptr.To(int64(d.Index))},
+
+			AttributePreparesAlternatives: {BoolValue: ptr.To(true)},
 		}
 		if d.ComputeUnits > 0 {
 			attrs[AttributeComputeUnits] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(d.ComputeUnits))}
