@@ -7,6 +7,7 @@ import (
 	"text/template"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -152,6 +153,7 @@ type rules struct {
 	Budget, Borrowed                     string
 	BorrowedPriority                     int32
 	BorrowedGrace                        int
+	ClaimClass, ClaimDevices             string
 }
 
 // listRule is one model or UUID list annotation and the variables named
@@ -182,6 +184,7 @@ var theRules = func() rules {
 		Domain: kubeinterface.Domain,
 		Budget: kubeinterface.BudgetQuota, Borrowed: kubeinterface.PriorityClassBorrowed, BorrowedPriority: kubeinterface.BorrowedPriority,
 		BorrowedGrace: kubeinterface.BorrowedGracePeriodSeconds,
+		ClaimClass:    dra.ClassName, ClaimDevices: dra.DevicesQuota,
 	}
 	for _, t := range types.TopologyPolicies {
 		r.Topologies = append(r.Topologies, string(t))

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,8 +15,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 )
 
@@ -23,7 +26,9 @@ import (
 // containerd), kubelet has kubegpu-crishim prepare a pod's kubegpu claim
 // (its signed allocation verified) and the container sees exactly the
 // claimed GPUs, beside an annotation pod with the other two; the ledger
-// holds no GPU twice. A claim allocated without kubegpu-scheduler's
+// holds no GPU twice. The claim's request has alternatives (five GPUs,
+// else two), and the container names the request: kubelet gives it the
+// devices of the alternative allocated. A claim allocated without kubegpu-scheduler's
 // signature is not prepared.
 func TestClaimPodOnRealNode(t *testing.T) {
 	ctx := context.Background()
@@ -44,15 +49,19 @@ func TestClaimPodOnRealNode(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("no ResourceSlices of %s: %v", nodeName, err)
 	}
-	if _, err := tenant(t, ns).ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "pair"}, Spec: gpuClaimSpec(2)}, metav1.CreateOptions{}); err != nil {
+	if _, err := tenant(t, ns).ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "pair"}, Spec: altClaimSpec(5, 2)}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	p := sleeper(claimUser("claimed", "pair", false))
 	p.Spec.Containers[0].Command = []string{"sh", "-c", "env; sleep 3600"}
+	p.Spec.Containers[0].Resources.Claims[0].Request = "gpus"
 	createPods(ctx, t, ns, onNode(p, nodeName), onNode(sleeper(gpuPod("annotated", 2, 0, 0, nil)), nodeName))
 	running := waitRunning(ctx, t, ns, "claimed", k)
 	waitRunning(ctx, t, ns, "annotated", k)
 	claim := claimOf(ctx, t, ns, running)
+	if got := allocatedRequests(claim); got != "gpus/c2,gpus/c2" {
+		t.Errorf("the claim's results are for %s, want two for gpus/c2", got)
+	}
 	var want []string
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		want = append(want, r.Device) // the simgpu IDs are DNS labels: the DRA names
@@ -129,7 +138,9 @@ func TestClaimPodOnRealNode(t *testing.T) {
 
 // TestClaimHolderPreempted: a lower-priority pod that holds all of a
 // node's GPUs through its claim is preempted for a higher-priority pod's
-// claim, which gets GPUs once the victim's claim is released.
+// claim, which gets GPUs once the victim's claim is released. The
+// higher-priority claim's first alternative (eight GPUs) never fits the
+// 4-GPU node: its second (two) must still let preemption consider it.
 func TestClaimHolderPreempted(t *testing.T) {
 	ctx := context.Background()
 	_, nodes, ns := claimNodes(ctx, t, "claimpre", "t4x4", 1)
@@ -139,8 +150,8 @@ func TestClaimHolderPreempted(t *testing.T) {
 	finishing.Store(true)
 	finishTerminating(ctx, t, ns, finishing)
 	client := tenant(t, ns)
-	for name, count := range map[string]int64{"low": 4, "high": 2} {
-		if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: gpuClaimSpec(count)}, metav1.CreateOptions{}); err != nil {
+	for name, spec := range map[string]resourceapi.ResourceClaimSpec{"low": gpuClaimSpec(4), "high": altClaimSpec(8, 2)} {
+		if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -198,7 +209,7 @@ func TestClaimOverQuota(t *testing.T) {
 		probe := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Spec: spec}
 		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 			_, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			return apierrors.IsForbidden(err), nil
+			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"), nil
 		}); err != nil {
 			t.Fatalf("the API server's quota admission never refused a dry run over the quota: %v", err)
 		}
@@ -212,6 +223,59 @@ func TestClaimOverQuota(t *testing.T) {
 	_, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, over, metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota: gpus") {
 		t.Errorf("a claim over the quota: %v, want Forbidden: exceeded quota: gpus", err)
+	}
+}
+
+// TestClaimQuotaInGPUEquivalents (policy kubegpu-claim-quota): a
+// namespace capped in GPU equivalents gets no claim of kubegpu's class, so
+// that claims do not pass the cap, until the same quota also caps the
+// claims' devices; claims of other classes are not concerned.
+func TestClaimQuotaInGPUEquivalents(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(ctx, t, "claimshare-quota")
+	quotas := cluster.Client.CoreV1().ResourceQuotas(ns)
+	share := corev1.ResourceName("requests." + kubeinterface.ResourceGPUShare)
+	q, err := quotas.Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpus"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{share: resource.MustParse("400")}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := tenant(t, ns)
+	create := func(name string, spec resourceapi.ResourceClaimSpec, dryRun bool) error {
+		opts := metav1.CreateOptions{}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, opts)
+		return err
+	}
+	// The API server reads quotas from a cache of its own: asked in dry
+	// runs until it holds this one.
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = create("probe", altClaimSpec(2, 1), true)
+		return last != nil, nil
+	}); err != nil {
+		t.Fatalf("a claim of kubegpu's class was admitted in a namespace capped in GPU equivalents: %v", err)
+	}
+	refused(t, "a claim in a namespace capped in GPU equivalents", last, "kubegpu-claim-quota", "caps the namespace in GPU equivalents", dra.DevicesQuota)
+	other := gpuClaimSpec(1)
+	other.Devices.Requests[0].Exactly.DeviceClassName = "other.example.com"
+	if err := create("other", other, false); err != nil {
+		t.Errorf("a claim of another class: %v", err)
+	}
+	patch := fmt.Sprintf(`{"spec":{"hard":{%q:"4"}}}`, dra.DevicesQuota)
+	if _, err := quotas.Patch(ctx, q.Name, ktypes.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = create("probe", gpuClaimSpec(2), true)
+		return last == nil, nil
+	}); err != nil {
+		t.Fatalf("a claim within a quota that caps devices too: %v", last)
+	}
+	if err := create("pair", gpuClaimSpec(2), false); err != nil {
+		t.Errorf("a claim within a quota that caps devices too: %v", err)
 	}
 }
 
