@@ -71,6 +71,16 @@ const (
 // change their namespace's labels.
 const LabelEnforcement = Domain + "enforcement"
 
+// LabelNamespaceClaims on a Namespace, set to NamespaceClaimsUncounted,
+// lets its ResourceClaims of kubegpu's DeviceClass past a scoped
+// ResourceQuota on GPU equivalents (a budget among them), which cannot
+// count them (admission policy kubegpu-claim-quota). A label, as
+// LabelEnforcement is: tenants cannot change it.
+const (
+	LabelNamespaceClaims     = Domain + "claims"
+	NamespaceClaimsUncounted = "uncounted"
+)
+
 // ConditionEnforced is the pod condition kubegpu-crishim keeps, with the
 // node's credentials, on a running pod with GPU slices: True (reason
 // ReasonEnforced) when every slice's limits, read back from its enforcer,

@@ -154,6 +154,7 @@ type rules struct {
 	BorrowedPriority                     int32
 	BorrowedGrace                        int
 	ClaimClass, ClaimDevices             string
+	ClaimsLabel, ClaimsAllowed           string
 }
 
 // listRule is one model or UUID list annotation and the variables named
@@ -185,6 +186,7 @@ var theRules = func() rules {
 		Budget: kubeinterface.BudgetQuota, Borrowed: kubeinterface.PriorityClassBorrowed, BorrowedPriority: kubeinterface.BorrowedPriority,
 		BorrowedGrace: kubeinterface.BorrowedGracePeriodSeconds,
 		ClaimClass:    dra.ClassName, ClaimDevices: dra.DevicesQuota,
+		ClaimsLabel: kubeinterface.LabelNamespaceClaims, ClaimsAllowed: kubeinterface.NamespaceClaimsUncounted,
 	}
 	for _, t := range types.TopologyPolicies {
 		r.Topologies = append(r.Topologies, string(t))

@@ -227,17 +227,18 @@ func TestClaimOverQuota(t *testing.T) {
 }
 
 // TestClaimQuotaInGPUEquivalents (policy kubegpu-claim-quota): a
-// namespace capped in GPU equivalents gets no claim of kubegpu's class, so
-// that claims do not pass the cap, until the same quota also caps the
-// claims' devices; claims of other classes are not concerned.
+// namespace capped in GPU equivalents gets no claim of kubegpu's class,
+// which that cap does not count, until the same quota also caps the
+// claims' devices; a scoped quota on GPU equivalents, which cannot count
+// claims, refuses them until the operator labels the namespace, which its
+// tenant cannot do; claims of other classes are not concerned.
 func TestClaimQuotaInGPUEquivalents(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(ctx, t, "claimshare-quota")
 	quotas := cluster.Client.CoreV1().ResourceQuotas(ns)
 	share := corev1.ResourceName("requests." + kubeinterface.ResourceGPUShare)
-	q, err := quotas.Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpus"},
-		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{share: resource.MustParse("400")}}}, metav1.CreateOptions{})
-	if err != nil {
+	if _, err := quotas.Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpus"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{share: resource.MustParse("400")}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	client := tenant(t, ns)
@@ -250,32 +251,52 @@ func TestClaimQuotaInGPUEquivalents(t *testing.T) {
 		return err
 	}
 	// The API server reads quotas from a cache of its own: asked in dry
-	// runs until it holds this one.
-	var last error
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		last = create("probe", altClaimSpec(2, 1), true)
-		return last != nil, nil
-	}); err != nil {
-		t.Fatalf("a claim of kubegpu's class was admitted in a namespace capped in GPU equivalents: %v", err)
+	// runs until it answers as wanted.
+	until := func(what string, spec resourceapi.ResourceClaimSpec, refusedWith string) {
+		t.Helper()
+		var last error
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			last = create("probe", spec, true)
+			if refusedWith == "" {
+				return last == nil, nil
+			}
+			return last != nil && strings.Contains(last.Error(), refusedWith), nil
+		}); err != nil {
+			t.Fatalf("%s: %v (want refused with %q)", what, last, refusedWith)
+		}
 	}
-	refused(t, "a claim in a namespace capped in GPU equivalents", last, "kubegpu-claim-quota", "caps the namespace in GPU equivalents", dra.DevicesQuota)
+	until("a claim where GPU equivalents alone are capped", gpuClaimSpec(2), "also caps "+dra.DevicesQuota)
+	until("alternatives where GPU equivalents alone are capped", altClaimSpec(2, 1), "kubegpu-claim-quota")
 	other := gpuClaimSpec(1)
 	other.Devices.Requests[0].Exactly.DeviceClassName = "other.example.com"
 	if err := create("other", other, false); err != nil {
 		t.Errorf("a claim of another class: %v", err)
 	}
 	patch := fmt.Sprintf(`{"spec":{"hard":{%q:"4"}}}`, dra.DevicesQuota)
-	if _, err := quotas.Patch(ctx, q.Name, ktypes.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if _, err := quotas.Patch(ctx, "gpus", ktypes.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		last = create("probe", gpuClaimSpec(2), true)
-		return last == nil, nil
-	}); err != nil {
-		t.Fatalf("a claim within a quota that caps devices too: %v", last)
+	until("a claim where the same quota caps devices too", gpuClaimSpec(2), "")
+
+	// A quota on GPU equivalents for one PriorityClass only.
+	if _, err := quotas.Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "high"}, Spec: corev1.ResourceQuotaSpec{
+		Hard: corev1.ResourceList{share: resource.MustParse("0")},
+		ScopeSelector: &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{
+			ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn, Values: []string{"kubegpu-test-claimquota-high"}}}},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	until("a claim beside a scoped quota on GPU equivalents", gpuClaimSpec(2), "scoped quotas count no claims")
+	label := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, kubeinterface.LabelNamespaceClaims, kubeinterface.NamespaceClaimsUncounted)
+	if _, err := client.CoreV1().Namespaces().Patch(ctx, ns, ktypes.MergePatchType, []byte(label), metav1.PatchOptions{}); err == nil {
+		t.Errorf("the tenant labelled its own namespace")
+	}
+	if _, err := cluster.Client.CoreV1().Namespaces().Patch(ctx, ns, ktypes.MergePatchType, []byte(label), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	until("a claim in a namespace the operator labelled", gpuClaimSpec(2), "")
 	if err := create("pair", gpuClaimSpec(2), false); err != nil {
-		t.Errorf("a claim within a quota that caps devices too: %v", err)
+		t.Errorf("a claim in a namespace the operator labelled: %v", err)
 	}
 }
 
