@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -114,19 +115,16 @@ func (c *Cluster) RenewLeases(ctx context.Context, names []string) {
 			return
 		case <-tick.C:
 		}
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 16)
+		var g errgroup.Group
+		g.SetLimit(16)
 		for _, name := range names {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
+			g.Go(func() error {
 				patch := fmt.Appendf(nil, `{"spec":{"renewTime":%q}}`, metav1.NewMicroTime(time.Now()).Format(metav1.RFC3339Micro))
 				_, _ = c.Client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).Patch(ctx, name, ktypes.MergePatchType, patch, metav1.PatchOptions{})
-			}()
+				return nil
+			})
 		}
-		wg.Wait()
+		_ = g.Wait()
 	}
 }
 

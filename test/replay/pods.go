@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -211,23 +211,19 @@ func deleteAll(ctx context.Context, what string, list func(context.Context) ([]s
 		if len(names) == 0 {
 			return nil
 		}
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 16)
+		var g errgroup.Group
+		g.SetLimit(16)
 		for _, name := range names {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
+			g.Go(func() error {
 				if err := del(ctx, name); err != nil && !apierrors.IsNotFound(err) {
-					mu.Lock()
-					last = err
-					mu.Unlock()
+					return err
 				}
-			}()
+				return nil
+			})
 		}
-		wg.Wait()
+		if err := g.Wait(); err != nil {
+			last = err
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
