@@ -81,28 +81,13 @@ func loadPodClaims(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod)
 }
 
 // compile compiles the pod's request as kubegpu-scheduler's PreFilter
-// does: with the first variant of its claims (r, req) and each other one
-// (others), in DRA's order of preference. pc may be nil.
-func (pc *podClaims) compile(engine *devicescheduler.Engine, pod *corev1.Pod, host devicescheduler.Host, policy types.EnforcementPolicy) (r *devicescheduler.Request, req types.PodRequest, others []*devicescheduler.Request, err error) {
+// does (devicecache.CompileVariants). pc may be nil.
+func (pc *podClaims) compile(engine *devicescheduler.Engine, pod *corev1.Pod, host devicescheduler.Host, policy types.EnforcementPolicy) (*devicescheduler.Request, types.PodRequest, []*devicescheduler.Request, error) {
 	var variants [][]types.ContainerRequest
 	if pc != nil {
 		variants = pc.variants
 	}
-	var first []types.ContainerRequest
-	if len(variants) > 0 {
-		first = variants[0]
-	}
-	if r, req, err = devicecache.CompileRequest(engine, pod, host, policy, first...); err != nil {
-		return nil, req, nil, err
-	}
-	for i := 1; i < len(variants); i++ {
-		o, _, err := devicecache.CompileRequest(engine, pod, host, policy, variants[i]...)
-		if err != nil {
-			return nil, req, nil, err
-		}
-		others = append(others, o)
-	}
-	return r, req, others, nil
+	return devicecache.CompileVariants(engine, pod, host, policy, variants)
 }
 
 // decideVariants is decide for the first of the inputs (the variants of a

@@ -31,6 +31,28 @@ func CompileRequest(e *devicescheduler.Engine, pod *corev1.Pod, host devicesched
 	return r, req, nil
 }
 
+// CompileVariants is CompileRequest for each variant of the requests of
+// the pod's ResourceClaims (claims.Compile; none: the pod's own request
+// alone): r and req with the first, others with the rest, in order.
+// PreFilter and `kubegpu explain` compile with it.
+func CompileVariants(e *devicescheduler.Engine, pod *corev1.Pod, host devicescheduler.Host, policy types.EnforcementPolicy, variants [][]types.ContainerRequest) (r *devicescheduler.Request, req types.PodRequest, others []*devicescheduler.Request, err error) {
+	var first []types.ContainerRequest
+	if len(variants) > 0 {
+		first = variants[0]
+	}
+	if r, req, err = CompileRequest(e, pod, host, policy, first...); err != nil {
+		return nil, req, nil, err
+	}
+	for i := 1; i < len(variants); i++ {
+		o, _, err := CompileRequest(e, pod, host, policy, variants[i]...)
+		if err != nil {
+			return nil, req, nil, err
+		}
+		others = append(others, o)
+	}
+	return r, req, others, nil
+}
+
 // Nominee is what of pod np, nominated to node by preemption, the
 // scheduler places there before the pod it schedules: its devices, compiled
 // by compile (CompileRequest with its namespace's policy and no host

@@ -31,8 +31,9 @@ const maxAllocatorChecks = 4
 func (p *Plugin) tryVariants(ctx context.Context, s *cycleState, node *corev1.Node, checkClaims bool, pl *devicescheduler.Placement,
 	eval func(*devicecache.Input) (int64, error)) (score int64, variant int, status *fwk.Status, err error) {
 	n := len(s.others) + 1
-	refusals := make([]error, 0, n)
-	statuses := make([]*fwk.Status, 0, n)
+	// Filled on refusals only: a node that fits allocates nothing.
+	var refusals []error
+	var statuses []*fwk.Status
 	checks := 0
 	for i := range n {
 		score, err := eval(s.input(i))

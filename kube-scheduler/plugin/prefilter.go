@@ -48,18 +48,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	if status != nil {
 		return nil, status
 	}
-	var first []types.ContainerRequest
-	if len(variants) > 0 {
-		first = variants[0]
-	}
-	r, req, err := devicecache.CompileRequest(p.engine, pod, podHost(pod), policy, first...)
-	var others []variant
-	for i := 1; i < len(variants) && err == nil; i++ {
-		var v variant
-		if v.request, _, err = devicecache.CompileRequest(p.engine, pod, podHost(pod), policy, variants[i]...); err == nil {
-			others = append(others, v)
-		}
-	}
+	r, req, compiled, err := devicecache.CompileVariants(p.engine, pod, podHost(pod), policy, variants)
 	if err != nil {
 		p.pending.Refuse(pod.UID, devicecache.ReasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("invalid GPU request: %v", err))
@@ -89,6 +78,10 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "GPUs: "+devicecache.ErrWarmingUp.Error())
 		}
 		p.cache.NotWaiting(pod.UID)
+	}
+	others := make([]variant, len(compiled))
+	for i, o := range compiled {
+		others[i].request = o
 	}
 	s := &cycleState{request: r, others: others, pending: p.pending.Start(pod.UID), claims: cc}
 	if cc != nil && cc.unallocated {
