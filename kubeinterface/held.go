@@ -12,11 +12,35 @@ const (
 	maxHeldBytes = 16 << 10
 	// MaxHeldDevices bounds the devices one container holds.
 	MaxHeldDevices = 256
+	// maxClaimUIDBytes bounds a held device's claim UID (the API's UIDs
+	// are 36).
+	maxClaimUIDBytes = 64
 )
+
+// HeldDevice is a device a container holds, as the node's ledger records
+// it.
+type HeldDevice struct {
+	types.DeviceShare
+	// Claim is the UID of the kubegpu ResourceClaim through which the
+	// container's pod holds the device, empty for the pod's own
+	// allocation. The pods of one claim hold its slice once, together.
+	// Ledgers that predate the field ignore it and count the slice once
+	// per pod, which refuses more, never less.
+	Claim string `json:"claim,omitempty"`
+}
+
+// Shares are the devices' shares, without their claims.
+func Shares(held []HeldDevice) []types.DeviceShare {
+	out := make([]types.DeviceShare, len(held))
+	for i, h := range held {
+		out[i] = h.DeviceShare
+	}
+	return out
+}
 
 // EncodeHeld returns the AnnotationContainerHeld value for the devices a
 // container holds.
-func EncodeHeld(devices []types.DeviceShare) (string, error) {
+func EncodeHeld(devices []HeldDevice) (string, error) {
 	if len(devices) > MaxHeldDevices {
 		return "", fmt.Errorf("encode held devices: %d devices, at most %d", len(devices), MaxHeldDevices)
 	}
@@ -32,11 +56,11 @@ func EncodeHeld(devices []types.DeviceShare) (string, error) {
 
 // DecodeHeld parses an AnnotationContainerHeld value. Malformed input gives
 // an error wrapping ErrInvalid.
-func DecodeHeld(value string) ([]types.DeviceShare, error) {
+func DecodeHeld(value string) ([]HeldDevice, error) {
 	if len(value) > maxHeldBytes {
 		return nil, fmt.Errorf("%w: %s: %d bytes, at most %d", ErrInvalid, AnnotationContainerHeld, len(value), maxHeldBytes)
 	}
-	var devices []types.DeviceShare
+	var devices []HeldDevice
 	if err := json.Unmarshal([]byte(value), &devices); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, AnnotationContainerHeld, err)
 	}
@@ -49,6 +73,8 @@ func DecodeHeld(value string) ([]types.DeviceShare, error) {
 			return nil, fmt.Errorf("%w: %s: a device without an ID", ErrInvalid, AnnotationContainerHeld)
 		case d.MemoryMiB < 0 || d.ComputePercent < 0 || d.ComputePercent > types.MaxComputePercent:
 			return nil, fmt.Errorf("%w: %s: device %s: memory %d MiB, compute %d%%", ErrInvalid, AnnotationContainerHeld, Quote(d.ID), d.MemoryMiB, d.ComputePercent)
+		case len(d.Claim) > maxClaimUIDBytes:
+			return nil, fmt.Errorf("%w: %s: device %s: a claim UID of %d bytes, at most %d", ErrInvalid, AnnotationContainerHeld, Quote(d.ID), len(d.Claim), maxClaimUIDBytes)
 		}
 	}
 	return devices, nil

@@ -169,11 +169,12 @@ func (s *Store) remove(uid ktypes.UID) error {
 
 // Shares resolves the CDI devices of kubegpu's claims among cdi (a
 // container's, as kubelet passes them) into the devices they stand for,
-// read from the claims' spec files and verified again. used are the CDI
+// read from the claims' spec files and verified again, each with its
+// claim's UID. used are the CDI
 // names it resolved, for the caller to remove from the container's
 // config. A device of kind CDIKind this node has not prepared is an
 // error wrapping ErrInvalid.
-func (s *Store) Shares(cdi []string) (shares []types.DeviceShare, used []string, err error) {
+func (s *Store) Shares(cdi []string) (shares []kubeinterface.HeldDevice, used []string, err error) {
 	specs := map[ktypes.UID]map[string]types.DeviceShare{}
 	for _, id := range cdi {
 		name, ok := strings.CutPrefix(id, CDIKind+"=")
@@ -195,7 +196,7 @@ func (s *Store) Shares(cdi []string) (shares []types.DeviceShare, used []string,
 		if !ok {
 			return nil, nil, fmt.Errorf("%w device %s: not prepared on this node", ErrInvalid, id)
 		}
-		shares = append(shares, share)
+		shares = append(shares, kubeinterface.HeldDevice{DeviceShare: share, Claim: uid})
 		used = append(used, id)
 	}
 	return shares, used, nil

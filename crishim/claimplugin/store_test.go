@@ -46,7 +46,7 @@ func testKey(t *testing.T) *kubeinterface.Key {
 }
 
 // TestPrepareAndShares: a claim prepared on its node resolves into its
-// signed devices, also read back by a new store (a restarted shim), and
+// signed devices with its UID, also read back by a new store (a restarted shim), and
 // no longer once unprepared.
 func TestPrepareAndShares(t *testing.T) {
 	key := testKey(t)
@@ -65,8 +65,8 @@ func TestPrepareAndShares(t *testing.T) {
 	}
 	restarted := &Store{Dir: s.Dir, Node: "n1", Keys: s.Keys}
 	shares, used, err := restarted.Shares(append([]string{"k8s.example.com/nic=eth1"}, ids...))
-	if err != nil || len(shares) != 2 || len(used) != 2 || shares[0].ID != "gpu0" || shares[1].ID != "gpu1" {
-		t.Fatalf("Shares = %+v, %v, %v; want gpu0 and gpu1", shares, used, err)
+	if err != nil || len(shares) != 2 || len(used) != 2 || shares[0].ID != "gpu0" || shares[1].ID != "gpu1" || shares[0].Claim != "u1" || shares[1].Claim != "u1" {
+		t.Fatalf("Shares = %+v, %v, %v; want gpu0 and gpu1 of claim u1", shares, used, err)
 	}
 	if err := s.remove("u1"); err != nil {
 		t.Fatal(err)

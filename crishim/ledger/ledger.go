@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -57,8 +58,13 @@ type Claim struct {
 	Container string
 	// Attempt is the container's restart count, as kubelet passes it.
 	Attempt uint32
-	// Devices are the devices the container gets.
+	// Devices are the devices the container gets through its pod's
+	// allocation.
 	Devices []types.DeviceShare
+	// ClaimSlices are the slices the container gets through its pod's
+	// kubegpu ResourceClaims, each with its claim's UID: a claim's slice
+	// is held once, by all of the claim's pods together.
+	ClaimSlices []kubeinterface.HeldDevice
 	// DRA are the kubegpu devices the container's pod holds through
 	// ResourceClaims of another DRA driver: shared with other pods' DRA
 	// holdings (a shared claim), never with kubegpu's.
@@ -123,7 +129,7 @@ func claimKey(podUID, container string, attempt uint32) string {
 // Labels are the labels and annotations that put a container holding c's
 // devices in the ledger.
 func Labels(c Claim) (labels, annotations map[string]string, err error) {
-	held, err := kubeinterface.EncodeHeld(c.Devices)
+	held, err := kubeinterface.EncodeHeld(c.held())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -137,11 +143,21 @@ func Labels(c Claim) (labels, annotations map[string]string, err error) {
 		annotations, nil
 }
 
+// held is what c holds through kubegpu: its allocation's devices and its
+// claims' slices.
+func (c Claim) held() []kubeinterface.HeldDevice {
+	out := make([]kubeinterface.HeldDevice, 0, len(c.Devices)+len(c.ClaimSlices))
+	for _, d := range c.Devices {
+		out = append(out, kubeinterface.HeldDevice{DeviceShare: d})
+	}
+	return append(out, c.ClaimSlices...)
+}
+
 // draShares are DRA-held device IDs as whole-device shares.
-func draShares(ids []string) []types.DeviceShare {
-	out := make([]types.DeviceShare, len(ids))
+func draShares(ids []string) []kubeinterface.HeldDevice {
+	out := make([]kubeinterface.HeldDevice, len(ids))
 	for i, id := range ids {
-		out[i] = types.DeviceShare{ID: id, Exclusive: true}
+		out[i] = kubeinterface.HeldDevice{DeviceShare: types.DeviceShare{ID: id, Exclusive: true}}
 	}
 	return out
 }
@@ -150,7 +166,7 @@ func draShares(ids []string) []types.DeviceShare {
 type holding struct {
 	podUID  string
 	what    string // container ID or the pending claim, for logs
-	devices []types.DeviceShare
+	devices []kubeinterface.HeldDevice
 	// dra are the devices held through other DRA drivers' claims.
 	dra []string
 }
@@ -227,7 +243,7 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 			continue
 		}
 		devices, err := kubeinterface.DecodeHeld(c.GetAnnotations()[kubeinterface.AnnotationContainerHeld])
-		var dra []types.DeviceShare
+		var dra []kubeinterface.HeldDevice
 		if v, ok := c.GetAnnotations()[kubeinterface.AnnotationContainerDRAHeld]; ok && err == nil {
 			dra, err = kubeinterface.DecodeHeld(v)
 		}
@@ -257,12 +273,14 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 			delete(l.pending, seq)
 			continue
 		}
-		held = append(held, holding{podUID: p.claim.PodUID, what: "pending " + p.key, devices: p.claim.Devices, dra: p.claim.DRA})
+		held = append(held, holding{podUID: p.claim.PodUID, what: "pending " + p.key, devices: p.claim.held(), dra: p.claim.DRA})
 	}
 	return held, nil
 }
 
-// fits checks c against the holdings of other pods.
+// fits checks c against the holdings of other pods. A claim's slice that
+// several pods hold counts once; a slice of c's claims that another pod
+// of the claim holds already is c's without counting again.
 func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 	type use struct {
 		exclusive []string // holders
@@ -274,11 +292,18 @@ func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 		kubegpu, dra int
 	}
 	uses := map[string]*use{}
+	counted := map[claimSlice]bool{}
 	for _, h := range held {
 		if h.podUID == c.PodUID {
 			continue
 		}
 		for _, d := range h.devices {
+			if d.Claim != "" {
+				if counted[claimSlice{d.Claim, d.ID}] {
+					continue
+				}
+				counted[claimSlice{d.Claim, d.ID}] = true
+			}
 			u := uses[d.ID]
 			if u == nil {
 				u = &use{}
@@ -304,9 +329,9 @@ func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 	}
 	var reasons []string
 	var holders []string
-	for _, d := range c.Devices {
+	for _, d := range c.held() {
 		u := uses[d.ID]
-		if u == nil {
+		if u == nil || (d.Claim != "" && counted[claimSlice{d.Claim, d.ID}]) {
 			continue
 		}
 		dev, ok := l.opts.Capacity(d.ID)
@@ -336,7 +361,11 @@ func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 		return nil
 	}
 	sort.Strings(holders)
+	holders = slices.Compact(holders)
 	klog.FromContext(ctx).Info("Device ledger refused a container", "pod", c.Pod, "podUID", c.PodUID, "container", c.Container,
 		"reasons", reasons, "holders", holders)
 	return fmt.Errorf("%w: %s", ErrConflict, strings.Join(reasons, "; "))
 }
+
+// claimSlice is a claim's slice of a device.
+type claimSlice struct{ claim, device string }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -296,5 +297,54 @@ func TestLedgerDRAHoldings(t *testing.T) {
 	held, err := l.Held(ctx)
 	if err != nil || len(held["gpu0"]) != 1 || held["gpu0"][0] != "a" {
 		t.Errorf("Held() = %v, %v", held, err)
+	}
+}
+
+// TestLedgerSharedClaimSlices: the pods of one kubegpu claim hold its
+// slice once, together; the slice still counts against other slices,
+// and a ledger that reads the annotation without the claims (an older
+// shim) counts it per pod, refusing more, never less.
+func TestLedgerSharedClaimSlices(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	rt := &runtime{}
+	l := newLedger(rt, &now)
+	of := func(claim string, s types.DeviceShare) []kubeinterface.HeldDevice {
+		return []kubeinterface.HeldDevice{{DeviceShare: s, Claim: claim}}
+	}
+	sharer := func(uid string) Claim {
+		return Claim{PodUID: uid, Pod: "ns/" + uid, Container: "main", ClaimSlices: of("claim-1", slice("gpu0", 6000, 60))}
+	}
+	for _, uid := range []string{"a", "b", "c"} {
+		c := sharer(uid)
+		if _, err := l.Claim(ctx, c); err != nil {
+			t.Fatalf("pod %s of the shared claim: %v", uid, err)
+		}
+		rt.create(t, c, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	}
+	// 60% held once: 40% more fits, 41% does not, nor another claim's 60%.
+	if _, err := l.Claim(ctx, Claim{PodUID: "d", Container: "main", Devices: []types.DeviceShare{slice("gpu0", 1000, 41)}}); !errors.Is(err, ErrConflict) {
+		t.Errorf("41%% beside the claim's 60%%: %v, want ErrConflict", err)
+	}
+	if _, err := l.Claim(ctx, Claim{PodUID: "d", Container: "main", ClaimSlices: of("claim-2", slice("gpu0", 1000, 60))}); !errors.Is(err, ErrConflict) {
+		t.Errorf("another claim's 60%% beside the claim's 60%%: %v, want ErrConflict", err)
+	}
+	fourty := Claim{PodUID: "d", Container: "main", Devices: []types.DeviceShare{slice("gpu0", 1000, 40)}}
+	if _, err := l.Claim(ctx, fourty); err != nil {
+		t.Fatalf("40%% beside the claim's 60%%: %v", err)
+	}
+	rt.create(t, fourty, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	// The GPU is full, yet the claim's next pod joins its slice.
+	if _, err := l.Claim(ctx, sharer("e")); err != nil {
+		t.Errorf("a fourth pod of the shared claim on a full GPU: %v", err)
+	}
+	// Held without the claim, as an older shim reads it: per pod.
+	value, err := kubeinterface.EncodeHeld(of("claim-1", slice("gpu0", 6000, 60)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old []types.DeviceShare
+	if err := json.Unmarshal([]byte(value), &old); err != nil || len(old) != 1 || old[0].ComputePercent != 60 {
+		t.Errorf("an older ledger reads %s as %+v (%v), want the 60%% slice", value, old, err)
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/kubegpu/kubegpu/crishim/rewrite"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
-	"github.com/kubegpu/kubegpu/types"
 )
 
 // Devices is what deciding a container's devices takes.
@@ -53,7 +52,7 @@ type Devices struct {
 // ResourceClaims into the devices they stand for; used are the CDI names
 // resolved.
 type ClaimDevices interface {
-	Shares(cdi []string) (shares []types.DeviceShare, used []string, err error)
+	Shares(cdi []string) (shares []kubeinterface.HeldDevice, used []string, err error)
 }
 
 // DRAClaims is what CreateContainer asks of the node's DRA claims.
@@ -129,7 +128,7 @@ func CreateContainer(d Devices) Interceptor {
 		// allocation's are, held in the ledger as DRA claims' are (a whole
 		// GPU shared with the claim's other pods only, never with
 		// kubegpu's annotations; a slice beside other slices).
-		var claimShares []types.DeviceShare
+		var claimShares []kubeinterface.HeldDevice
 		if d.Claims != nil && len(cfg.GetCDIDevices()) > 0 {
 			names := make([]string, 0, len(cfg.GetCDIDevices()))
 			for _, c := range cfg.GetCDIDevices() {
@@ -165,19 +164,19 @@ func CreateContainer(d Devices) Interceptor {
 		// MPS daemon) for devices another pod holds.
 		var claimLabels, claimAnnotations map[string]string
 		// A claim's whole GPUs are held as DRA claims' are; its slices
-		// by their share, as an allocation's (a slice claim shared by
-		// several pods counts once per pod).
-		held, devices := claims.Own, alloc.Devices
+		// by their share, once for all of the claim's pods.
+		held := claims.Own
+		var claimSlices []kubeinterface.HeldDevice
 		for _, s := range claimShares {
 			if s.Exclusive {
 				held = append(held, s.ID)
 			} else {
-				devices = append(slices.Clone(devices), s)
+				claimSlices = append(claimSlices, s)
 			}
 		}
-		if len(devices)+len(held) > 0 && d.Ledger != nil {
+		if len(alloc.Devices)+len(claimSlices)+len(held) > 0 && d.Ledger != nil {
 			c := ledger.Claim{PodUID: md.GetUid(), Pod: md.GetNamespace() + "/" + md.GetName(), Container: name,
-				Attempt: cfg.GetMetadata().GetAttempt(), Devices: devices, DRA: held}
+				Attempt: cfg.GetMetadata().GetAttempt(), Devices: alloc.Devices, ClaimSlices: claimSlices, DRA: held}
 			if claimLabels, claimAnnotations, err = ledger.Labels(c); err != nil {
 				return refuse(codes.FailedPrecondition, metrics.ReasonInvalidAllocation, err)
 			}
@@ -199,7 +198,7 @@ func CreateContainer(d Devices) Interceptor {
 			}()
 		}
 		if len(claimShares) > 0 {
-			alloc.Devices = append(slices.Clone(alloc.Devices), claimShares...)
+			alloc.Devices = append(slices.Clone(alloc.Devices), kubeinterface.Shares(claimShares)...)
 		}
 		edits, err := d.Rewriter.Edits(ctx, md.GetUid(), alloc)
 		if err != nil {
