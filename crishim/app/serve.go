@@ -230,7 +230,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	// to the API with the node's credentials; without an API client,
 	// containers are still stopped under Required.
 	pods, _ := client.(enforce.Pods)
-	checker := enforce.New(enforce.Options{Node: o.NodeName, Rewriter: rewriter, Runtime: runtime, Pods: pods, Metrics: m, Interval: o.Interval})
+	checker := enforce.New(enforce.Options{Node: o.NodeName, Rewriter: rewriter, Claims: claimStore, Runtime: runtime, Pods: pods, Metrics: m, Interval: o.Interval})
 	wg.Go(func() { checker.Run(ctx) })
 	logger.Info("kubegpu-crishim serving", "version", version.Get().GitVersion, "listen", o.Listen, "runtime", o.RuntimeEndpoint,
 		"modules", modules.started, "failedModules", modules.failed(), "advertise", client != nil, "keys", keys.IDs(), "allowlistEntries", allowlist.Len())

@@ -202,33 +202,23 @@ func (s *Store) Shares(cdi []string) (shares []kubeinterface.HeldDevice, used []
 	return shares, used, nil
 }
 
-// read reads a claim's spec file back and verifies the allocation in it.
+// Enforcement is the policy kubegpu-scheduler placed claim uid's slices
+// under, read back from its spec file and verified again. An error wraps
+// ErrInvalid.
+func (s *Store) Enforcement(uid string) (types.EnforcementPolicy, error) {
+	a, err := s.allocation(ktypes.UID(uid))
+	if err != nil {
+		return "", err
+	}
+	return a.Enforcement, nil
+}
+
+// read reads a claim's spec file back, verifies the allocation in it and
+// returns its devices by CDI name.
 func (s *Store) read(uid ktypes.UID) (map[string]types.DeviceShare, error) {
-	f, err := os.Open(s.path(uid))
+	a, err := s.allocation(uid)
 	if err != nil {
-		return nil, fmt.Errorf("%w %s: not prepared on this node: %w", ErrInvalid, uid, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxSpecBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%w %s: spec file: %w", ErrInvalid, uid, err)
-	}
-	if len(b) > maxSpecBytes {
-		return nil, fmt.Errorf("%w %s: spec file over %d bytes", ErrInvalid, uid, maxSpecBytes)
-	}
-	var sp spec
-	if err := json.Unmarshal(b, &sp); err != nil {
-		return nil, fmt.Errorf("%w %s: spec file: %w", ErrInvalid, uid, err)
-	}
-	a, err := kubeinterface.DecodeAllocation(sp.Annotations[annotationAllocation])
-	if err != nil {
-		return nil, fmt.Errorf("%w %s: spec file: %w", ErrInvalid, uid, err)
-	}
-	if err := s.Keys.Verify(a); err != nil {
-		return nil, fmt.Errorf("%w %s: spec file: %w", ErrInvalid, uid, err)
-	}
-	if a.Pod.UID != uid || a.Node != s.Node {
-		return nil, fmt.Errorf("%w %s: the spec file's allocation is for claim %s on node %s", ErrInvalid, uid, a.Pod.UID, a.Node)
+		return nil, err
 	}
 	out := map[string]types.DeviceShare{}
 	for _, c := range a.Containers {
@@ -241,6 +231,38 @@ func (s *Store) read(uid ktypes.UID) (map[string]types.DeviceShare, error) {
 		}
 	}
 	return out, nil
+}
+
+// allocation reads a claim's spec file back and verifies the allocation
+// in it.
+func (s *Store) allocation(uid ktypes.UID) (kubeinterface.Allocation, error) {
+	f, err := os.Open(s.path(uid))
+	if err != nil {
+		return kubeinterface.Allocation{}, fmt.Errorf("%w %s: not prepared on this node: %w", ErrInvalid, uid, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSpecBytes+1))
+	if err != nil {
+		return kubeinterface.Allocation{}, fmt.Errorf("%w %s: spec file: %w", ErrInvalid, uid, err)
+	}
+	if len(b) > maxSpecBytes {
+		return kubeinterface.Allocation{}, fmt.Errorf("%w %s: spec file over %d bytes", ErrInvalid, uid, maxSpecBytes)
+	}
+	var sp spec
+	if err := json.Unmarshal(b, &sp); err != nil {
+		return kubeinterface.Allocation{}, fmt.Errorf("%w %s: spec file: %w", ErrInvalid, uid, err)
+	}
+	a, err := kubeinterface.DecodeAllocation(sp.Annotations[annotationAllocation])
+	if err != nil {
+		return kubeinterface.Allocation{}, fmt.Errorf("%w %s: spec file: %w", ErrInvalid, uid, err)
+	}
+	if err := s.Keys.Verify(a); err != nil {
+		return kubeinterface.Allocation{}, fmt.Errorf("%w %s: spec file: %w", ErrInvalid, uid, err)
+	}
+	if a.Pod.UID != uid || a.Node != s.Node {
+		return kubeinterface.Allocation{}, fmt.Errorf("%w %s: the spec file's allocation is for claim %s on node %s", ErrInvalid, uid, a.Pod.UID, a.Node)
+	}
+	return a, nil
 }
 
 // cdiDeviceName is the CDI name of device dev of claim uid's request req

@@ -68,8 +68,14 @@ func TestPrepareAndShares(t *testing.T) {
 	if err != nil || len(shares) != 2 || len(used) != 2 || shares[0].ID != "gpu0" || shares[1].ID != "gpu1" || shares[0].Claim != "u1" || shares[1].Claim != "u1" {
 		t.Fatalf("Shares = %+v, %v, %v; want gpu0 and gpu1 of claim u1", shares, used, err)
 	}
+	if policy, err := restarted.Enforcement("u1"); err != nil || policy != "" {
+		t.Errorf("Enforcement = %q, %v; want the signed allocation's, none", policy, err)
+	}
 	if err := s.remove("u1"); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := s.Enforcement("u1"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Enforcement after unprepare: %v, want ErrInvalid", err)
 	}
 	if _, _, err := s.Shares(ids); !errors.Is(err, ErrInvalid) {
 		t.Errorf("after unprepare: %v, want ErrInvalid", err)

@@ -56,6 +56,9 @@ type Options struct {
 	Node string
 	// Rewriter verifies allocations and knows the node's modules.
 	Rewriter *rewrite.Rewriter
+	// Claims gives the policy of the kubegpu ResourceClaims whose devices
+	// containers hold; nil: such containers are not proven.
+	Claims ClaimPolicies
 	Runtime  Runtime
 	// Pods records the result; nil to record nothing (the shim without
 	// an API client).
@@ -194,11 +197,11 @@ func (c *Checker) Check(ctx context.Context) error {
 			continue
 		}
 		md := sb.GetMetadata()
-		pa, err := c.o.Rewriter.PodAllocation(&runtimeapi.PodSandboxConfig{Metadata: md, Annotations: sb.GetAnnotations()})
+		alloc, required, err := c.allocation(ctr, sb)
 		if err != nil {
 			// CreateContainer refused it its devices, or the node no
-			// longer verifies its allocation (a key removed): it is not
-			// proven, and said once.
+			// longer verifies its allocation (a key removed) or its
+			// claims': it is not proven, and said once.
 			unverified[ctr.GetId()] = true
 			if !c.unverified[ctr.GetId()] {
 				logger.Info("Not proving the GPU slices of a container whose allocation does not verify here", "pod", md.GetNamespace()+"/"+md.GetName(),
@@ -206,12 +209,10 @@ func (c *Checker) Check(ctx context.Context) error {
 			}
 			continue
 		}
-		name := ctr.GetMetadata().GetName()
-		alloc, ok := pa.Container(name)
-		if !ok || !alloc.Shared() {
+		if !alloc.Shared() {
 			continue
 		}
-		jobs = append(jobs, work{id: ctr.GetId(), name: name, sandbox: md, alloc: alloc, required: pa.Enforcement == types.EnforcementRequired})
+		jobs = append(jobs, work{id: ctr.GetId(), name: alloc.Name, sandbox: md, alloc: alloc, required: required})
 	}
 	c.unverified = unverified
 

@@ -22,12 +22,19 @@ import (
 type fakeRuntime struct {
 	sandboxes []*runtimeapi.PodSandbox
 	stopped   []string
+	// held are the ledger annotations of the containers, by sandbox ID.
+	held map[string]string
 }
 
 func (f *fakeRuntime) RunningContainers(context.Context) ([]*runtimeapi.Container, error) {
 	var out []*runtimeapi.Container
 	for _, sb := range f.sandboxes {
-		out = append(out, &runtimeapi.Container{Id: "c-" + sb.GetId(), PodSandboxId: sb.GetId(), Metadata: &runtimeapi.ContainerMetadata{Name: "main"}})
+		c := &runtimeapi.Container{Id: "c-" + sb.GetId(), PodSandboxId: sb.GetId(), Metadata: &runtimeapi.ContainerMetadata{Name: "main"}}
+		if v, ok := f.held[sb.GetId()]; ok {
+			c.Labels = map[string]string{kubeinterface.LabelContainerLedger: kubeinterface.LedgerVersion}
+			c.Annotations = map[string]string{kubeinterface.AnnotationContainerHeld: v}
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }

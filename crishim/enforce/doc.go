@@ -4,7 +4,9 @@
 // Every interval the Checker lists the runtime's running containers and
 // their ready sandboxes, reads each container's verified allocation from
 // its sandbox's annotations (rewrite.Rewriter, as CreateContainer does),
-// and for the slices in it asks the device module that serves them to read
+// and, for a container that holds devices of kubegpu ResourceClaims, the
+// devices its ledger annotation lists and its claims' policies
+// (ClaimPolicies), and for the slices asks the device module that serves them to read
 // back what its enforcer applied (types.EnforcementProver). The result is
 // recorded on the pod as condition kubegpu.io/Enforced, with the node's
 // credentials, only when it changes; a container whose limits differ from

@@ -61,10 +61,11 @@ type Claim struct {
 	// Devices are the devices the container gets through its pod's
 	// allocation.
 	Devices []types.DeviceShare
-	// ClaimSlices are the slices the container gets through its pod's
-	// kubegpu ResourceClaims, each with its claim's UID: a claim's slice
-	// is held once, by all of the claim's pods together.
-	ClaimSlices []kubeinterface.HeldDevice
+	// ClaimDevices are the devices the container gets through its pod's
+	// kubegpu ResourceClaims, each with its claim's UID: a claim's
+	// device, whole or a slice, is held once, by all of the claim's pods
+	// together.
+	ClaimDevices []kubeinterface.HeldDevice
 	// DRA are the kubegpu devices the container's pod holds through
 	// ResourceClaims of another DRA driver: shared with other pods' DRA
 	// holdings (a shared claim), never with kubegpu's.
@@ -143,14 +144,14 @@ func Labels(c Claim) (labels, annotations map[string]string, err error) {
 		annotations, nil
 }
 
-// held is what c holds through kubegpu: its allocation's devices and its
-// claims' slices.
+// held is what c holds through kubegpu: its allocation's devices, then
+// its claims', in the order the container's edits were made from.
 func (c Claim) held() []kubeinterface.HeldDevice {
-	out := make([]kubeinterface.HeldDevice, 0, len(c.Devices)+len(c.ClaimSlices))
+	out := make([]kubeinterface.HeldDevice, 0, len(c.Devices)+len(c.ClaimDevices))
 	for _, d := range c.Devices {
 		out = append(out, kubeinterface.HeldDevice{DeviceShare: d})
 	}
-	return append(out, c.ClaimSlices...)
+	return append(out, c.ClaimDevices...)
 }
 
 // draShares are DRA-held device IDs as whole-device shares.
@@ -278,9 +279,9 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 	return held, nil
 }
 
-// fits checks c against the holdings of other pods. A claim's slice that
-// several pods hold counts once; a slice of c's claims that another pod
-// of the claim holds already is c's without counting again.
+// fits checks c against the holdings of other pods. A claim's device
+// that several pods hold counts once; a device of c's claims that another
+// pod of the claim holds already is c's without counting again.
 func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 	type use struct {
 		exclusive []string // holders

@@ -313,7 +313,7 @@ func TestLedgerSharedClaimSlices(t *testing.T) {
 		return []kubeinterface.HeldDevice{{DeviceShare: s, Claim: claim}}
 	}
 	sharer := func(uid string) Claim {
-		return Claim{PodUID: uid, Pod: "ns/" + uid, Container: "main", ClaimSlices: of("claim-1", slice("gpu0", 6000, 60))}
+		return Claim{PodUID: uid, Pod: "ns/" + uid, Container: "main", ClaimDevices: of("claim-1", slice("gpu0", 6000, 60))}
 	}
 	for _, uid := range []string{"a", "b", "c"} {
 		c := sharer(uid)
@@ -326,7 +326,7 @@ func TestLedgerSharedClaimSlices(t *testing.T) {
 	if _, err := l.Claim(ctx, Claim{PodUID: "d", Container: "main", Devices: []types.DeviceShare{slice("gpu0", 1000, 41)}}); !errors.Is(err, ErrConflict) {
 		t.Errorf("41%% beside the claim's 60%%: %v, want ErrConflict", err)
 	}
-	if _, err := l.Claim(ctx, Claim{PodUID: "d", Container: "main", ClaimSlices: of("claim-2", slice("gpu0", 1000, 60))}); !errors.Is(err, ErrConflict) {
+	if _, err := l.Claim(ctx, Claim{PodUID: "d", Container: "main", ClaimDevices: of("claim-2", slice("gpu0", 1000, 60))}); !errors.Is(err, ErrConflict) {
 		t.Errorf("another claim's 60%% beside the claim's 60%%: %v, want ErrConflict", err)
 	}
 	fourty := Claim{PodUID: "d", Container: "main", Devices: []types.DeviceShare{slice("gpu0", 1000, 40)}}
@@ -346,5 +346,34 @@ func TestLedgerSharedClaimSlices(t *testing.T) {
 	var old []types.DeviceShare
 	if err := json.Unmarshal([]byte(value), &old); err != nil || len(old) != 1 || old[0].ComputePercent != 60 {
 		t.Errorf("an older ledger reads %s as %+v (%v), want the 60%% slice", value, old, err)
+	}
+}
+
+// TestLedgerSharedClaimWholeGPU: a claim's whole GPU is shared by the
+// claim's pods and by nobody else, whether whole, a slice, or another
+// DRA driver's claim.
+func TestLedgerSharedClaimWholeGPU(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	rt := &runtime{}
+	l := newLedger(rt, &now)
+	sharer := func(uid, claim string) Claim {
+		return Claim{PodUID: uid, Pod: "ns/" + uid, Container: "main", ClaimDevices: []kubeinterface.HeldDevice{{DeviceShare: whole("gpu0"), Claim: claim}}}
+	}
+	for _, uid := range []string{"a", "b"} {
+		c := sharer(uid, "claim-1")
+		if _, err := l.Claim(ctx, c); err != nil {
+			t.Fatalf("pod %s of the shared claim: %v", uid, err)
+		}
+		rt.create(t, c, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	}
+	for _, c := range []Claim{
+		sharer("c", "claim-2"),
+		{PodUID: "c", Container: "main", Devices: []types.DeviceShare{slice("gpu0", 1000, 10)}},
+		{PodUID: "c", Container: "main", DRA: []string{"gpu0"}},
+	} {
+		if _, err := l.Claim(ctx, c); !errors.Is(err, ErrConflict) {
+			t.Errorf("%+v beside the claim's whole gpu0: %v, want ErrConflict", c, err)
+		}
 	}
 }

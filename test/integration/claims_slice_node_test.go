@@ -8,19 +8,24 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 )
 
-// sliceClaimSpec is a claim for a slice of cores% of one kubegpu GPU.
-func sliceClaimSpec(cores int64) resourceapi.ResourceClaimSpec {
+// sliceClaimSpec is a claim for a slice of cores% and memory of one
+// kubegpu GPU.
+func sliceClaimSpec(cores int64, memory string) resourceapi.ResourceClaimSpec {
 	spec := gpuClaimSpec(1)
-	spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{
-		Requests: map[resourceapi.QualifiedName]resource.Quantity{dra.CapacityCores: *resource.NewQuantity(cores, resource.DecimalSI)}}
+	spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+		dra.CapacityCores: *resource.NewQuantity(cores, resource.DecimalSI), dra.CapacityMemory: resource.MustParse(memory)}}
 	return spec
 }
 
@@ -30,8 +35,11 @@ func sliceClaimSpec(cores int64) resourceapi.ResourceClaimSpec {
 // node's ledger holds the claim's slice once for both of its pods (it
 // held it once per pod before, and refused the second). Each container
 // of the claim gets the slice's limits from the enforcer stand-in (as
-// each gets an MPS daemon of its own from the NVIDIA module), and they
-// are released once the claim's pods are gone.
+// each gets an MPS daemon of its own from the NVIDIA module), proven by
+// the node under the claim's policy: in a namespace whose slices are
+// Required, the claim's container that raises its own limits is stopped,
+// the other is recorded Enforced. The limits are released once the
+// claim's pods are gone.
 func TestSharedSliceClaimOnRealNode(t *testing.T) {
 	ctx := context.Background()
 	const nodeName = "slice-claim-node"
@@ -45,28 +53,31 @@ func TestSharedSliceClaimOnRealNode(t *testing.T) {
 		"--plugin-option=simgpu.enforcer-root="+enforcer, "--kubeconfig="+nodeID.Kubeconfig, "--interval=1s",
 		"--pod-resources-endpoint=unix://"+filepath.Join(n.Dir, "kubelet", "pod-resources", "kubelet.sock"))
 	k := startKubelet(ctx, t, n, nodeName, sock, 10*time.Second)
-	startScheduler(ctx, t)
 	ns := namespace(ctx, t, "sliceclaim")
+	required := []byte(`{"metadata":{"labels":{"` + kubeinterface.LabelEnforcement + `":"Required"}}}`)
+	if _, err := cluster.Client.CoreV1().Namespaces().Patch(ctx, ns, ktypes.MergePatchType, required, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(ctx, t) // after the label: its first list of namespaces has it
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := nodeSlices(ctx, nodeName)
 		return err == nil && len(list) > 0, nil
 	}); err != nil {
 		t.Fatalf("no ResourceSlices of %s: %v", nodeName, err)
 	}
-	if _, err := tenant(t, ns).ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "sixty"}, Spec: sliceClaimSpec(60)}, metav1.CreateOptions{}); err != nil {
+	if _, err := tenant(t, ns).ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "sixty"}, Spec: sliceClaimSpec(60, "4Gi")}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sharer := func(name string) string {
+	sharer := func(name, then string) {
 		p := sleeper(claimUser(name, "sixty", false))
-		p.Spec.Containers[0].Command = []string{"sh", "-c", `env; cat "$KUBEGPU_SIMGPU_LIMITS"; echo; sleep 3600`}
+		p.Spec.Containers[0].Command = []string{"sh", "-c", `env; cat "$KUBEGPU_SIMGPU_LIMITS"; echo; ` + then + `sleep 3600`}
 		createPods(ctx, t, ns, onNode(p, nodeName))
-		return name
 	}
-	sharer("first")
+	sharer("first", "")
 	waitRunning(ctx, t, ns, "first", k)
-	createPods(ctx, t, ns, onNode(sleeper(gpuPod("forty", 1, 40, 0, nil)), nodeName))
+	createPods(ctx, t, ns, onNode(sleeper(gpuPod("forty", 1, 40, 4096, nil)), nodeName))
 	waitRunning(ctx, t, ns, "forty", k)
-	sharer("second")
+	sharer("second", `echo '{"computePercent":100,"memoryMiB":[4096]}' > "$KUBEGPU_SIMGPU_LIMITS"; `)
 	second := waitRunning(ctx, t, ns, "second", k)
 	first, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "first", metav1.GetOptions{})
 	if err != nil {
@@ -81,9 +92,23 @@ func TestSharedSliceClaimOnRealNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(held["gpu0"]) != 3 {
-		t.Errorf("gpu0 is held by the running containers of pods %v, want the claim's two and the annotation pod", held["gpu0"])
+	if len(held["gpu0"]) < 2 {
+		t.Errorf("gpu0 is held by the running containers of pods %v, want the claim's and the annotation pod's", held["gpu0"])
 	}
+	// The node proves the claim's slices under its policy, Required.
+	enforced := func(name, reason, want string) {
+		t.Helper()
+		var got *corev1.Pod
+		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, err = viewer.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			e := objects.PodEnforcement(got)
+			return err == nil && e.State == reason && strings.Contains(e.Message, want), nil
+		}); err != nil {
+			t.Errorf("pod %s: condition %s %+v, want reason %s saying %q", name, kubeinterface.ConditionEnforced, objects.PodEnforcement(got), reason, want)
+		}
+	}
+	enforced("first", kubeinterface.ReasonEnforced, "simulated: compute 60%, memory 4096 MiB")
+	enforced("second", kubeinterface.ReasonMismatch, "stopped: enforcement Required")
 
 	// The claim's pods gone, so are their limits.
 	deletePod(ctx, t, ns, "first", true)
