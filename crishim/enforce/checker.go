@@ -58,8 +58,8 @@ type Options struct {
 	Rewriter *rewrite.Rewriter
 	// Claims gives the policy of the kubegpu ResourceClaims whose devices
 	// containers hold; nil: such containers are not proven.
-	Claims ClaimPolicies
-	Runtime  Runtime
+	Claims  ClaimPolicies
+	Runtime Runtime
 	// Pods records the result; nil to record nothing (the shim without
 	// an API client).
 	Pods    Pods
