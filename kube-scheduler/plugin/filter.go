@@ -28,6 +28,7 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod,
 	}
 	node := ni.Node()
 	if c := s.claims; c != nil && c.node != "" && c.node != node.Name {
+		s.claimsElsewhere.Store(true)
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("GPUs: the pod's ResourceClaims are allocated on node %s", c.node))
 	}
 	capacity, free := nodeHost(ni)

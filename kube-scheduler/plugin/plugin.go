@@ -71,6 +71,7 @@ type Plugin struct {
 var (
 	_ fwk.PreFilterPlugin   = (*Plugin)(nil)
 	_ fwk.FilterPlugin      = (*Plugin)(nil)
+	_ fwk.PostFilterPlugin  = (*Plugin)(nil)
 	_ fwk.PreScorePlugin    = (*Plugin)(nil)
 	_ fwk.ScorePlugin       = (*Plugin)(nil)
 	_ fwk.ReservePlugin     = (*Plugin)(nil)

@@ -37,6 +37,9 @@ type cycleState struct {
 	scores filterScores
 	// claims are the pod's kubegpu ResourceClaims; nil when it has none.
 	claims *claimCycle
+	// claimsElsewhere is set once a node was refused because the pod's
+	// claims are allocated on another node (PostFilter).
+	claimsElsewhere atomic.Bool
 
 	// Set by Reserve. dra is set when DRA serves the pod on its node
 	// (devicecache.ServedByDRA): kubegpu reserves and binds nothing.
