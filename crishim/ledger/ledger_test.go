@@ -329,11 +329,11 @@ func TestLedgerSharedClaimSlices(t *testing.T) {
 	if _, err := l.Claim(ctx, Claim{PodUID: "d", Container: "main", ClaimDevices: of("claim-2", slice("gpu0", 1000, 60))}); !errors.Is(err, ErrConflict) {
 		t.Errorf("another claim's 60%% beside the claim's 60%%: %v, want ErrConflict", err)
 	}
-	fourty := Claim{PodUID: "d", Container: "main", Devices: []types.DeviceShare{slice("gpu0", 1000, 40)}}
-	if _, err := l.Claim(ctx, fourty); err != nil {
+	forty := Claim{PodUID: "d", Container: "main", Devices: []types.DeviceShare{slice("gpu0", 1000, 40)}}
+	if _, err := l.Claim(ctx, forty); err != nil {
 		t.Fatalf("40%% beside the claim's 60%%: %v", err)
 	}
-	rt.create(t, fourty, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	rt.create(t, forty, runtimeapi.ContainerState_CONTAINER_RUNNING)
 	// The GPU is full, yet the claim's next pod joins its slice.
 	if _, err := l.Claim(ctx, sharer("e")); err != nil {
 		t.Errorf("a fourth pod of the shared claim on a full GPU: %v", err)
