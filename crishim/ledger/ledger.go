@@ -62,13 +62,14 @@ type Claim struct {
 	// allocation.
 	Devices []types.DeviceShare
 	// ClaimDevices are the devices the container gets through its pod's
-	// kubegpu ResourceClaims, each with its claim's UID: a claim's
-	// device, whole or a slice, is held once, by all of the claim's pods
-	// together.
+	// kubegpu ResourceClaims, each with its claim's UID, in the order of
+	// the container's edits: recorded with the container (the enforcement
+	// checker proves them), counted as an allocation's where they are
+	// slices. The claims' whole GPUs are held through DRA.
 	ClaimDevices []kubeinterface.HeldDevice
-	// DRA are the kubegpu devices the container's pod holds through
-	// ResourceClaims of another DRA driver: shared with other pods' DRA
-	// holdings (a shared claim), never with kubegpu's.
+	// DRA are the kubegpu devices the container's pod holds whole through
+	// ResourceClaims, of another DRA driver or kubegpu's: shared with
+	// other pods' DRA holdings (a shared claim), never with kubegpu's.
 	DRA []string
 }
 
@@ -279,9 +280,11 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 	return held, nil
 }
 
-// fits checks c against the holdings of other pods. A claim's device
-// that several pods hold counts once; a device of c's claims that another
-// pod of the claim holds already is c's without counting again.
+// fits checks c against the holdings of other pods. A kubegpu claim's
+// whole GPUs are held as other DRA drivers' claims' are (c.DRA and the
+// holdings' dra), shared with the other pods of the claim only; its slices
+// count as an allocation's, per pod (kubegpu-scheduler gives a slice claim
+// one pod at a time). c's own shares of one device are summed.
 func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 	type use struct {
 		exclusive []string // holders
@@ -289,21 +292,17 @@ func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 		compute   int
 		holders   []string
 		// kubegpu counts the holdings through kubegpu, dra those
-		// through other DRA drivers' claims.
+		// through DRA claims.
 		kubegpu, dra int
 	}
 	uses := map[string]*use{}
-	counted := map[claimSlice]bool{}
 	for _, h := range held {
 		if h.podUID == c.PodUID {
 			continue
 		}
 		for _, d := range h.devices {
-			if d.Claim != "" {
-				if counted[claimSlice{d.Claim, d.ID}] {
-					continue
-				}
-				counted[claimSlice{d.Claim, d.ID}] = true
+			if d.Claim != "" && d.Exclusive {
+				continue // among the holding's dra
 			}
 			u := uses[d.ID]
 			if u == nil {
@@ -328,25 +327,45 @@ func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 			u.holders = append(u.holders, h.what)
 		}
 	}
+	// c's own shares, summed per device, in the order first named.
+	var ids []string
+	want := map[string]*types.DeviceShare{}
+	for _, d := range c.held() {
+		if d.Claim != "" && d.Exclusive {
+			continue // among c.DRA
+		}
+		w := want[d.ID]
+		if w == nil {
+			w = &types.DeviceShare{ID: d.ID}
+			want[d.ID] = w
+			ids = append(ids, d.ID)
+		}
+		w.Exclusive = w.Exclusive || d.Exclusive
+		w.MemoryMiB += d.MemoryMiB
+		w.ComputePercent += d.ComputePercent
+	}
 	var reasons []string
 	var holders []string
-	for _, d := range c.held() {
-		u := uses[d.ID]
-		if u == nil || (d.Claim != "" && counted[claimSlice{d.Claim, d.ID}]) {
-			continue
+	for _, id := range ids {
+		d := want[id]
+		u := uses[id]
+		if u == nil {
+			u = &use{}
 		}
-		dev, ok := l.opts.Capacity(d.ID)
+		dev, ok := l.opts.Capacity(id)
 		switch {
 		case u.dra > 0:
-			reasons = append(reasons, fmt.Sprintf("%s is held by another pod's container through a DRA claim", d.ID))
+			reasons = append(reasons, fmt.Sprintf("%s is held by another pod's container through a DRA claim", id))
 		case len(u.exclusive) > 0:
-			reasons = append(reasons, fmt.Sprintf("%s is held whole by another pod's container", d.ID))
+			reasons = append(reasons, fmt.Sprintf("%s is held whole by another pod's container", id))
+		case d.Exclusive && u.kubegpu > 0:
+			reasons = append(reasons, fmt.Sprintf("%s is wanted whole but slices of it are held by other pods' containers", id))
 		case d.Exclusive:
-			reasons = append(reasons, fmt.Sprintf("%s is wanted whole but slices of it are held by other pods' containers", d.ID))
+			continue
 		case u.compute+d.ComputePercent > types.MaxComputePercent:
-			reasons = append(reasons, fmt.Sprintf("%s: %d%% of compute is held by other pods' containers, %d%% more is over %d%%", d.ID, u.compute, d.ComputePercent, types.MaxComputePercent))
+			reasons = append(reasons, fmt.Sprintf("%s: %d%% of compute is held by other pods' containers, %d%% more is over %d%%", id, u.compute, d.ComputePercent, types.MaxComputePercent))
 		case ok && dev.MemoryMiB > 0 && u.memoryMiB+d.MemoryMiB > dev.MemoryMiB:
-			reasons = append(reasons, fmt.Sprintf("%s: %d MiB of memory is held by other pods' containers, %d MiB more is over its %d MiB", d.ID, u.memoryMiB, d.MemoryMiB, dev.MemoryMiB))
+			reasons = append(reasons, fmt.Sprintf("%s: %d MiB of memory is held by other pods' containers, %d MiB more is over its %d MiB", id, u.memoryMiB, d.MemoryMiB, dev.MemoryMiB))
 		default:
 			continue
 		}
@@ -367,6 +386,3 @@ func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 		"reasons", reasons, "holders", holders)
 	return fmt.Errorf("%w: %s", ErrConflict, strings.Join(reasons, "; "))
 }
-
-// claimSlice is a claim's slice of a device.
-type claimSlice struct{ claim, device string }

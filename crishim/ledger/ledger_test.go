@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -300,11 +299,11 @@ func TestLedgerDRAHoldings(t *testing.T) {
 	}
 }
 
-// TestLedgerSharedClaimSlices: the pods of one kubegpu claim hold its
-// slice once, together; the slice still counts against other slices,
-// and a ledger that reads the annotation without the claims (an older
-// shim) counts it per pod, refusing more, never less.
-func TestLedgerSharedClaimSlices(t *testing.T) {
+// TestLedgerClaimSlices: a kubegpu claim's slice counts as an
+// allocation's, per pod (the scheduler gives a slice claim one pod at a
+// time: each pod's limits are its own), and a container's own shares of
+// one GPU are summed.
+func TestLedgerClaimSlices(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1000, 0)
 	rt := &runtime{}
@@ -312,68 +311,54 @@ func TestLedgerSharedClaimSlices(t *testing.T) {
 	of := func(claim string, s types.DeviceShare) []kubeinterface.HeldDevice {
 		return []kubeinterface.HeldDevice{{DeviceShare: s, Claim: claim}}
 	}
-	sharer := func(uid string) Claim {
-		return Claim{PodUID: uid, Pod: "ns/" + uid, Container: "main", ClaimDevices: of("claim-1", slice("gpu0", 6000, 60))}
+	a := Claim{PodUID: "a", Pod: "ns/a", Container: "main", ClaimDevices: of("claim-1", slice("gpu0", 6000, 60))}
+	if _, err := l.Claim(ctx, a); err != nil {
+		t.Fatal(err)
 	}
-	for _, uid := range []string{"a", "b", "c"} {
+	rt.create(t, a, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	if _, err := l.Claim(ctx, Claim{PodUID: "b", Pod: "ns/b", Container: "main", ClaimDevices: of("claim-1", slice("gpu0", 6000, 60))}); !errors.Is(err, ErrConflict) {
+		t.Errorf("a second pod's 60%% of the same claim beside the first's: %v, want ErrConflict", err)
+	}
+	forty := Claim{PodUID: "c", Container: "main", Devices: []types.DeviceShare{slice("gpu0", 1000, 40)}}
+	if _, err := l.Claim(ctx, forty); err != nil {
+		t.Fatalf("40%% beside the claim's 60%%: %v", err)
+	}
+	// 50% of gpu1 through the allocation and 60% through a claim: 110%.
+	both := Claim{PodUID: "d", Container: "main", Devices: []types.DeviceShare{slice("gpu1", 1000, 50)}, ClaimDevices: of("claim-2", slice("gpu1", 1000, 60))}
+	if _, err := l.Claim(ctx, both); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "110% more") {
+		t.Errorf("a container's own 50%% and 60%% of one GPU: %v, want ErrConflict for 110%%", err)
+	}
+}
+
+// TestLedgerSharedClaimWholeGPU: a kubegpu claim's whole GPU is held as
+// DRA claims' are: shared by the claim's pods, never with kubegpu's
+// holdings; it is recorded with the container beside its claim.
+func TestLedgerSharedClaimWholeGPU(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	rt := &runtime{}
+	l := newLedger(rt, &now)
+	sharer := func(uid string) Claim {
+		return Claim{PodUID: uid, Pod: "ns/" + uid, Container: "main", DRA: []string{"gpu0"},
+			ClaimDevices: []kubeinterface.HeldDevice{{DeviceShare: whole("gpu0"), Claim: "claim-1"}}}
+	}
+	for _, uid := range []string{"a", "b"} {
 		c := sharer(uid)
 		if _, err := l.Claim(ctx, c); err != nil {
 			t.Fatalf("pod %s of the shared claim: %v", uid, err)
 		}
 		rt.create(t, c, runtimeapi.ContainerState_CONTAINER_RUNNING)
 	}
-	// 60% held once: 40% more fits, 41% does not, nor another claim's 60%.
-	if _, err := l.Claim(ctx, Claim{PodUID: "d", Container: "main", Devices: []types.DeviceShare{slice("gpu0", 1000, 41)}}); !errors.Is(err, ErrConflict) {
-		t.Errorf("41%% beside the claim's 60%%: %v, want ErrConflict", err)
-	}
-	if _, err := l.Claim(ctx, Claim{PodUID: "d", Container: "main", ClaimDevices: of("claim-2", slice("gpu0", 1000, 60))}); !errors.Is(err, ErrConflict) {
-		t.Errorf("another claim's 60%% beside the claim's 60%%: %v, want ErrConflict", err)
-	}
-	forty := Claim{PodUID: "d", Container: "main", Devices: []types.DeviceShare{slice("gpu0", 1000, 40)}}
-	if _, err := l.Claim(ctx, forty); err != nil {
-		t.Fatalf("40%% beside the claim's 60%%: %v", err)
-	}
-	rt.create(t, forty, runtimeapi.ContainerState_CONTAINER_RUNNING)
-	// The GPU is full, yet the claim's next pod joins its slice.
-	if _, err := l.Claim(ctx, sharer("e")); err != nil {
-		t.Errorf("a fourth pod of the shared claim on a full GPU: %v", err)
-	}
-	// Held without the claim, as an older shim reads it: per pod.
-	value, err := kubeinterface.EncodeHeld(of("claim-1", slice("gpu0", 6000, 60)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var old []types.DeviceShare
-	if err := json.Unmarshal([]byte(value), &old); err != nil || len(old) != 1 || old[0].ComputePercent != 60 {
-		t.Errorf("an older ledger reads %s as %+v (%v), want the 60%% slice", value, old, err)
-	}
-}
-
-// TestLedgerSharedClaimWholeGPU: a claim's whole GPU is shared by the
-// claim's pods and by nobody else, whether whole, a slice, or another
-// DRA driver's claim.
-func TestLedgerSharedClaimWholeGPU(t *testing.T) {
-	ctx := context.Background()
-	now := time.Unix(1000, 0)
-	rt := &runtime{}
-	l := newLedger(rt, &now)
-	sharer := func(uid, claim string) Claim {
-		return Claim{PodUID: uid, Pod: "ns/" + uid, Container: "main", ClaimDevices: []kubeinterface.HeldDevice{{DeviceShare: whole("gpu0"), Claim: claim}}}
-	}
-	for _, uid := range []string{"a", "b"} {
-		c := sharer(uid, "claim-1")
-		if _, err := l.Claim(ctx, c); err != nil {
-			t.Fatalf("pod %s of the shared claim: %v", uid, err)
-		}
-		rt.create(t, c, runtimeapi.ContainerState_CONTAINER_RUNNING)
-	}
 	for _, c := range []Claim{
-		sharer("c", "claim-2"),
+		{PodUID: "c", Container: "main", Devices: []types.DeviceShare{whole("gpu0")}},
 		{PodUID: "c", Container: "main", Devices: []types.DeviceShare{slice("gpu0", 1000, 10)}},
-		{PodUID: "c", Container: "main", DRA: []string{"gpu0"}},
 	} {
 		if _, err := l.Claim(ctx, c); !errors.Is(err, ErrConflict) {
-			t.Errorf("%+v beside the claim's whole gpu0: %v, want ErrConflict", c, err)
+			t.Errorf("%+v beside the claim's whole gpu0: %v, want ErrConflict", c.Devices, err)
 		}
+	}
+	held, err := kubeinterface.DecodeHeld(rt.containers[0].Annotations[kubeinterface.AnnotationContainerHeld])
+	if err != nil || len(held) != 1 || held[0].Claim != "claim-1" {
+		t.Errorf("the container's held devices %+v (%v), want the claim's GPU with its claim", held, err)
 	}
 }

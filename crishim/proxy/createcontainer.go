@@ -125,9 +125,8 @@ func CreateContainer(d Devices) Interceptor {
 		}
 		// The devices of the pod's kubegpu claims that the container
 		// uses, which kubelet passes as CDI devices: given as its
-		// allocation's are, and held in the ledger once for all of the
-		// claim's pods (a whole GPU shared with them only; a slice beside
-		// other slices).
+		// allocation's are, and held in the ledger (a whole GPU shared
+		// with the claim's other pods only; a slice beside other slices).
 		var claimShares []kubeinterface.HeldDevice
 		if d.Claims != nil && len(cfg.GetCDIDevices()) > 0 {
 			names := make([]string, 0, len(cfg.GetCDIDevices()))
@@ -163,11 +162,17 @@ func CreateContainer(d Devices) Interceptor {
 		// The ledger first: a container refused here starts nothing (no
 		// MPS daemon) for devices another pod holds.
 		var claimLabels, claimAnnotations map[string]string
-		// A claim's devices, whole GPUs or slices, are held once for all
-		// of the claim's pods.
-		if len(alloc.Devices)+len(claimShares)+len(claims.Own) > 0 && d.Ledger != nil {
+		// A claim's whole GPUs are held as DRA claims' are (shared with
+		// the claim's other pods); its slices as an allocation's.
+		held := claims.Own
+		for _, s := range claimShares {
+			if s.Exclusive {
+				held = append(slices.Clone(held), s.ID)
+			}
+		}
+		if len(alloc.Devices)+len(claimShares)+len(held) > 0 && d.Ledger != nil {
 			c := ledger.Claim{PodUID: md.GetUid(), Pod: md.GetNamespace() + "/" + md.GetName(), Container: name,
-				Attempt: cfg.GetMetadata().GetAttempt(), Devices: alloc.Devices, ClaimDevices: claimShares, DRA: claims.Own}
+				Attempt: cfg.GetMetadata().GetAttempt(), Devices: alloc.Devices, ClaimDevices: claimShares, DRA: held}
 			if claimLabels, claimAnnotations, err = ledger.Labels(c); err != nil {
 				return refuse(codes.FailedPrecondition, metrics.ReasonInvalidAllocation, err)
 			}

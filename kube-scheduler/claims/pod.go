@@ -83,6 +83,10 @@ func ForPod(pod *corev1.Pod, claims Getter, pending func(*resourceapi.ResourceCl
 			if !resourceclaim.IsReservedForPod(pod, claim, false) && !resourceclaim.CanBeReserved(claim) {
 				return nil, fmt.Errorf("%w: ResourceClaim %s/%s is reserved for the most pods it may serve", ErrWaiting, claim.Namespace, claim.Name)
 			}
+			if other := otherConsumer(pod, claim); other != "" && holdsSlice(claim) {
+				return nil, fmt.Errorf("%w: ResourceClaim %s/%s holds a GPU slice, which serves one pod at a time (each pod's slice limits are its own); %s uses it",
+					ErrWaiting, claim.Namespace, claim.Name, other)
+			}
 		case pending != nil && pending(claim):
 			return nil, fmt.Errorf("%w: ResourceClaim %s/%s is being allocated for another pod", ErrWaiting, claim.Namespace, claim.Name)
 		}
@@ -94,6 +98,34 @@ func ForPod(pod *corev1.Pod, claims Getter, pending func(*resourceapi.ResourceCl
 		out = append(out, PodClaim{Name: pc.Name, Claim: claim})
 	}
 	return out, nil
+}
+
+// otherConsumer names a consumer of claim other than pod, or is empty.
+func otherConsumer(pod *corev1.Pod, claim *resourceapi.ResourceClaim) string {
+	for _, r := range claim.Status.ReservedFor {
+		if r.UID != pod.UID {
+			return r.Resource + " " + r.Name
+		}
+	}
+	return ""
+}
+
+// holdsSlice reports whether the claim's signed allocation gives a share
+// of a GPU rather than the whole of it. An allocation that does not read
+// is taken to: the node does not prepare it anyway.
+func holdsSlice(claim *resourceapi.ResourceClaim) bool {
+	a, _, err := dra.SignedValue(claim.Status.Allocation)
+	if err != nil {
+		return true
+	}
+	for _, c := range a.Containers {
+		for _, d := range c.Devices {
+			if !d.Exclusive {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // NodeOf is the node an allocated kubegpu claim's devices are on: the

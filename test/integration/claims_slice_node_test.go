@@ -29,18 +29,17 @@ func sliceClaimSpec(cores int64, memory string) resourceapi.ResourceClaimSpec {
 	return spec
 }
 
-// TestSharedSliceClaimOnRealNode: on a real node with one GPU, two pods
-// share one ResourceClaim for a 60% slice and an annotation pod takes the
-// other 40%: all three run, as the scheduler placed them, because the
-// node's ledger holds the claim's slice once for both of its pods (it
-// held it once per pod before, and refused the second). Each container
-// of the claim gets the slice's limits from the enforcer stand-in (as
-// each gets an MPS daemon of its own from the NVIDIA module), proven by
-// the node under the claim's policy: in a namespace whose slices are
-// Required, the claim's container that raises its own limits is stopped,
-// the other is recorded Enforced. The limits are released once the
-// claim's pods are gone.
-func TestSharedSliceClaimOnRealNode(t *testing.T) {
+// TestSliceClaimOnRealNode: on a real node with one GPU, a pod's
+// ResourceClaim for a 60% slice and an annotation pod's 40% share the GPU;
+// a second pod of the same claim waits while the first uses it (a slice
+// serves one pod at a time: each pod's slice limits are its own), and
+// runs once the first is gone. Each container of the claim gets the
+// slice's limits from the enforcer stand-in (as it gets an MPS daemon of
+// its own from the NVIDIA module), proven by the node under the claim's
+// policy: in a namespace whose slices are Required, the claim's container
+// that raises its own limits is stopped, the other is recorded Enforced.
+// A gone pod's limits are released.
+func TestSliceClaimOnRealNode(t *testing.T) {
 	ctx := context.Background()
 	const nodeName = "slice-claim-node"
 	n := startNode(ctx, t)
@@ -74,25 +73,19 @@ func TestSharedSliceClaimOnRealNode(t *testing.T) {
 		createPods(ctx, t, ns, onNode(p, nodeName))
 	}
 	sharer("first", "")
-	waitRunning(ctx, t, ns, "first", k)
+	first := waitRunning(ctx, t, ns, "first", k)
 	createPods(ctx, t, ns, onNode(sleeper(gpuPod("forty", 1, 40, 4096, nil)), nodeName))
 	waitRunning(ctx, t, ns, "forty", k)
 	sharer("second", `echo '{"computePercent":100,"memoryMiB":[4096]}' > "$KUBEGPU_SIMGPU_LIMITS"; `)
-	second := waitRunning(ctx, t, ns, "second", k)
-	first, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "first", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{"first", "second"} {
-		if out := containerEnv(ctx, t, n, sock, p); !strings.Contains(out, `"computePercent":60`) {
-			t.Errorf("the container of %s has no limits of the claim's 60%% slice:\n%s", p, out)
-		}
+	waitUnschedulable(ctx, t, ns, "second", "holds a GPU slice, which serves one pod at a time")
+	if out := containerEnv(ctx, t, n, sock, "first"); !strings.Contains(out, `"computePercent":60`) {
+		t.Errorf("the claim's container has no limits of its 60%% slice:\n%s", out)
 	}
 	held, err := ledgerHeld(ctx, n, sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(held["gpu0"]) < 2 {
+	if len(held["gpu0"]) != 2 {
 		t.Errorf("gpu0 is held by the running containers of pods %v, want the claim's and the annotation pod's", held["gpu0"])
 	}
 	// The node proves the claim's slices under its policy, Required.
@@ -108,16 +101,17 @@ func TestSharedSliceClaimOnRealNode(t *testing.T) {
 		}
 	}
 	enforced("first", kubeinterface.ReasonEnforced, "simulated: compute 60%, memory 4096 MiB")
-	enforced("second", kubeinterface.ReasonMismatch, "stopped: enforcement Required")
 
-	// The claim's pods gone, so are their limits.
+	// The first pod gone, the claim is the second's; the first's limits
+	// are released.
 	deletePod(ctx, t, ns, "first", true)
-	deletePod(ctx, t, ns, "second", true)
+	second := waitRunning(ctx, t, ns, "second", k)
+	enforced("second", kubeinterface.ReasonMismatch, "stopped: enforcement Required")
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, errFirst := os.Stat(filepath.Join(enforcer, string(first.UID)))
-		_, errSecond := os.Stat(filepath.Join(enforcer, string(second.UID)))
-		return os.IsNotExist(errFirst) && os.IsNotExist(errSecond), nil
+		_, err := os.Stat(filepath.Join(enforcer, string(first.UID)))
+		return os.IsNotExist(err), nil
 	}); err != nil {
-		t.Errorf("the limits of the claim's gone pods are kept: %v", err)
+		t.Errorf("the limits of the claim's gone pod are kept: %v", err)
 	}
+	claimOf(ctx, t, ns, second)
 }
