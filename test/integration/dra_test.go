@@ -408,6 +408,9 @@ func ledgerHeld(ctx context.Context, n *localnode.Node, sock string) (map[string
 				return nil, err
 			}
 			for _, d := range devices {
+				if key == kubeinterface.AnnotationContainerHeld && d.Claim != "" && d.Exclusive {
+					continue // a claim's whole GPU: in dra-held too, as the ledger counts it
+				}
 				held[d.ID] = append(held[d.ID], c.Labels[kubeinterface.LabelContainerPodUID])
 			}
 		}
