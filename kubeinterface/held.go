@@ -23,9 +23,9 @@ type HeldDevice struct {
 	types.DeviceShare
 	// Claim is the UID of the kubegpu ResourceClaim through which the
 	// container's pod holds the device, empty for the pod's own
-	// allocation. The pods of one claim hold its slice once, together.
-	// Ledgers that predate the field ignore it and count the slice once
-	// per pod, which refuses more, never less.
+	// allocation. A claim's slice is held by one container at a time; its
+	// whole GPUs are also listed in AnnotationContainerDRAHeld, where
+	// ledgers that predate the field count them.
 	Claim string `json:"claim,omitempty"`
 }
 

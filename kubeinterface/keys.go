@@ -119,9 +119,10 @@ const (
 	// LabelContainerPodUID is the UID of the container's pod.
 	LabelContainerPodUID = Domain + "pod-uid"
 	// AnnotationContainerDRAHeld lists, as AnnotationContainerHeld does,
-	// the kubegpu devices the container's pod holds through ResourceClaims
-	// of another DRA driver: the pods of one shared claim hold them
-	// together, and no container holds them through kubegpu meanwhile.
+	// the kubegpu devices the container's pod holds whole through
+	// ResourceClaims, of another DRA driver or kubegpu's: the pods of one
+	// shared claim hold them together, and no container holds them
+	// through kubegpu's allocations meanwhile.
 	AnnotationContainerDRAHeld = Domain + "dra-held"
 	// AnnotationContainerHeld lists the devices the container holds (see
 	// EncodeHeld).

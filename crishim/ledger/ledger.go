@@ -166,10 +166,13 @@ func draShares(ids []string) []kubeinterface.HeldDevice {
 
 // holding is one live container's devices.
 type holding struct {
-	podUID  string
+	podUID string
+	// key is claimKey of the container.
+	key     string
 	what    string // container ID or the pending claim, for logs
 	devices []kubeinterface.HeldDevice
-	// dra are the devices held through other DRA drivers' claims.
+	// dra are the devices held whole through DRA claims, of other
+	// drivers or kubegpu's.
 	dra []string
 }
 
@@ -255,7 +258,7 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 			logger.Error(err, "Container in the device ledger with unreadable holdings; not counted", "containerID", c.GetId(), "podUID", uid)
 			continue
 		}
-		h := holding{podUID: uid, what: "container " + c.GetId(), devices: devices}
+		h := holding{podUID: uid, key: claimKey(uid, c.GetMetadata().GetName(), c.GetMetadata().GetAttempt()), what: "container " + c.GetId(), devices: devices}
 		for _, d := range dra {
 			h.dra = append(h.dra, d.ID)
 		}
@@ -275,7 +278,7 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 			delete(l.pending, seq)
 			continue
 		}
-		held = append(held, holding{podUID: p.claim.PodUID, what: "pending " + p.key, devices: p.claim.held(), dra: p.claim.DRA})
+		held = append(held, holding{podUID: p.claim.PodUID, key: p.key, what: "pending " + p.key, devices: p.claim.held(), dra: p.claim.DRA})
 	}
 	return held, nil
 }
@@ -283,9 +286,14 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 // fits checks c against the holdings of other pods. A kubegpu claim's
 // whole GPUs are held as other DRA drivers' claims' are (c.DRA and the
 // holdings' dra), shared with the other pods of the claim only; its slices
-// count as an allocation's, per pod (kubegpu-scheduler gives a slice claim
-// one pod at a time). c's own shares of one device are summed.
+// count as an allocation's, and one container at a time holds a claim's
+// slices (each container's limits are its own: two would hold the slice
+// twice while the claim counts once). c's own shares of one device are
+// summed.
 func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
+	if err := oneHolderOfSlices(ctx, c, held); err != nil {
+		return err
+	}
 	type use struct {
 		exclusive []string // holders
 		memoryMiB int64
@@ -301,20 +309,24 @@ func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 			continue
 		}
 		for _, d := range h.devices {
-			if d.Claim != "" && d.Exclusive {
-				continue // among the holding's dra
+			if d.Claim != "" && d.Exclusive && slices.Contains(h.dra, d.ID) {
+				continue // counted among the holding's dra
 			}
 			u := uses[d.ID]
 			if u == nil {
 				u = &use{}
 				uses[d.ID] = u
 			}
+			u.holders = append(u.holders, h.what)
+			if d.Claim != "" && d.Exclusive {
+				u.dra++ // a claim's whole GPU missing from dra-held: held through DRA all the same
+				continue
+			}
 			if d.Exclusive {
 				u.exclusive = append(u.exclusive, h.what)
 			}
 			u.memoryMiB += d.MemoryMiB
 			u.compute += d.ComputePercent
-			u.holders = append(u.holders, h.what)
 			u.kubegpu++
 		}
 		for _, id := range h.dra {
@@ -385,4 +397,33 @@ func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 	klog.FromContext(ctx).Info("Device ledger refused a container", "pod", c.Pod, "podUID", c.PodUID, "container", c.Container,
 		"reasons", reasons, "holders", holders)
 	return fmt.Errorf("%w: %s", ErrConflict, strings.Join(reasons, "; "))
+}
+
+// oneHolderOfSlices refuses c when a slice of one of its claims is held by
+// another container, of any pod: a claim's slice serves one container at
+// a time.
+func oneHolderOfSlices(ctx context.Context, c Claim, held []holding) error {
+	mine := map[string]bool{}
+	for _, d := range c.ClaimDevices {
+		if !d.Exclusive {
+			mine[d.Claim] = true
+		}
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	key := claimKey(c.PodUID, c.Container, c.Attempt)
+	for _, h := range held {
+		if h.key == key {
+			continue
+		}
+		for _, d := range h.devices {
+			if d.Claim != "" && !d.Exclusive && mine[d.Claim] {
+				klog.FromContext(ctx).Info("Device ledger refused a container", "pod", c.Pod, "podUID", c.PodUID, "container", c.Container,
+					"claim", d.Claim, "holder", h.what)
+				return fmt.Errorf("%w: the slice of ResourceClaim %s is held by another container: a claim's slice serves one container at a time", ErrConflict, d.Claim)
+			}
+		}
+	}
+	return nil
 }

@@ -362,3 +362,32 @@ func TestLedgerSharedClaimWholeGPU(t *testing.T) {
 		t.Errorf("the container's held devices %+v (%v), want the claim's GPU with its claim", held, err)
 	}
 }
+
+// TestLedgerClaimSliceOneContainer: a claim's slice is held by one
+// container at a time, whatever the pod: another container of the same
+// pod, or another pod, is refused even where the GPU has room; the same
+// container's next attempt, once the last exited, is not.
+func TestLedgerClaimSliceOneContainer(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	rt := &runtime{}
+	l := newLedger(rt, &now)
+	user := func(uid, ctr string, attempt uint32) Claim {
+		return Claim{PodUID: uid, Pod: "ns/" + uid, Container: ctr, Attempt: attempt,
+			ClaimDevices: []kubeinterface.HeldDevice{{DeviceShare: slice("gpu0", 1000, 20), Claim: "claim-1"}}}
+	}
+	first := user("a", "main", 0)
+	if _, err := l.Claim(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	rt.create(t, first, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	for _, c := range []Claim{user("a", "sidecar", 0), user("b", "main", 0)} {
+		if _, err := l.Claim(ctx, c); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "serves one container at a time") {
+			t.Errorf("container %s of pod %s beside the claim's holder: %v, want ErrConflict", c.Container, c.PodUID, err)
+		}
+	}
+	rt.containers[0].State = runtimeapi.ContainerState_CONTAINER_EXITED
+	if _, err := l.Claim(ctx, user("a", "main", 1)); err != nil {
+		t.Errorf("the holder's next attempt: %v", err)
+	}
+}

@@ -83,9 +83,8 @@ func ForPod(pod *corev1.Pod, claims Getter, pending func(*resourceapi.ResourceCl
 			if !resourceclaim.IsReservedForPod(pod, claim, false) && !resourceclaim.CanBeReserved(claim) {
 				return nil, fmt.Errorf("%w: ResourceClaim %s/%s is reserved for the most pods it may serve", ErrWaiting, claim.Namespace, claim.Name)
 			}
-			if other := otherConsumer(pod, claim); other != "" && holdsSlice(claim) {
-				return nil, fmt.Errorf("%w: ResourceClaim %s/%s holds a GPU slice, which serves one pod at a time (each pod's slice limits are its own); %s uses it",
-					ErrWaiting, claim.Namespace, claim.Name, other)
+			if err := SliceInUse(pod, claim); err != nil {
+				return nil, err
 			}
 		case pending != nil && pending(claim):
 			return nil, fmt.Errorf("%w: ResourceClaim %s/%s is being allocated for another pod", ErrWaiting, claim.Namespace, claim.Name)
@@ -98,6 +97,19 @@ func ForPod(pod *corev1.Pod, claims Getter, pending func(*resourceapi.ResourceCl
 		out = append(out, PodClaim{Name: pc.Name, Claim: claim})
 	}
 	return out, nil
+}
+
+// SliceInUse is an error wrapping ErrWaiting when the allocated claim holds
+// a GPU slice and a consumer other than pod uses it: a slice serves one
+// pod at a time (each pod's slice limits are its own, so two pods would
+// hold it twice while the claim counts once). PreFilter asks, and PreBind
+// again when it reserves the claim.
+func SliceInUse(pod *corev1.Pod, claim *resourceapi.ResourceClaim) error {
+	if other := otherConsumer(pod, claim); other != "" && holdsSlice(claim) {
+		return fmt.Errorf("%w: ResourceClaim %s/%s holds a GPU slice, which serves one pod at a time (each pod's slice limits are its own); %s uses it",
+			ErrWaiting, claim.Namespace, claim.Name, other)
+	}
+	return nil
 }
 
 // otherConsumer names a consumer of claim other than pod, or is empty.

@@ -291,6 +291,11 @@ func (p *Plugin) preBindClaims(ctx context.Context, pod *corev1.Pod, cc *claimCy
 				if n, err := claims.NodeOf(cur); cur.Status.Allocation == nil || err != nil || n != cc.node {
 					return fmt.Errorf("claim %s is no longer allocated on node %s", klog.KObj(c), cc.node)
 				}
+				// Checked again where the reservation is written: a
+				// pod may have reserved it since PreFilter.
+				if err := claims.SliceInUse(pod, cur); err != nil {
+					return err
+				}
 			} else {
 				if cur.Status.Allocation != nil {
 					return fmt.Errorf("claim %s was allocated meanwhile", klog.KObj(c))

@@ -168,25 +168,15 @@ func TestSchedulerPreemptsForDevices(t *testing.T) {
 
 	// No eviction helps a pod that asks for a model the node lacks.
 	createPods(ctx, t, ns, onNode(gpuPod("hopeless", 1, 0, 0, map[string]string{kubeinterface.AnnotationModelInclude: "NoSuchGPU"}), "high"))
-	var msg string
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "hopeless", metav1.GetOptions{})
-		if err != nil || !unschedulable(p) {
-			return false, nil
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled {
-				msg = c.Message
-			}
-		}
-		return true, nil
-	}); err != nil {
-		t.Fatal("the hopeless pod was not marked unschedulable:", err)
+	// Preemption decides before the pod is marked: had it found victims,
+	// the pod would be nominated (their eviction follows the nomination).
+	hopeless := judged(ctx, t, ns, "hopeless")
+	if msg := scheduledMessage(hopeless); hopeless.Spec.NodeName != "" || !strings.Contains(msg, "GPUs:") || !strings.Contains(strings.ToLower(msg), "preemption") {
+		t.Errorf("hopeless pod on %q, condition %q; want it unschedulable, with the GPU reason and why preemption does not help", hopeless.Spec.NodeName, msg)
 	}
-	if !strings.Contains(msg, "GPUs:") || !strings.Contains(strings.ToLower(msg), "preemption") {
-		t.Errorf("hopeless pod's condition %q, want the GPU reason and why preemption does not help", msg)
+	if n := hopeless.Status.NominatedNodeName; n != "" {
+		t.Errorf("the hopeless pod was nominated to %s: preemption chose victims for it", n)
 	}
-	time.Sleep(2 * time.Second)
 	after, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +189,7 @@ func TestSchedulerPreemptsForDevices(t *testing.T) {
 	if len(after.Items) != len(list.Items)+1 {
 		t.Errorf("%d pods after the hopeless one came, want %d", len(after.Items), len(list.Items)+1)
 	}
-	t.Logf("victims on %v; the preemptor got %v; the hopeless pod: %s", evicted, high, msg)
+	t.Logf("victims on %v; the preemptor got %v; the hopeless pod: %s", evicted, high, scheduledMessage(hopeless))
 }
 
 // TestSchedulerPreemptsSlices: low-priority 25% slices fill a 4×T4 node.

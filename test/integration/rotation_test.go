@@ -150,9 +150,8 @@ func TestKeyRotationWithRunningPods(t *testing.T) {
 		}
 	}
 	createPods(ctx, t, ns, restarting("waiting", 1))
-	time.Sleep(3 * time.Second)
-	if p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "waiting", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
-		t.Fatalf("a third pod was placed on the full node (%v): %v", err, gpusOfPod(t, p))
+	if p := judged(ctx, t, ns, "waiting"); p.Spec.NodeName != "" {
+		t.Fatalf("a third pod was placed on the full node: %v", gpusOfPod(t, p))
 	}
 
 	// 3. No pod carries the old key once the old pod is gone: nodes drop it.

@@ -590,9 +590,8 @@ func TestAttackForceDelete(t *testing.T) {
 		t.Fatalf("evicting with no options: %v", err)
 	}
 	createPods(ctx, t, ns, gpuPod("waits", 4, 0, 0, nil))
-	time.Sleep(3 * time.Second)
-	if p, err := viewer.Client.CoreV1().Pods(ns).Get(ctx, "waits", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
-		t.Errorf("pod waits bound to %q (%v) while the terminating holder still holds 2 of the node's 4 GPUs", p.Spec.NodeName, err)
+	if p := judged(ctx, t, ns, "waits"); p.Spec.NodeName != "" {
+		t.Errorf("pod waits bound to %q while the terminating holder still holds 2 of the node's 4 GPUs", p.Spec.NodeName)
 	}
 	l.check(ctx, t, "a graceful delete")
 	// kubelet's final deletion, once the containers are gone: allowed.
