@@ -89,7 +89,7 @@ func assertStable(t *testing.T, encoded string, roundTrip func(string) (string, 
 func FuzzDecodeHeld(f *testing.F) {
 	f.Add(`[{"id":"gpu0","uuid":"GPU-1","exclusive":true,"memoryMiB":16384,"computePercent":100}]`)
 	f.Add(`[{"id":"gpu1","uuid":"GPU-2","memoryMiB":4096,"computePercent":25}]`)
-	f.Add(`[{"id":"gpu1","uuid":"GPU-2","memoryMiB":0,"computePercent":60,"claim":"6f1c2d3e-0000-4000-8000-000000000001"}]`)
+	f.Add(`[{"id":"gpu1","uuid":"GPU-2","memoryMiB":0,"computePercent":60,"claim":"6f1c2d3e-0000-4000-8000-000000000001","request":"gpus"}]`)
 	f.Add(`[{"id":"","memoryMiB":-1}]`)
 	f.Add(`{}`)
 	f.Add(`null`)

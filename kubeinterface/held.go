@@ -15,6 +15,8 @@ const (
 	// maxClaimUIDBytes bounds a held device's claim UID (the API's UIDs
 	// are 36).
 	maxClaimUIDBytes = 64
+	// maxRequestBytes bounds a held device's request name (a DNS label).
+	maxRequestBytes = 63
 )
 
 // HeldDevice is a device a container holds, as the node's ledger records
@@ -24,9 +26,15 @@ type HeldDevice struct {
 	// Claim is the UID of the kubegpu ResourceClaim through which the
 	// container's pod holds the device, empty for the pod's own
 	// allocation. A claim's slice is held by one container at a time; its
-	// whole GPUs are also listed in AnnotationContainerDRAHeld, where
-	// ledgers that predate the field count them.
+	// whole GPUs are also listed in AnnotationContainerDRAHeld. Ledgers
+	// that predate the field ignore it: they count a claim's whole GPU
+	// listed here as held through kubegpu's allocations, and refuse the
+	// claim's other pods meanwhile.
 	Claim string `json:"claim,omitempty"`
+	// Request is the claim's request the device is allocated for (its
+	// top-level name): the slices of different requests are different
+	// slices.
+	Request string `json:"request,omitempty"`
 }
 
 // Shares are the devices' shares, without their claims.
@@ -73,8 +81,9 @@ func DecodeHeld(value string) ([]HeldDevice, error) {
 			return nil, fmt.Errorf("%w: %s: a device without an ID", ErrInvalid, AnnotationContainerHeld)
 		case d.MemoryMiB < 0 || d.ComputePercent < 0 || d.ComputePercent > types.MaxComputePercent:
 			return nil, fmt.Errorf("%w: %s: device %s: memory %d MiB, compute %d%%", ErrInvalid, AnnotationContainerHeld, Quote(d.ID), d.MemoryMiB, d.ComputePercent)
-		case len(d.Claim) > maxClaimUIDBytes:
-			return nil, fmt.Errorf("%w: %s: device %s: a claim UID of %d bytes, at most %d", ErrInvalid, AnnotationContainerHeld, Quote(d.ID), len(d.Claim), maxClaimUIDBytes)
+		case len(d.Claim) > maxClaimUIDBytes || len(d.Request) > maxRequestBytes:
+			return nil, fmt.Errorf("%w: %s: device %s: a claim UID of %d bytes (at most %d), a request of %d (at most %d)",
+				ErrInvalid, AnnotationContainerHeld, Quote(d.ID), len(d.Claim), maxClaimUIDBytes, len(d.Request), maxRequestBytes)
 		}
 	}
 	return devices, nil

@@ -196,7 +196,11 @@ func (s *Store) Shares(cdi []string) (shares []kubeinterface.HeldDevice, used []
 		if !ok {
 			return nil, nil, fmt.Errorf("%w device %s: not prepared on this node", ErrInvalid, id)
 		}
-		shares = append(shares, kubeinterface.HeldDevice{DeviceShare: share, Claim: uid})
+		// The request between the UID and the device ("request" or
+		// "request.subrequest"): its top-level name.
+		req := name[len(uid)+1 : strings.LastIndex(name, "_")]
+		req, _, _ = strings.Cut(req, ".")
+		shares = append(shares, kubeinterface.HeldDevice{DeviceShare: share, Claim: uid, Request: req})
 		used = append(used, id)
 	}
 	return shares, used, nil

@@ -65,7 +65,7 @@ func TestPrepareAndShares(t *testing.T) {
 	}
 	restarted := &Store{Dir: s.Dir, Node: "n1", Keys: s.Keys}
 	shares, used, err := restarted.Shares(append([]string{"k8s.example.com/nic=eth1"}, ids...))
-	if err != nil || len(shares) != 2 || len(used) != 2 || shares[0].ID != "gpu0" || shares[1].ID != "gpu1" || shares[0].Claim != "u1" || shares[1].Claim != "u1" {
+	if err != nil || len(shares) != 2 || len(used) != 2 || shares[0].ID != "gpu0" || shares[1].ID != "gpu1" || shares[0].Claim != "u1" || shares[1].Claim != "u1" || shares[0].Request != "gpus" {
 		t.Fatalf("Shares = %+v, %v, %v; want gpu0 and gpu1 of claim u1", shares, used, err)
 	}
 	if policy, err := restarted.Enforcement("u1"); err != nil || policy != "" {
@@ -140,7 +140,7 @@ func TestPrepareAlternative(t *testing.T) {
 		t.Errorf("CDI devices %v", ids)
 	}
 	shares, _, err := (&Store{Dir: s.Dir, Node: "n1", Keys: s.Keys}).Shares(ids)
-	if err != nil || len(shares) != 2 || shares[0].ID != "gpu2" || shares[1].ID != "gpu3" {
-		t.Fatalf("Shares = %+v, %v; want gpu2 and gpu3", shares, err)
+	if err != nil || len(shares) != 2 || shares[0].ID != "gpu2" || shares[1].ID != "gpu3" || shares[0].Request != "gpus" {
+		t.Fatalf("Shares = %+v, %v; want gpu2 and gpu3 of request gpus", shares, err)
 	}
 }

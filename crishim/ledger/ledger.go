@@ -166,11 +166,10 @@ func draShares(ids []string) []kubeinterface.HeldDevice {
 
 // holding is one live container's devices.
 type holding struct {
-	podUID string
-	// key is claimKey of the container.
-	key     string
-	what    string // container ID or the pending claim, for logs
-	devices []kubeinterface.HeldDevice
+	podUID    string
+	container string // its name in the pod
+	what      string // container ID or the pending claim, for logs
+	devices   []kubeinterface.HeldDevice
 	// dra are the devices held whole through DRA claims, of other
 	// drivers or kubegpu's.
 	dra []string
@@ -258,7 +257,7 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 			logger.Error(err, "Container in the device ledger with unreadable holdings; not counted", "containerID", c.GetId(), "podUID", uid)
 			continue
 		}
-		h := holding{podUID: uid, key: claimKey(uid, c.GetMetadata().GetName(), c.GetMetadata().GetAttempt()), what: "container " + c.GetId(), devices: devices}
+		h := holding{podUID: uid, container: c.GetMetadata().GetName(), what: "container " + c.GetId(), devices: devices}
 		for _, d := range dra {
 			h.dra = append(h.dra, d.ID)
 		}
@@ -278,7 +277,7 @@ func (l *Ledger) read(ctx context.Context) ([]holding, error) {
 			delete(l.pending, seq)
 			continue
 		}
-		held = append(held, holding{podUID: p.claim.PodUID, key: p.key, what: "pending " + p.key, devices: p.claim.held(), dra: p.claim.DRA})
+		held = append(held, holding{podUID: p.claim.PodUID, container: p.claim.Container, what: "pending " + p.key, devices: p.claim.held(), dra: p.claim.DRA})
 	}
 	return held, nil
 }
@@ -399,29 +398,32 @@ func (l *Ledger) fits(ctx context.Context, c Claim, held []holding) error {
 	return fmt.Errorf("%w: %s", ErrConflict, strings.Join(reasons, "; "))
 }
 
-// oneHolderOfSlices refuses c when a slice of one of its claims is held by
-// another container, of any pod: a claim's slice serves one container at
-// a time.
+// oneHolderOfSlices refuses c when a slice of one of its claims' requests
+// is held by another container, of any pod: a claim's slice serves one
+// container at a time. Another attempt of the same container is the same
+// holder (kubelet runs one attempt at a time; one created and never
+// started uses no GPU).
 func oneHolderOfSlices(ctx context.Context, c Claim, held []holding) error {
-	mine := map[string]bool{}
+	type request struct{ claim, name string }
+	mine := map[request]bool{}
 	for _, d := range c.ClaimDevices {
 		if !d.Exclusive {
-			mine[d.Claim] = true
+			mine[request{d.Claim, d.Request}] = true
 		}
 	}
 	if len(mine) == 0 {
 		return nil
 	}
-	key := claimKey(c.PodUID, c.Container, c.Attempt)
 	for _, h := range held {
-		if h.key == key {
+		if h.podUID == c.PodUID && h.container == c.Container {
 			continue
 		}
 		for _, d := range h.devices {
-			if d.Claim != "" && !d.Exclusive && mine[d.Claim] {
+			if d.Claim != "" && !d.Exclusive && mine[request{d.Claim, d.Request}] {
 				klog.FromContext(ctx).Info("Device ledger refused a container", "pod", c.Pod, "podUID", c.PodUID, "container", c.Container,
-					"claim", d.Claim, "holder", h.what)
-				return fmt.Errorf("%w: the slice of ResourceClaim %s is held by another container: a claim's slice serves one container at a time", ErrConflict, d.Claim)
+					"claim", d.Claim, "request", d.Request, "holder", h.what)
+				return fmt.Errorf("%w: the slice of ResourceClaim %s (request %s) is held by another container: a claim's slice serves one container at a time",
+					ErrConflict, d.Claim, d.Request)
 			}
 		}
 	}

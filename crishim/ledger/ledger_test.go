@@ -366,7 +366,7 @@ func TestLedgerSharedClaimWholeGPU(t *testing.T) {
 // TestLedgerClaimSliceOneContainer: a claim's slice is held by one
 // container at a time, whatever the pod: another container of the same
 // pod, or another pod, is refused even where the GPU has room; the same
-// container's next attempt, once the last exited, is not.
+// container's next attempt is not, nor another request's slice.
 func TestLedgerClaimSliceOneContainer(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1000, 0)
@@ -374,7 +374,7 @@ func TestLedgerClaimSliceOneContainer(t *testing.T) {
 	l := newLedger(rt, &now)
 	user := func(uid, ctr string, attempt uint32) Claim {
 		return Claim{PodUID: uid, Pod: "ns/" + uid, Container: ctr, Attempt: attempt,
-			ClaimDevices: []kubeinterface.HeldDevice{{DeviceShare: slice("gpu0", 1000, 20), Claim: "claim-1"}}}
+			ClaimDevices: []kubeinterface.HeldDevice{{DeviceShare: slice("gpu0", 1000, 20), Claim: "claim-1", Request: "gpus"}}}
 	}
 	first := user("a", "main", 0)
 	if _, err := l.Claim(ctx, first); err != nil {
@@ -386,8 +386,16 @@ func TestLedgerClaimSliceOneContainer(t *testing.T) {
 			t.Errorf("container %s of pod %s beside the claim's holder: %v, want ErrConflict", c.Container, c.PodUID, err)
 		}
 	}
-	rt.containers[0].State = runtimeapi.ContainerState_CONTAINER_EXITED
+	// The same container's next attempt, the last one listed as created
+	// (never started) or exited: the same holder.
+	rt.containers[0].State = runtimeapi.ContainerState_CONTAINER_CREATED
 	if _, err := l.Claim(ctx, user("a", "main", 1)); err != nil {
 		t.Errorf("the holder's next attempt: %v", err)
+	}
+	// Another request of the claim is another slice.
+	other := user("b", "main", 0)
+	other.ClaimDevices[0].Request = "other"
+	if _, err := l.Claim(ctx, other); err != nil {
+		t.Errorf("another request's slice of the claim: %v", err)
 	}
 }

@@ -94,9 +94,77 @@ func ForPod(pod *corev1.Pod, claims Getter, pending func(*resourceapi.ResourceCl
 				return nil, fmt.Errorf("%w: ResourceClaim %s/%s configures driver %s itself: only kubegpu-scheduler does", ErrInvalid, claim.Namespace, claim.Name, dra.DriverName)
 			}
 		}
+		if (claim.Status.Allocation == nil && asksForSlice(claim)) || (claim.Status.Allocation != nil && holdsSlice(claim)) {
+			if a, b := twoHolders(pod, pc.Name); a != "" {
+				return nil, fmt.Errorf("%w: ResourceClaim %s/%s is for a GPU slice, which serves one container at a time, and containers %s and %s, which run at the same time, both name it: give each its own claim, or name different requests",
+					ErrInvalid, claim.Namespace, claim.Name, a, b)
+			}
+		}
 		out = append(out, PodClaim{Name: pc.Name, Claim: claim})
 	}
 	return out, nil
+}
+
+// asksForSlice reports whether a request of the unallocated claim asks
+// for capacity: a slice, not whole GPUs.
+func asksForSlice(claim *resourceapi.ResourceClaim) bool {
+	for _, r := range claim.Spec.Devices.Requests {
+		if r.Exactly != nil && r.Exactly.Capacity != nil && len(r.Exactly.Capacity.Requests) > 0 {
+			return true
+		}
+		for _, s := range r.FirstAvailable {
+			if s.Capacity != nil && len(s.Capacity.Requests) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// twoHolders names two containers of pod that may run at the same time
+// and name the same request of pod claim podClaim (a reference without a
+// request names all of them), or is empty. Regular containers and sidecars
+// (init containers that keep running) run together; a plain init container
+// runs beside the sidecars declared before it.
+func twoHolders(pod *corev1.Pod, podClaim string) (string, string) {
+	type ref struct{ container, request string }
+	names := func(c *corev1.Container) []ref {
+		var out []ref
+		for _, rc := range c.Resources.Claims {
+			if rc.Name == podClaim {
+				out = append(out, ref{c.Name, rc.Request})
+			}
+		}
+		return out
+	}
+	overlap := func(running []ref, c *corev1.Container) (string, string) {
+		for _, r := range names(c) {
+			for _, o := range running {
+				if o.request == "" || r.request == "" || o.request == r.request {
+					return o.container, r.container
+				}
+			}
+		}
+		return "", ""
+	}
+	var running []ref // the sidecars started so far
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if a, b := overlap(running, c); a != "" {
+			return a, b
+		}
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			running = append(running, names(c)...)
+		}
+	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if a, b := overlap(running, c); a != "" {
+			return a, b
+		}
+		running = append(running, names(c)...)
+	}
+	return "", ""
 }
 
 // SliceInUse is an error wrapping ErrWaiting when the allocated claim holds

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -68,6 +69,54 @@ func TestForPodSliceServesOnePod(t *testing.T) {
 	for _, name := range []string{"slice-mine", "slice-free", "whole-used"} {
 		if pcs, err := ForPod(pod(name), claims, nil); err != nil || len(pcs) != 1 {
 			t.Errorf("claim %s: %v, %v; want it", name, pcs, err)
+		}
+	}
+}
+
+// TestForPodSliceTwoContainers: containers that run at the same time may
+// not name one slice claim (each container's slice limits are its own);
+// a plain init container before them, different requests, and a claim of
+// whole GPUs may.
+func TestForPodSliceTwoContainers(t *testing.T) {
+	claim := func(name string, capacity bool) *resourceapi.ResourceClaim {
+		r := resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dra.ClassName}}
+		if capacity {
+			r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{dra.CapacityCores: resource.MustParse("30")}}
+		}
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{r, {Name: "other", Exactly: r.Exactly.DeepCopy()}}}}}
+	}
+	claims := getter{"slice": claim("slice", true), "whole": claim("whole", false)}
+	ctr := func(name string, requests ...string) corev1.Container {
+		c := corev1.Container{Name: name}
+		for _, r := range requests {
+			c.Resources.Claims = append(c.Resources.Claims, corev1.ResourceClaim{Name: "gpu", Request: r})
+		}
+		return c
+	}
+	sidecar := ctr("sidecar", "")
+	sidecar.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+	for _, c := range []struct {
+		claim      string
+		init, main []corev1.Container
+		refused    string
+	}{
+		{"slice", nil, []corev1.Container{ctr("a", ""), ctr("b", "")}, "containers a and b"},
+		{"slice", nil, []corev1.Container{ctr("a", "gpu"), ctr("b", "gpu")}, "containers a and b"},
+		{"slice", []corev1.Container{sidecar}, []corev1.Container{ctr("a", "gpu")}, "containers sidecar and a"},
+		{"slice", []corev1.Container{sidecar, ctr("init", "")}, []corev1.Container{ctr("a")}, "containers sidecar and init"},
+		{"slice", []corev1.Container{ctr("init", "")}, []corev1.Container{ctr("a", "")}, ""},
+		{"slice", nil, []corev1.Container{ctr("a", "gpu"), ctr("b", "other")}, ""},
+		{"whole", nil, []corev1.Container{ctr("a", ""), ctr("b", "")}, ""},
+	} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "p"}, Spec: corev1.PodSpec{
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(c.claim)}}, InitContainers: c.init, Containers: c.main}}
+		_, err := ForPod(pod, claims, nil)
+		switch {
+		case c.refused == "" && err != nil:
+			t.Errorf("%+v: %v, want none", c, err)
+		case c.refused != "" && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.refused)):
+			t.Errorf("%+v: %v, want ErrInvalid naming %s", c, err, c.refused)
 		}
 	}
 }

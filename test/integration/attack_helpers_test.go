@@ -272,37 +272,35 @@ func operatorWith(ctx context.Context, t *testing.T, ns, role string) *localclus
 	return id
 }
 
-// boundPod waits until pod ns/name is bound and returns it.
-func boundPod(ctx context.Context, t *testing.T, ns, name string) *corev1.Pod {
+// waitPod waits, for a minute at most, until pod ns/name is as ok says
+// (what names that in the failure) and returns it.
+func waitPod(ctx context.Context, t *testing.T, ns, name, what string, ok func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var p *corev1.Pod
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		var err error
 		p, err = viewer.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		return err == nil && p.Spec.NodeName != "", nil
+		return err == nil && ok(p), nil
 	}); err != nil {
-		t.Fatalf("pod %s/%s not bound: %v", ns, name, err)
+		t.Fatalf("pod %s/%s not %s: %v", ns, name, what, err)
 	}
 	return p
+}
+
+// boundPod waits until pod ns/name is bound and returns it.
+func boundPod(ctx context.Context, t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	return waitPod(ctx, t, ns, name, "bound", func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
 }
 
 // recordedPod waits until pod ns/name carries the scheduler's record of its
 // allocation and returns it.
 func recordedPod(ctx context.Context, t *testing.T, ns, name string) *corev1.Pod {
 	t.Helper()
-	var p *corev1.Pod
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		var err error
-		p, err = viewer.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
+	return waitPod(ctx, t, ns, name, "recorded (the scheduler's record of its allocation)", func(p *corev1.Pod) bool {
 		_, ok := objects.RecordValue(p)
-		return ok, nil
-	}); err != nil {
-		t.Fatalf("pod %s/%s has no record of its allocation: %v", ns, name, err)
-	}
-	return p
+		return ok
+	})
 }
 
 // devicesOf lists the device IDs of a pod's verified allocation.

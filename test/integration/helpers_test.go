@@ -297,15 +297,7 @@ func settle(ctx context.Context, t *testing.T, ns string, quiet, timeout time.Du
 // on the scheduler's decision, not after a guessed delay.
 func judged(ctx context.Context, t *testing.T, ns, name string) *corev1.Pod {
 	t.Helper()
-	var p *corev1.Pod
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		var err error
-		p, err = viewer.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		return err == nil && (p.Spec.NodeName != "" || unschedulable(p)), nil
-	}); err != nil {
-		t.Fatalf("pod %s/%s: the scheduler decided nothing: %v", ns, name, err)
-	}
-	return p
+	return waitPod(ctx, t, ns, name, "judged by the scheduler", func(p *corev1.Pod) bool { return p.Spec.NodeName != "" || unschedulable(p) })
 }
 
 func unschedulable(p *corev1.Pod) bool {
