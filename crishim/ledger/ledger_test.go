@@ -399,3 +399,22 @@ func TestLedgerClaimSliceOneContainer(t *testing.T) {
 		t.Errorf("another request's slice of the claim: %v", err)
 	}
 }
+
+// TestLedgerClaimWholeGPUOnlyInHeld: a claim's whole GPU listed in a
+// container's held devices but not among its DRA holdings still holds the
+// GPU, as a DRA claim does.
+func TestLedgerClaimWholeGPUOnlyInHeld(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	rt := &runtime{}
+	rt.create(t, Claim{PodUID: "a", Container: "main", ClaimDevices: []kubeinterface.HeldDevice{{DeviceShare: whole("gpu0"), Claim: "claim-1"}}},
+		runtimeapi.ContainerState_CONTAINER_RUNNING)
+	l := newLedger(rt, &now)
+	if _, err := l.Claim(ctx, Claim{PodUID: "b", Container: "main", Devices: []types.DeviceShare{slice("gpu0", 1000, 10)}}); !errors.Is(err, ErrConflict) ||
+		!strings.Contains(err.Error(), "through a DRA claim") {
+		t.Errorf("a slice of the claim's whole GPU: %v, want ErrConflict", err)
+	}
+	if _, err := l.Claim(ctx, Claim{PodUID: "c", Container: "main", DRA: []string{"gpu0"}}); err != nil {
+		t.Errorf("another pod of the claim: %v", err)
+	}
+}
