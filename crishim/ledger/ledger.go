@@ -217,7 +217,9 @@ func (l *Ledger) Held(ctx context.Context) (map[string][]string, error) {
 	out := map[string][]string{}
 	for _, h := range held {
 		for _, d := range h.devices {
-			out[d.ID] = append(out[d.ID], h.podUID)
+			if !slices.Contains(h.dra, d.ID) { // a claim's whole GPU: among dra
+				out[d.ID] = append(out[d.ID], h.podUID)
+			}
 		}
 		for _, id := range h.dra {
 			out[id] = append(out[id], h.podUID)

@@ -164,10 +164,10 @@ func CreateContainer(d Devices) Interceptor {
 		var claimLabels, claimAnnotations map[string]string
 		// A claim's whole GPUs are held as DRA claims' are (shared with
 		// the claim's other pods); its slices as an allocation's.
-		held := claims.Own
+		held := slices.Clone(claims.Own)
 		for _, s := range claimShares {
 			if s.Exclusive {
-				held = append(slices.Clone(held), s.ID)
+				held = append(held, s.ID)
 			}
 		}
 		if len(alloc.Devices)+len(claimShares)+len(held) > 0 && d.Ledger != nil {
