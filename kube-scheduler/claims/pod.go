@@ -109,11 +109,8 @@ func ForPod(pod *corev1.Pod, claims Getter, pending func(*resourceapi.ResourceCl
 // for capacity: a slice, not whole GPUs.
 func asksForSlice(claim *resourceapi.ResourceClaim) bool {
 	for _, r := range claim.Spec.Devices.Requests {
-		if r.Exactly != nil && r.Exactly.Capacity != nil && len(r.Exactly.Capacity.Requests) > 0 {
-			return true
-		}
-		for _, s := range r.FirstAvailable {
-			if s.Capacity != nil && len(s.Capacity.Requests) > 0 {
+		for _, sp := range specsOf(r) {
+			if sp.capacity != nil && len(sp.capacity.Requests) > 0 {
 				return true
 			}
 		}
