@@ -323,7 +323,7 @@ func (e *Engine) policyFor(r *Request) Policy {
 
 // candidates is the mask of devices that could serve one device of c now.
 func candidates(n *Node, s *State, c *Container) uint64 {
-	m := n.Allocatable() &^ s.Exclusive
+	m := n.Allocatable() &^ s.Exclusive & n.ServedAs(c.resource)
 	if c.Exclusive {
 		m &^= s.Used
 	}
@@ -346,7 +346,10 @@ func candidates(n *Node, s *State, c *Container) uint64 {
 
 // explain says why fewer than c.Count devices could serve c.
 func (e *Engine) explain(n *Node, s *State, c *Container, cand uint64) error {
-	healthy := n.Allocatable()
+	if served := n.ServedAs(c.resource); served&n.Allocatable() == 0 && n.Allocatable() != 0 {
+		return notFit(ReasonResource, "container %q: asks for %s, and the node has none (its GPUs: %s)", c.Name, c.resource, nodeResources{n})
+	}
+	healthy := n.Allocatable() & n.ServedAs(c.resource)
 	var selected int
 	for m := healthy; m != 0; m &= m - 1 {
 		if c.admits(n, trailing(m)) {
@@ -382,6 +385,7 @@ const (
 	ReasonSelectors     = "not enough GPUs match the pod's model/UUID selectors"
 	ReasonNotEnoughFree = "not enough free GPUs"
 	ReasonUnenforced    = "node cannot enforce GPU slices (enforcement Required)"
+	ReasonResource      = "node has no GPUs of the resource asked for"
 )
 
 // NotFitError says why a pod does not fit on a node: Reason is one of the

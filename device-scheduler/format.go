@@ -44,3 +44,18 @@ func (m nodeModels) String() string {
 	}
 	return strings.Join(out, ", ")
 }
+
+// nodeResources formats the device resources a node's devices are served
+// as, lazily: only when a not-fit error is printed.
+type nodeResources struct{ n *Node }
+
+func (r nodeResources) String() string {
+	out := make([]string, len(r.n.served))
+	for i, s := range r.n.served {
+		out[i] = s.resource
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}

@@ -40,6 +40,8 @@ func hashType(h hash.Hash64, t *TaskType) {
 	} else {
 		num(0)
 	}
+	num(int64(len(t.Selector.Resource)))
+	_, _ = io.WriteString(h, t.Selector.Resource) // a hash never fails to write
 	for _, list := range [][]string{t.Selector.IncludeModels, t.Selector.ExcludeModels, t.Selector.IncludeUUIDs, t.Selector.ExcludeUUIDs} {
 		num(int64(len(list)))
 		for _, s := range list {
@@ -145,6 +147,9 @@ func compareTypes(a, b *TaskType) int {
 		return c
 	}
 	if c := cmp.Compare(a.Host.CPUMilli, b.Host.CPUMilli); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Selector.Resource, b.Selector.Resource); c != 0 {
 		return c
 	}
 	for _, pair := range [][2][]string{

@@ -43,6 +43,9 @@ type Node struct {
 	healthy  uint64 // mask of healthy, allocatable devices
 	parents  uint64 // mask of GPUs in MIG mode: allocated only through their slices
 	enforced uint64 // mask of devices with a SliceEnforcer
+	// served is the mask of the devices served as each device resource
+	// (Device.ServedAs); one entry on most nodes.
+	served   []servedMask
 	parentOf [MaxDevices]int8
 	// weight[i*n+j] is the link weight between devices i and j.
 	weight []uint8
@@ -69,6 +72,26 @@ type Node struct {
 		cpuTracked, memTracked bool
 		value                  float64
 	}
+}
+
+// servedMask is the mask of a node's devices served as one resource.
+type servedMask struct {
+	resource string
+	mask     uint64
+}
+
+// ServedAs is the mask of the node's devices served as the device
+// resource r (types.DeviceResources); every device for r empty.
+func (n *Node) ServedAs(r string) uint64 {
+	if r == "" {
+		return 1<<n.n - 1
+	}
+	for _, s := range n.served {
+		if s.resource == r {
+			return s.mask
+		}
+	}
+	return 0
 }
 
 // State is what is free on a node. Policies read it; only the engine writes it.
@@ -126,6 +149,7 @@ func (e *Engine) NewNode(name string, inv types.Inventory, host Host) (*Node, er
 		pos[d.ID] = i
 		nd.ids[i], nd.uuids[i], nd.models[i] = d.ID, strings.ToLower(d.UUID), strings.ToLower(d.Model)
 		nd.memCap[i] = d.MemoryMiB
+		nd.addServed(d.ServedAs(), i)
 		nd.parentOf[i] = -1
 		nd.vendor[i] = e.vendors[d.Vendor]
 		if d.Health == types.Healthy && nd.vendor[i] != nil {
@@ -160,6 +184,16 @@ func (e *Engine) NewNode(name string, inv types.Inventory, host Host) (*Node, er
 		}
 	}
 	return nd, nil
+}
+
+func (n *Node) addServed(r string, d int) {
+	for i := range n.served {
+		if n.served[i].resource == r {
+			n.served[i].mask |= 1 << d
+			return
+		}
+	}
+	n.served = append(n.served, servedMask{resource: r, mask: 1 << d})
 }
 
 // Name is the node's name.
@@ -279,7 +313,7 @@ func (n *Node) Release(key string) {
 func (n *Node) Clone() *Node {
 	c := &Node{
 		name: n.name, inv: n.inv, n: n.n, ids: n.ids, uuids: n.uuids, models: n.models,
-		memCap: n.memCap, vendor: n.vendor, healthy: n.healthy, parents: n.parents, parentOf: n.parentOf,
+		memCap: n.memCap, vendor: n.vendor, healthy: n.healthy, parents: n.parents, enforced: n.enforced, served: n.served, parentOf: n.parentOf,
 		weight: n.weight, fastAdj: n.fastAdj, host: n.host, tieBreak: n.tieBreak,
 		state: n.state, pods: make(map[string]podUsage, len(n.pods)), version: n.version,
 	}

@@ -29,6 +29,9 @@ type Container struct {
 	// enforces them (Device.SliceEnforcer): under EnforcementRequired.
 	Enforced bool
 
+	// resource is the device resource the devices must be served as;
+	// empty: any.
+	resource                                                 string
 	includeModels, excludeModels, includeUUIDs, excludeUUIDs []string
 	// includeSet holds includeUUIDs when they are many (a ResourceClaim's
 	// selector, evaluated over the cluster's devices).
@@ -118,6 +121,7 @@ func (e *Engine) NewRequest(req types.PodRequest, host Host) (*Request, error) {
 // SetSelector sets the models and UUIDs the container may get.
 func (c *Container) SetSelector(s types.Selector) {
 	c.selector = s
+	c.resource = s.Resource
 	c.includeModels = lower(s.IncludeModels)
 	c.excludeModels = lower(s.ExcludeModels)
 	c.includeUUIDs = lower(s.IncludeUUIDs)
@@ -140,6 +144,9 @@ func (c *Container) Selector() types.Selector { return c.selector }
 
 // admits reports whether device d of node n passes the container's selector.
 func (c *Container) admits(n *Node, d int) bool {
+	if n.ServedAs(c.resource)&(1<<d) == 0 {
+		return false
+	}
 	if len(c.includeModels) > 0 && !contains(c.includeModels, n.models[d]) {
 		return false
 	}

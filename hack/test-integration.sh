@@ -43,6 +43,19 @@ want="Module simgpu: 4 devices"
 check "crishim shows simgpu beside a skipped nvidia" $BIN/kubegpu-crishim devices --plugin-dir $PLUGINS --node-name ci \
 	--plugin-option simgpu.preset=t4x4 --plugin-option nvidia.nvml-library=/nonexistent/libnvidia-ml.so.1
 
+# The AMD module on the recorded sysfs trees of an 8-GPU MI300X node and a
+# four-MI250 node, beside simulated NVIDIA GPUs: two vendors, each asked
+# for with its own resource.
+want="Module amd: 8 devices, asked for as amd.com/gpu"
+check "crishim devices amd mi300x-8" $BIN/kubegpu-crishim devices --plugin-dir $PLUGINS --node-name ci \
+	--plugin-option simgpu.preset=t4x4 --plugin-option amd.root=$PWD/plugins/amd/testdata/mi300x-8
+want="amd0  X      XGMI   XGMI   XGMI2  XGMI2  XGMI2  XGMI   XGMI2"
+check "crishim devices amd mi250-4 links" $BIN/kubegpu-crishim devices --plugin-dir $PLUGINS --node-name ci \
+	--plugin-option simgpu.preset=t4x4 --plugin-option amd.root=$PWD/plugins/amd/testdata/mi250-4
+want="Module simgpu: 4 devices, asked for as nvidia.com/gpu"
+check "crishim devices simgpu beside amd" $BIN/kubegpu-crishim devices --plugin-dir $PLUGINS --node-name ci \
+	--plugin-option simgpu.preset=t4x4 --plugin-option amd.root=$PWD/plugins/amd/testdata/mi250-4
+
 # A plugin built with other flags than the host is refused with the fix.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

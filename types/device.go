@@ -27,6 +27,24 @@ const (
 // in for them.
 const VendorNVIDIA = "nvidia.com"
 
+// Device resources: the extended resources a container asks for devices
+// with, in its limits. Each device is served under one of them (its
+// Resource), so that no request of one vendor's resource gets another's
+// device: the software in the container is built for one.
+const (
+	// ResourceNVIDIAGPU is NVIDIA's GPUs (and simulated GPUs, which stand
+	// in for them), as NVIDIA's device plugin names them.
+	ResourceNVIDIAGPU = "nvidia.com/gpu"
+	// ResourceAMDGPU is AMD's GPUs, as AMD's device plugin names them.
+	ResourceAMDGPU = "amd.com/gpu"
+)
+
+// DeviceResources returns the device resources kubegpu serves, in the
+// order a pod's requests and a node's capacity list them. A module adds
+// its vendor's resource here: every part of kubegpu (request decoding,
+// admission policies, the node's capacity, the shim) reads this list.
+func DeviceResources() []string { return []string{ResourceNVIDIAGPU, ResourceAMDGPU} }
+
 // Device is one schedulable device: a whole GPU, or a MIG slice of one.
 type Device struct {
 	// ID names the device on its node, is stable across restarts of the
@@ -40,6 +58,10 @@ type Device struct {
 	UUID string `json:"uuid"`
 	// Vendor is the device's vendor domain, e.g. VendorNVIDIA.
 	Vendor string `json:"vendor"`
+	// Resource is the device resource (see DeviceResources) containers
+	// ask for the device with; empty means ResourceNVIDIAGPU (the
+	// inventories of shims that predate it).
+	Resource string `json:"resource,omitempty"`
 	// Model is the product name, e.g. "Tesla V100-SXM2-16GB".
 	Model string `json:"model"`
 	// MemoryMiB is the device memory in MiB.
@@ -63,6 +85,14 @@ type Device struct {
 	// EnforcerMPS; empty when nothing does, and slices of it are
 	// admitted only under EnforcementBestEffort.
 	SliceEnforcer string `json:"sliceEnforcer,omitempty"`
+}
+
+// ServedAs is the device resource the device is asked for with.
+func (d Device) ServedAs() string {
+	if d.Resource == "" {
+		return ResourceNVIDIAGPU
+	}
+	return d.Resource
 }
 
 // LinkKind is the kind of path between two devices, best first.
@@ -211,6 +241,9 @@ func (inv Inventory) Validate() error {
 		if d.MemoryMiB < 0 || d.ComputeUnits < 0 {
 			return fmt.Errorf("%w: device %q has negative capacity", ErrInvalidInventory, d.ID)
 		}
+		if d.Resource != "" && !slices.Contains(DeviceResources(), d.Resource) {
+			return fmt.Errorf("%w: device %q has resource %q, want one of %s", ErrInvalidInventory, d.ID, d.Resource, strings.Join(DeviceResources(), ", "))
+		}
 		if d.Health != Healthy && d.Health != Unhealthy {
 			return fmt.Errorf("%w: device %q has health %q, want %q or %q", ErrInvalidInventory, d.ID, d.Health, Healthy, Unhealthy)
 		}
@@ -225,6 +258,9 @@ func (inv Inventory) Validate() error {
 		}
 		if inv.Devices[p].Parent != "" {
 			return fmt.Errorf("%w: device %q has parent %q, which is itself a slice", ErrInvalidInventory, d.ID, d.Parent)
+		}
+		if d.ServedAs() != inv.Devices[p].ServedAs() {
+			return fmt.Errorf("%w: device %q is served as %s, its parent %q as %s", ErrInvalidInventory, d.ID, d.ServedAs(), d.Parent, inv.Devices[p].ServedAs())
 		}
 	}
 	type pair struct{ a, b string }

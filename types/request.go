@@ -41,9 +41,13 @@ const MaxComputePercent = 100
 // together) that may ask for devices.
 const MaxDeviceContainers = 16
 
-// Selector narrows which devices may serve a request. Empty lists do not
+// Selector narrows which devices may serve a request. Empty fields do not
 // narrow. Models and UUIDs compare case-insensitively.
 type Selector struct {
+	// Resource is the device resource (see DeviceResources) the container
+	// asked for its devices with: only devices served as it
+	// (Device.ServedAs) may serve the request.
+	Resource      string   `json:"resource,omitempty"`
 	IncludeModels []string `json:"includeModels,omitempty"`
 	ExcludeModels []string `json:"excludeModels,omitempty"`
 	IncludeUUIDs  []string `json:"includeUUIDs,omitempty"`

@@ -121,9 +121,9 @@ func (f *fakeNode) PatchNode(_ context.Context, _ string, pt ktypes.PatchType, p
 			Annotations map[string]string `json:"annotations"`
 		} `json:"metadata"`
 		Status struct {
-			Capacity    ResourceList        `json:"capacity"`
-			Allocatable ResourceList        `json:"allocatable"`
-			Conditions  []map[string]string `json:"conditions"`
+			Capacity    map[string]*resource.Quantity `json:"capacity"`
+			Allocatable map[string]*resource.Quantity `json:"allocatable"`
+			Conditions  []map[string]string           `json:"conditions"`
 		} `json:"status"`
 	}
 	if err := json.Unmarshal(patch, &p); err != nil {
@@ -148,7 +148,21 @@ func (f *fakeNode) PatchNode(_ context.Context, _ string, pt ktypes.PatchType, p
 	if len(subresource) == 0 {
 		f.node.Inventory, f.node.HasInventory = p.Metadata.Annotations[kubeinterface.AnnotationInventory], true
 	} else {
-		f.node.Capacity, f.node.Allocatable = p.Status.Capacity, p.Status.Allocatable
+		// A JSON merge patch: null removes.
+		merge := func(into ResourceList, patch map[string]*resource.Quantity) ResourceList {
+			if into == nil {
+				into = ResourceList{}
+			}
+			for name, q := range patch {
+				if q == nil {
+					delete(into, name)
+				} else {
+					into[name] = *q
+				}
+			}
+			return into
+		}
+		f.node.Capacity, f.node.Allocatable = merge(f.node.Capacity, p.Status.Capacity), merge(f.node.Allocatable, p.Status.Allocatable)
 	}
 	return nil
 }

@@ -22,8 +22,10 @@ const DefaultSlicesPerDevice = 100
 // status (the core API's ResourceList, without linking the core API).
 type ResourceList map[string]resource.Quantity
 
-// resourceNames are the extended resources the advertiser publishes.
-var resourceNames = []string{kubeinterface.ResourceGPU, kubeinterface.ResourceGPUCores, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUShare, kubeinterface.ResourceGPUs}
+// resourceNames are the extended resources the advertiser publishes: the
+// device resources, and kubegpu's own.
+var resourceNames = append(types.DeviceResources(),
+	kubeinterface.ResourceGPUCores, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUShare, kubeinterface.ResourceGPUs)
 
 // Capacity is the extended-resource capacity the node publishes for inv.
 //
@@ -31,7 +33,12 @@ var resourceNames = []string{kubeinterface.ResourceGPU, kubeinterface.ResourceGP
 // limits against these numbers, while kubegpu's scheduler plugin decides the
 // real fit per device. So nvidia.com/gpu counts slices, not GPUs: every
 // allocatable device counts slicesPerDevice, so that shared slices (each one
-// nvidia.com/gpu) never exhaust the node before its devices are full.
+// nvidia.com/gpu) never exhaust the node before its devices are full. Each
+// device counts so under the device resource it is served as
+// (Device.ServedAs): amd.com/gpu for AMD's GPUs. nvidia.com/gpu is always
+// published (0 on a node without NVIDIA GPUs, as before other vendors
+// were served); another device resource only while the node has devices
+// of it.
 // kubegpu.io/gpu-cores is 100 per device and kubegpu.io/gpu-memory the
 // devices' memory in MiB. kubegpu.io/gpu-share, what the pods' GPUs are
 // worth for quota (see kubeinterface.ResourceGPUShare), is 100 per device
@@ -43,6 +50,7 @@ var resourceNames = []string{kubeinterface.ResourceGPU, kubeinterface.ResourceGP
 // should count.
 func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
 	var devices, memMiB, physical int64
+	perResource := map[string]int64{types.ResourceNVIDIAGPU: 0}
 	parents := map[string]bool{}
 	for _, d := range inv.Devices {
 		if d.Parent != "" {
@@ -57,15 +65,19 @@ func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
 			continue
 		}
 		devices++
+		perResource[d.ServedAs()]++
 		memMiB += d.MemoryMiB
 	}
-	return ResourceList{
-		kubeinterface.ResourceGPU:       *resource.NewQuantity(devices*int64(slicesPerDevice), resource.DecimalSI),
+	out := ResourceList{
 		kubeinterface.ResourceGPUCores:  *resource.NewQuantity(devices*int64(types.MaxComputePercent), resource.DecimalSI),
 		kubeinterface.ResourceGPUMemory: *resource.NewQuantity(memMiB, resource.DecimalSI),
 		kubeinterface.ResourceGPUShare:  *resource.NewQuantity(devices*int64(types.MaxComputePercent)*int64(slicesPerDevice), resource.DecimalSI),
 		kubeinterface.ResourceGPUs:      *resource.NewQuantity(physical, resource.DecimalSI),
 	}
+	for name, n := range perResource {
+		out[name] = *resource.NewQuantity(n*int64(slicesPerDevice), resource.DecimalSI)
+	}
+	return out
 }
 
 // Equal reports whether l and o hold the same quantities.
@@ -109,7 +121,16 @@ func patchInventory(ctx context.Context, client Client, node, value string) erro
 }
 
 func patchCapacity(ctx context.Context, client Client, node string, capacity ResourceList) error {
-	status, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": capacity, "allocatable": capacity}})
+	// What the node no longer has (a module's devices gone) is removed.
+	list := map[string]any{}
+	for _, name := range resourceNames {
+		if q, ok := capacity[name]; ok {
+			list[name] = q
+		} else {
+			list[name] = nil
+		}
+	}
+	status, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": list, "allocatable": list}})
 	if err != nil {
 		return err
 	}

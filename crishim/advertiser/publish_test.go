@@ -1,6 +1,7 @@
 package advertiser
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -35,5 +36,31 @@ func TestCapacity(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("capacity %v, want only %v", got, want)
+	}
+}
+
+// TestCapacityPerDeviceResource: each device counts under the resource it
+// is served as; nvidia.com/gpu is published even at 0, another device
+// resource only with devices, and a patch removes one the node lost.
+func TestCapacityPerDeviceResource(t *testing.T) {
+	inv := types.Inventory{Devices: []types.Device{
+		{ID: "gpu0", UUID: "GPU-0", MemoryMiB: 1024, Resource: types.ResourceAMDGPU},
+		{ID: "gpu1", UUID: "GPU-1", MemoryMiB: 1024, Resource: types.ResourceAMDGPU},
+	}}
+	got := Capacity(inv, 10)
+	for name, w := range map[string]int64{types.ResourceAMDGPU: 20, types.ResourceNVIDIAGPU: 0, kubeinterface.ResourceGPUs: 2} {
+		if q, ok := got[name]; !ok || q.Value() != w {
+			t.Errorf("%s = %v (published %v), want %d", name, q.String(), ok, w)
+		}
+	}
+	f := &fakeNode{node: &Node{}}
+	if err := patchCapacity(context.Background(), f, "n", got); err != nil {
+		t.Fatal(err)
+	}
+	if err := patchCapacity(context.Background(), f, "n", Capacity(types.Inventory{}, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if q, ok := f.node.Capacity[types.ResourceAMDGPU]; ok {
+		t.Errorf("amd.com/gpu = %v after the node's AMD GPUs went, want removed", q.String())
 	}
 }

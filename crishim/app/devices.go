@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -147,7 +148,17 @@ func (o *devicesOptions) run(cmd *cobra.Command) error {
 // printInventory prints the devices as a table and the links as nvidia-smi
 // topo -m does.
 func printInventory(w io.Writer, module string, inv types.Inventory) error {
-	fmt.Fprintf(w, "Module %s: %d devices\n\n", module, len(inv.Devices))
+	var served []string
+	for _, d := range inv.Devices {
+		if !slices.Contains(served, d.ServedAs()) {
+			served = append(served, d.ServedAs())
+		}
+	}
+	fmt.Fprintf(w, "Module %s: %d devices", module, len(inv.Devices))
+	if len(served) > 0 {
+		fmt.Fprintf(w, ", asked for as %s", strings.Join(served, ", "))
+	}
+	fmt.Fprint(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INDEX\tID\tUUID\tMODEL\tMEMORY\tSMS\tNUMA\tPCI\tHEALTH")
 	for _, d := range inv.Devices {
@@ -175,6 +186,9 @@ func printInventory(w io.Writer, module string, inv types.Inventory) error {
 		return err
 	}
 	fmt.Fprintln(w, "\nNV# = NVLink with # links, NVS = NVSwitch, PIX = same PCIe switch, PHB = host bridge, SYS = across CPU sockets")
+	if slices.ContainsFunc(inv.Links, func(l types.Link) bool { return l.Kind == types.LinkXGMI }) {
+		fmt.Fprintln(w, "XGMI = AMD Infinity Fabric link, XGMI# = # XGMI hops apart")
+	}
 	fmt.Fprintln(w)
 	return nil
 }

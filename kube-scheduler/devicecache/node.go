@@ -12,6 +12,7 @@ import (
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // ErrNoInventory is why a node that publishes no devices gets no GPU pods.
@@ -44,7 +45,7 @@ type nodeState struct {
 	hasInventory bool
 	built        bool
 	// gpus is true when the node's capacity advertises GPUs
-	// (kubegpu.io/gpus or nvidia.com/gpu): a node that should publish an
+	// (kubegpu.io/gpus or a device resource): a node that should publish an
 	// inventory.
 	gpus bool
 	// idle is the node's devices with no pod: whether a pod could fit at
@@ -152,11 +153,14 @@ func (ns *nodeState) devicesChanged() {
 }
 
 // advertisesGPUs reports whether node's capacity has GPUs: kubegpu.io/gpus,
-// which kubegpu-crishim's advertiser publishes, or nvidia.com/gpu, which
-// any device plugin does.
+// which kubegpu-crishim's advertiser publishes, or a device resource
+// (nvidia.com/gpu, amd.com/gpu), which any device plugin does.
 func advertisesGPUs(node *corev1.Node) bool {
-	for _, r := range []corev1.ResourceName{kubeinterface.ResourceGPUs, kubeinterface.ResourceGPU} {
-		if q, ok := node.Status.Capacity[r]; ok && q.Sign() > 0 {
+	if q, ok := node.Status.Capacity[kubeinterface.ResourceGPUs]; ok && q.Sign() > 0 {
+		return true
+	}
+	for _, r := range types.DeviceResources() {
+		if q, ok := node.Status.Capacity[corev1.ResourceName(r)]; ok && q.Sign() > 0 {
 			return true
 		}
 	}

@@ -44,6 +44,7 @@ func RequestShape(req types.PodRequest, host devicescheduler.Host, enforcement t
 				num(c.MemoryMiB)
 				num(int64(c.ComputePercent))
 				str(string(c.Topology))
+				str(c.Selector.Resource)
 				for _, l := range [][]string{c.Selector.IncludeModels, c.Selector.ExcludeModels, c.Selector.IncludeUUIDs, c.Selector.ExcludeUUIDs} {
 					num(int64(len(l)))
 					for _, s := range l {

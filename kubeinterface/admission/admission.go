@@ -86,6 +86,8 @@ var funcs = template.FuncMap{
 	"list":  celList,
 	"rules": func() rules { return theRules },
 	"lst":   func(s ...string) []string { return s },
+	"cat":   func(a []string, s ...string) []string { return append(append([]string(nil), a...), s...) },
+	"asked": celAsked,
 	"obj":   func(o string, r rules) objectRules { return objectRules{O: o, R: r} },
 	"join":  func(s []string) string { return strings.Join(s, ", ") },
 }
@@ -126,6 +128,17 @@ func celIntOK(v string, lo, hi int64) string {
 	return fmt.Sprintf("(%[1]s != '' && sign(quantity(%[1]s)) >= 0 && quantity(%[1]s).isInteger() && quantity(%[1]s).asInteger() >= %[2]d && quantity(%[1]s).asInteger() <= %[3]d)", v, lo, hi)
 }
 
+// celAsked is the CEL list of the device resources container c asks for
+// devices of (a count in 1..MaxDevices; an invalid count is an error of
+// its own), in r.Devices' order, as objects.PodRequest finds them.
+func celAsked(c string, r rules) string {
+	items := make([]string, len(r.Devices))
+	for i, d := range r.Devices {
+		items[i] = fmt.Sprintf("(%s ? %s : '')", celIntOK(celValue(c, d), 1, r.MaxDevices), celString(d))
+	}
+	return "[" + strings.Join(items, ", ") + "].filter(r, r != '')"
+}
+
 // objectRules are the rules applied to the CEL variable O.
 type objectRules struct {
 	O string
@@ -134,7 +147,9 @@ type objectRules struct {
 
 // rules are the request rules' bounds and words, from kubeinterface/objects.
 type rules struct {
-	GPU, Memory, Cores, Share, GPUs      string
+	Devices                              []string
+	DeviceNames, FieldResources, WantOne string
+	Memory, Cores, Share, GPUs           string
 	MaxDevices, MaxMemory, MaxCores      int64
 	WantCount, WantMemory, WantCores     string
 	MaxListChars, MaxListEntries         int
@@ -168,7 +183,9 @@ type listRule struct {
 
 var theRules = func() rules {
 	r := rules{
-		GPU: kubeinterface.ResourceGPU, Memory: kubeinterface.ResourceGPUMemory, Cores: kubeinterface.ResourceGPUCores, Share: kubeinterface.ResourceGPUShare,
+		Devices: types.DeviceResources(), DeviceNames: objects.FieldSliceCount,
+		FieldResources: objects.FieldDeviceResources, WantOne: objects.WantOneResource,
+		Memory: kubeinterface.ResourceGPUMemory, Cores: kubeinterface.ResourceGPUCores, Share: kubeinterface.ResourceGPUShare,
 		GPUs:       kubeinterface.ResourceGPUs,
 		MaxDevices: objects.MaxDevicesPerContainer, MaxMemory: objects.MaxSliceMemoryMiB, MaxCores: types.MaxComputePercent,
 		WantCount: objects.WantDeviceCount, WantMemory: objects.WantSliceMemory, WantCores: objects.WantSliceCores,

@@ -17,7 +17,8 @@ import (
 // Bounds of what a pod may ask for. The shipped admission policy
 // (deploy/admission) checks the same bounds with the same words at creation.
 const (
-	// MaxDevicesPerContainer bounds nvidia.com/gpu.
+	// MaxDevicesPerContainer bounds each device resource (nvidia.com/gpu,
+	// amd.com/gpu).
 	MaxDevicesPerContainer = 64
 	// MaxSliceMemoryMiB bounds kubegpu.io/gpu-memory (1 TiB).
 	MaxSliceMemoryMiB = 1 << 20
@@ -41,15 +42,21 @@ var (
 	WantKnownAnnotation  = "one of the annotations kubegpu knows (" + strings.Join(KnownAnnotations(), ", ") + ")"
 	WantDeviceContainers = fmt.Sprintf("at most %d", types.MaxDeviceContainers)
 	WantGracePeriod      = "at least 1 for a pod with GPUs (deleted with no grace period, a pod would free its GPUs while its containers may still run)"
+	WantOneResource      = "at most one of " + strings.Join(types.DeviceResources(), ", ") + " per container (a container's devices are of one kind)"
 )
 
 // Fields of the rules that are not a container's resource or an annotation.
 const (
 	FieldDeviceContainers = "the number of containers asking for GPUs"
 	FieldGracePeriod      = "spec.terminationGracePeriodSeconds"
+	FieldDeviceResources  = "the device resources asked for"
 )
 
-// WantSliceCount is what nvidia.com/gpu must be when the slice resource
+// FieldSliceCount names the device resources in the error of a slice
+// without a count: one of them must be set.
+var FieldSliceCount = strings.Join(types.DeviceResources(), " or ")
+
+// WantSliceCount is what a device resource must be when the slice resource
 // name is set.
 func WantSliceCount(name string) string {
 	return "set to the number of slices (usually 1) when " + name + " is set"
@@ -60,8 +67,16 @@ func WantSliceCount(name string) string {
 var ListAnnotations = []string{kubeinterface.AnnotationModelInclude, kubeinterface.AnnotationModelExclude,
 	kubeinterface.AnnotationUUIDInclude, kubeinterface.AnnotationUUIDExclude}
 
-// RequestResources are the resources a container asks for GPUs with.
-var RequestResources = []corev1.ResourceName{kubeinterface.ResourceGPU, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUCores}
+// RequestResources are the resources a container asks for GPUs with: the
+// device resources (types.DeviceResources) and the slices' memory and
+// cores.
+var RequestResources = func() []corev1.ResourceName {
+	var out []corev1.ResourceName
+	for _, r := range types.DeviceResources() {
+		out = append(out, corev1.ResourceName(r))
+	}
+	return append(out, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUCores)
+}()
 
 // ServedByDRA reports whether DRA serves the pod's extended resources (the
 // scheduler's DynamicResources plugin recorded the claim it allocated for
@@ -146,18 +161,31 @@ func containerRequests(c *collector, containers []corev1.Container, sel types.Se
 	var out []types.ContainerRequest
 	for i := range containers {
 		ctr := &containers[i]
-		count, hasCount := limit(c, ctr, kubeinterface.ResourceGPU, 0, MaxDevicesPerContainer, WantDeviceCount)
+		var count int64
+		var hasCount bool
+		var asked []string
+		for _, r := range types.DeviceResources() {
+			n, has := limit(c, ctr, corev1.ResourceName(r), 0, MaxDevicesPerContainer, WantDeviceCount)
+			if has && n > 0 {
+				asked = append(asked, r)
+				count, hasCount, sel.Resource = n, true, r
+			}
+		}
 		mem, hasMem := limit(c, ctr, kubeinterface.ResourceGPUMemory, 1, MaxSliceMemoryMiB, WantSliceMemory)
 		cores, hasCores := limit(c, ctr, kubeinterface.ResourceGPUCores, 1, types.MaxComputePercent, WantSliceCores)
-		if (hasMem || hasCores) && (!hasCount || count == 0) {
+		if len(asked) > 1 {
+			c.add(ctr.Name, FieldDeviceResources, strings.Join(asked, ", "), WantOneResource)
+			continue
+		}
+		if (hasMem || hasCores) && !hasCount {
 			name := kubeinterface.ResourceGPUMemory
 			if !hasMem {
 				name = kubeinterface.ResourceGPUCores
 			}
-			c.add(ctr.Name, string(kubeinterface.ResourceGPU), "", WantSliceCount(name))
+			c.add(ctr.Name, FieldSliceCount, "", WantSliceCount(name))
 			continue
 		}
-		if count == 0 {
+		if !hasCount {
 			continue
 		}
 		out = append(out, types.ContainerRequest{

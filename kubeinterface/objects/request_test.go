@@ -106,6 +106,12 @@ func TestPodRequest(t *testing.T) {
 			if err != nil {
 				t.Fatalf("PodRequest() error = %v", err)
 			}
+			// Every container here asks with nvidia.com/gpu.
+			for _, list := range [][]types.ContainerRequest{tt.want.InitContainers, tt.want.Containers} {
+				for i := range list {
+					list[i].Selector.Resource = types.ResourceNVIDIAGPU
+				}
+			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("PodRequest() =\n%+v\nwant\n%+v", got, tt.want)
 			}
@@ -167,7 +173,12 @@ func TestPodRequestErrors(t *testing.T) {
 		{
 			name: "slice without count",
 			pod:  pod(nil, container("train", cores, "20")),
-			want: []string{`container "train": nvidia.com/gpu must be set to the number of slices (usually 1) when kubegpu.io/gpu-cores is set, got ""`},
+			want: []string{`container "train": nvidia.com/gpu or amd.com/gpu must be set to the number of slices (usually 1) when kubegpu.io/gpu-cores is set, got ""`},
+		},
+		{
+			name: "two device resources in one container",
+			pod:  pod(nil, container("train", gpu, "1", "amd.com/gpu", "2")),
+			want: []string{`container "train": the device resources asked for must be at most one of nvidia.com/gpu, amd.com/gpu per container (a container's devices are of one kind), got "nvidia.com/gpu, amd.com/gpu"`},
 		},
 		{
 			name: "list too long, quoted by its prefix",
@@ -280,5 +291,27 @@ func TestWantsDevices(t *testing.T) {
 	}
 	if !WantsDevices(pod(nil, container("web"), container("gpu", string(kubeinterface.ResourceGPU), "1"))) {
 		t.Error("gpu pod does not want devices")
+	}
+}
+
+// A container asks for another vendor's GPUs with that vendor's resource;
+// its slices too.
+func TestPodRequestDeviceResources(t *testing.T) {
+	p := pod(nil, container("rocm", "amd.com/gpu", "4"), container("cuda", "nvidia.com/gpu", "1", "kubegpu.io/gpu-cores", "30"),
+		container("slice", "amd.com/gpu", "1", "kubegpu.io/gpu-memory", "8192"))
+	got, err := PodRequest(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []types.ContainerRequest{
+		{Name: "rocm", Count: 4, Selector: types.Selector{Resource: types.ResourceAMDGPU}},
+		{Name: "cuda", Count: 1, ComputePercent: 30, Selector: types.Selector{Resource: types.ResourceNVIDIAGPU}},
+		{Name: "slice", Count: 1, MemoryMiB: 8192, Selector: types.Selector{Resource: types.ResourceAMDGPU}},
+	}
+	if !reflect.DeepEqual(got.Containers, want) {
+		t.Errorf("PodRequest() =\n%+v\nwant\n%+v", got.Containers, want)
+	}
+	if !WantsDevices(pod(nil, container("rocm", "amd.com/gpu", "1"))) {
+		t.Error("WantsDevices of an amd.com/gpu pod = false")
 	}
 }

@@ -15,6 +15,11 @@ import (
 // Vendor is the Device.Vendor of AMD GPUs.
 const Vendor = "amd.com"
 
+// IDPrefix starts the device IDs of AMD GPUs (amd0, amd1, ... in the
+// order of their KFD topology nodes), so that they never collide with
+// another module's on a node with GPUs of two vendors (NVIDIA's are gpuN).
+const IDPrefix = "amd"
+
 // PCIVendorID is AMD's (ATI's) PCI vendor ID, as KFD prints it.
 const PCIVendorID = 0x1002
 
@@ -149,10 +154,11 @@ func gpuOf(fsys fs.FS, n kfdNode, k int, partition bool) (GPU, error) {
 		KFDNode:     n.id,
 		RenderMinor: int(minor),
 		Device: types.Device{
-			ID:                "gpu" + strconv.Itoa(k),
+			ID:                IDPrefix + strconv.Itoa(k),
 			Index:             k,
 			UUID:              uuid,
 			Vendor:            Vendor,
+			Resource:          types.ResourceAMDGPU,
 			Model:             model(p["device_id"], cus),
 			MemoryMiB:         int64(n.vramBytes >> 20),
 			ComputeUnits:      cus,

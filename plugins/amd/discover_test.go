@@ -23,16 +23,16 @@ func TestDiscoverMI300X(t *testing.T) {
 		t.Fatalf("%d GPUs, want 8", len(topo.GPUs))
 	}
 	g := topo.GPUs[0]
-	want := types.Device{ID: "gpu0", Index: 0, UUID: "GPU-e3aa140f9a5f9e29", Vendor: Vendor, Model: "AMD Instinct MI300X",
+	want := types.Device{ID: "amd0", Index: 0, UUID: "GPU-e3aa140f9a5f9e29", Vendor: Vendor, Resource: types.ResourceAMDGPU, Model: "AMD Instinct MI300X",
 		MemoryMiB: 196592, ComputeUnits: 304, ComputeCapability: "gfx942", NUMANode: 0, PCIBusID: "0000:0c:00.0", Health: types.Healthy}
 	if g.Device != want {
-		t.Errorf("gpu0 = %+v\nwant   %+v", g.Device, want)
+		t.Errorf("amd0 = %+v\nwant   %+v", g.Device, want)
 	}
 	if g.RenderMinor != 128 || g.KFDNode != 2 {
-		t.Errorf("gpu0 render minor %d, KFD node %d; want 128, 2", g.RenderMinor, g.KFDNode)
+		t.Errorf("amd0 render minor %d, KFD node %d; want 128, 2", g.RenderMinor, g.KFDNode)
 	}
 	if last := topo.GPUs[7]; last.RenderMinor != 184 || last.NUMANode != 1 || last.PCIBusID != "0000:df:00.0" {
-		t.Errorf("gpu7 = %+v, render minor %d; want 0000:df:00.0 on NUMA node 1, renderD184", last.Device, last.RenderMinor)
+		t.Errorf("amd7 = %+v, render minor %d; want 0000:df:00.0 on NUMA node 1, renderD184", last.Device, last.RenderMinor)
 	}
 	if n := len(topo.Inventory.Links); n != 28 {
 		t.Fatalf("%d links, want 28 (every pair of 8)", n)
@@ -58,7 +58,7 @@ func TestDiscoverMI250(t *testing.T) {
 	}
 	g := topo.GPUs[5]
 	if g.Model != "AMD Instinct MI250" || g.ComputeUnits != 104 || g.MemoryMiB != 65520 || g.ComputeCapability != "gfx90a" || g.NUMANode != 1 {
-		t.Errorf("gpu5 = %+v", g.Device)
+		t.Errorf("amd5 = %+v", g.Device)
 	}
 	m := topo.Inventory.LinkMatrix()
 	for _, tc := range []struct {
@@ -79,7 +79,7 @@ func TestDiscoverMI250(t *testing.T) {
 	}
 	labels := topo.Inventory.LinkLabels()
 	if got := strings.Join(labels[0], " "); got != "X XGMI XGMI XGMI2 XGMI2 XGMI2 XGMI XGMI2" {
-		t.Errorf("gpu0's links: %s", got)
+		t.Errorf("amd0's links: %s", got)
 	}
 }
 

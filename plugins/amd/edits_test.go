@@ -35,14 +35,14 @@ func TestEdits(t *testing.T) {
 	}
 	// A GPU named twice (two slices of it) is one render node.
 	if e, err := topo.Edits(types.ContainerAllocation{Name: "c", Devices: []types.DeviceShare{share(1), share(1)}}); err != nil || !reflect.DeepEqual(e.DeviceNodes, []types.DeviceNode{want[0], want[2]}) {
-		t.Errorf("gpu1 twice: %+v, %v; want /dev/kfd and renderD136 once", e, err)
+		t.Errorf("amd1 twice: %+v, %v; want /dev/kfd and renderD136 once", e, err)
 	}
 	if e, err := topo.Edits(types.ContainerAllocation{Name: "c"}); err != nil || !reflect.DeepEqual(e, types.ContainerEdits{}) {
 		t.Errorf("no devices: %+v, %v; want no edits", e, err)
 	}
 	wrongUUID := share(2)
 	wrongUUID.UUID = topo.GPUs[3].UUID
-	for _, d := range []types.DeviceShare{{ID: "gpu8", UUID: "GPU-0"}, wrongUUID} {
+	for _, d := range []types.DeviceShare{{ID: "amd8", UUID: "GPU-0"}, wrongUUID} {
 		if _, err := topo.Edits(types.ContainerAllocation{Name: "c", Devices: []types.DeviceShare{d}}); !errors.Is(err, ErrNotOnNode) {
 			t.Errorf("%+v: %v, want ErrNotOnNode", d, err)
 		}

@@ -20,6 +20,12 @@ const Name = "amd"
 // demos).
 const OptionRoot = "root"
 
+// OptionDevRoot is the node side's option naming the directory under which
+// the host's device nodes are found ("/" by default): a container's
+// /dev/kfd is DIR/dev/kfd on the host. Tests and demos point it at device
+// nodes they made, to run containers with a recorded tree's GPUs.
+const OptionDevRoot = "dev-root"
+
 // NewModule returns the AMD GPU module.
 func NewModule() types.Module { return module{} }
 
@@ -39,17 +45,20 @@ func (module) SchedulerPlugin(_ context.Context, cfg types.PluginConfig) (types.
 // without the amdgpu driver's topology, or without GPUs the shim may see,
 // gives an error wrapping types.ErrNoDevices.
 func (module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.NodePlugin, error) {
-	if err := cfg.CheckOptions(Name, OptionRoot); err != nil {
+	if err := cfg.CheckOptions(Name, OptionRoot, OptionDevRoot); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	root := cfg.Options[OptionRoot]
-	if root == "" {
-		root = "/"
+	dirs := map[string]string{OptionRoot: "/", OptionDevRoot: "/"}
+	for _, key := range []string{OptionRoot, OptionDevRoot} {
+		if v, ok := cfg.Options[key]; ok {
+			if !filepath.IsAbs(v) {
+				return nil, fmt.Errorf("%s: %s.%s=%q: want an absolute directory", Name, Name, key, v)
+			}
+			dirs[key] = filepath.Clean(v)
+		}
 	}
-	if !filepath.IsAbs(root) {
-		return nil, fmt.Errorf("%s: %s.%s=%q: want an absolute directory", Name, Name, OptionRoot, root)
-	}
-	n := &node{root: root}
+	root := dirs[OptionRoot]
+	n := &node{root: root, devRoot: dirs[OptionDevRoot]}
 	t, err := n.discover()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
@@ -63,9 +72,9 @@ func (module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.Nod
 // node is the module's node side: the last discovery, from which container
 // edits are built once it is checked to be current.
 type node struct {
-	root string
-	mu   sync.Mutex
-	last Topology
+	root, devRoot string
+	mu            sync.Mutex
+	last          Topology
 }
 
 var _ types.NodePlugin = (*node)(nil)
@@ -111,6 +120,9 @@ func (n *node) ContainerEdits(_ context.Context, alloc types.ContainerAllocation
 	e, err := t.Edits(alloc)
 	if err != nil {
 		return types.ContainerEdits{}, fmt.Errorf("%s: %w", Name, err)
+	}
+	for i := range e.DeviceNodes {
+		e.DeviceNodes[i].HostPath = filepath.Join(n.devRoot, e.DeviceNodes[i].ContainerPath)
 	}
 	return e, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -54,10 +55,10 @@ func TestNodePlugin(t *testing.T) {
 
 	e, err := np.ContainerEdits(ctx, types.ContainerAllocation{Name: "c", Devices: []types.DeviceShare{share(0)}})
 	if err != nil || renderOf(e) != "/dev/dri/renderD128" {
-		t.Fatalf("gpu0: %+v, %v", e, err)
+		t.Fatalf("amd0: %+v, %v", e, err)
 	}
 
-	// The driver reloads: gpu0's render node is now 200.
+	// The driver reloads: amd0's render node is now 200.
 	props := filepath.Join(root, TopologyDir, "nodes", "2", "properties")
 	data, err := os.ReadFile(props)
 	if err != nil {
@@ -68,16 +69,16 @@ func TestNodePlugin(t *testing.T) {
 	}
 	setGeneration(t, root, "2")
 	if e, err = np.ContainerEdits(ctx, types.ContainerAllocation{Name: "c", Devices: []types.DeviceShare{share(0)}}); err != nil || renderOf(e) != "/dev/dri/renderD200" {
-		t.Errorf("gpu0 after the reload: %+v, %v; want renderD200", e, err)
+		t.Errorf("amd0 after the reload: %+v, %v; want renderD200", e, err)
 	}
 
-	// gpu7 goes.
+	// amd7 goes.
 	if err := os.RemoveAll(filepath.Join(root, TopologyDir, "nodes", "9")); err != nil {
 		t.Fatal(err)
 	}
 	setGeneration(t, root, "3")
 	if _, err := np.ContainerEdits(ctx, types.ContainerAllocation{Name: "c", Devices: []types.DeviceShare{share(7)}}); !errors.Is(err, ErrNotOnNode) {
-		t.Errorf("gpu7 gone: %v, want ErrNotOnNode", err)
+		t.Errorf("amd7 gone: %v, want ErrNotOnNode", err)
 	}
 }
 
@@ -86,8 +87,8 @@ func TestNodePlugin(t *testing.T) {
 func TestModuleOptions(t *testing.T) {
 	ctx := context.Background()
 	for opts, want := range map[string]map[string]string{
-		"unknown option amd.colour (known: root)": {"colour": "red"},
-		"want an absolute directory":              {OptionRoot: "testdata"},
+		"unknown option amd.colour (known: root, dev-root)": {"colour": "red"},
+		"want an absolute directory":                        {OptionRoot: "testdata"},
 	} {
 		if _, err := NewModule().NodePlugin(ctx, types.PluginConfig{Options: want}); err == nil || !strings.Contains(err.Error(), opts) {
 			t.Errorf("NodePlugin(%v) = %v, want %q", want, err, opts)
@@ -102,5 +103,34 @@ func TestModuleOptions(t *testing.T) {
 	sp, err := NewModule().SchedulerPlugin(ctx, types.PluginConfig{})
 	if err != nil || sp.Vendor() != Vendor {
 		t.Errorf("SchedulerPlugin: %v, %v", sp, err)
+	}
+}
+
+// TestNodePluginDevRoot: with dev-root, a container's device nodes are
+// found under it on the host and keep their paths in the container.
+func TestNodePluginDevRoot(t *testing.T) {
+	ctx := context.Background()
+	np, err := NewModule().NodePlugin(ctx, types.PluginConfig{NodeName: "n", Options: map[string]string{
+		OptionRoot: fixtureCopy(t, "mi300x-8"), OptionDevRoot: "/run/devs/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer np.Close()
+	inv, err := np.Discover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := inv.Devices[1]
+	e, err := np.ContainerEdits(ctx, types.ContainerAllocation{Name: "c", Devices: []types.DeviceShare{{ID: d.ID, UUID: d.UUID, Exclusive: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []types.DeviceNode{{HostPath: "/run/devs/dev/kfd", ContainerPath: "/dev/kfd", Permissions: "rw"},
+		{HostPath: "/run/devs/dev/dri/renderD136", ContainerPath: "/dev/dri/renderD136", Permissions: "rw"}}
+	if !slices.Equal(e.DeviceNodes, want) {
+		t.Errorf("edits %+v, want %+v", e.DeviceNodes, want)
+	}
+	if _, err := NewModule().NodePlugin(ctx, types.PluginConfig{Options: map[string]string{OptionDevRoot: "devs"}}); err == nil || !strings.Contains(err.Error(), "amd.dev-root=\"devs\": want an absolute directory") {
+		t.Errorf("a relative dev-root: %v", err)
 	}
 }

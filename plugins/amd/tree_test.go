@@ -96,7 +96,7 @@ func TestLinksHeeded(t *testing.T) {
 	for _, l := range topo.Inventory.Links {
 		got[l.A+"-"+l.B] = l
 	}
-	want := map[string]types.Link{"gpu0-gpu1": {A: "gpu0", B: "gpu1", Kind: types.LinkXGMI, Hops: 1, BandwidthMBps: 50000}}
+	want := map[string]types.Link{"amd0-amd1": {A: "amd0", B: "amd1", Kind: types.LinkXGMI, Hops: 1, BandwidthMBps: 50000}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("links %v, want %v", got, want)
 	}
@@ -107,7 +107,7 @@ func TestLinksHeeded(t *testing.T) {
 		t.Fatal(err)
 	}
 	if m := topo.Inventory.LinkMatrix(); m[1][4].Kind != types.LinkHostBridge || m[0][1].Kind != types.LinkXGMI {
-		t.Errorf("gpu1-gpu4 %+v, want a host bridge", m[1][4])
+		t.Errorf("amd1-amd4 %+v, want a host bridge", m[1][4])
 	}
 }
 
@@ -185,9 +185,9 @@ func TestModelsAndNUMA(t *testing.T) {
 	}
 	a, b := topo.GPUs[0], topo.GPUs[1]
 	if a.Model != "AMD Instinct MI250X" || a.ComputeUnits != 110 || a.NUMANode != -1 || a.ComputeCapability != "gfx90a" {
-		t.Errorf("gpu0 %+v", a.Device)
+		t.Errorf("amd0 %+v", a.Device)
 	}
 	if b.Model != "AMD GPU 0x1234" || b.ComputeCapability != "" {
-		t.Errorf("gpu1 %+v", b.Device)
+		t.Errorf("amd1 %+v", b.Device)
 	}
 }
