@@ -115,6 +115,18 @@ type PodScopedPlugin interface {
 	ReleasePods(ctx context.Context, live map[string]bool, listed time.Time) error
 }
 
+// GuardedNodesPlugin is implemented by a NodePlugin whose devices a
+// container reaches through device nodes that kubegpu-crishim knows no
+// other way to find (the NVIDIA driver's it knows itself): every one of
+// them a container config brings, but for those the module's own edits
+// add, the shim removes, and it masks them in privileged containers, so
+// that a container gets only the devices allocated to it.
+type GuardedNodesPlugin interface {
+	// GuardedNodes lists the device nodes of the module's devices on the
+	// node now, with the path each has on the host and in a container.
+	GuardedNodes() []DeviceNode
+}
+
 // SchedulerPlugin is the device-specific part of fit and score, used by the
 // allocation engine. Its methods are called in the engine's hot loops: they
 // must be pure, fast, safe for concurrent use and must not allocate.

@@ -204,7 +204,8 @@ func CreateContainer(d Devices) Interceptor {
 			return refuse(codes.FailedPrecondition, metrics.ReasonCDIOff, ErrCDIOff)
 		}
 		if !allowed {
-			stripped := rewrite.Strip(cfg, claims.CDI)
+			guarded := d.Rewriter.Guarded()
+			stripped := rewrite.Strip(cfg, claims.CDI, guarded)
 			// containerd may pass the pod's annotations on to the runtime
 			// (pod_annotations), and CDI-aware runtimes read them.
 			if sbStripped := rewrite.StripCDIAnnotations(sb.GetAnnotations(), nil); len(sbStripped) > 0 {
@@ -214,8 +215,15 @@ func CreateContainer(d Devices) Interceptor {
 				logger.Info("Removed GPU access the container brought itself", "removed", stripped)
 				d.Metrics.Stripped.Inc()
 			}
-			if privileged && d.HostGPUNodes != nil {
-				cfg.Mounts = append(cfg.Mounts, rewrite.Masks(cfg, d.HostGPUNodes())...)
+			if privileged {
+				var nodes []string
+				if d.HostGPUNodes != nil {
+					nodes = d.HostGPUNodes()
+				}
+				for _, g := range guarded {
+					nodes = append(nodes, g.ContainerPath)
+				}
+				cfg.Mounts = append(cfg.Mounts, rewrite.Masks(cfg, nodes)...)
 			}
 		}
 		rewrite.Apply(cfg, edits)

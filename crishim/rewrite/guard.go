@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // What reaches a GPU in a container config, besides the allocation: the
@@ -30,8 +32,10 @@ var DeviceListMountDirs = []string{"/var/run/nvidia-container-devices", "/run/nv
 const CDIAnnotationPrefix = "cdi.k8s.io/"
 
 // gpuCDIVendors are the CDI vendors of GPU devices: NVIDIA's (nvidia-ctk's
-// nvidia.com/gpu, the DRA driver's k8s.gpu.nvidia.com/...) and kubegpu's own.
-var gpuCDIVendors = []string{"nvidia.com", ".nvidia.com", "kubegpu.io", ".kubegpu.io"}
+// nvidia.com/gpu, the DRA driver's k8s.gpu.nvidia.com/...), AMD's
+// (amd-ctk's amd.com/gpu, the DRA driver's gpu.amd.com/...) and kubegpu's
+// own.
+var gpuCDIVendors = []string{"nvidia.com", ".nvidia.com", "amd.com", ".amd.com", "kubegpu.io", ".kubegpu.io"}
 
 // SelectionEnv are the NVIDIA container runtime's variables that select
 // devices, other than NVIDIA_VISIBLE_DEVICES (which a module always sets):
@@ -63,9 +67,10 @@ func IsGPUDevicePath(p string) bool {
 
 // reachesGPU reports whether a host path given as a container device is,
 // or (a directory, which the runtime expands to every device in it) holds,
-// a device node of the NVIDIA driver's character majors. The walk of a
-// directory stops after maxDeviceWalk entries, and counts as holding one.
-func reachesGPU(hostPath string, majors map[uint32]bool) bool {
+// a device node of the NVIDIA driver's character majors or one the modules
+// guard (g). The walk of a directory stops after maxDeviceWalk entries,
+// and counts as holding one.
+func reachesGPU(hostPath string, majors map[uint32]bool, g guarded) bool {
 	if hostPath == "" {
 		return false
 	}
@@ -79,10 +84,10 @@ func reachesGPU(hostPath string, majors map[uint32]bool) bool {
 		return false
 	}
 	if !fi.IsDir() {
-		return isGPUCharDevice(fi, majors)
+		return isGPUCharDevice(fi, majors) || g.holds(fi)
 	}
 	dir := filepath.Clean(real)
-	for _, n := range HostGPUNodes("/dev") {
+	for _, n := range append(HostGPUNodes("/dev"), g.hostPaths...) {
 		if _, ok := under(n, dir); ok {
 			return true
 		}
@@ -95,13 +100,52 @@ func reachesGPU(hostPath string, majors map[uint32]bool) bool {
 			return fs.SkipAll
 		}
 		if err == nil && e.Type()&fs.ModeCharDevice != 0 {
-			if fi, err := os.Stat(p); err == nil && isGPUCharDevice(fi, majors) {
+			if fi, err := os.Stat(p); err == nil && (isGPUCharDevice(fi, majors) || g.holds(fi)) {
 				found = true
 			}
 		}
 		return nil
 	})
 	return found
+}
+
+// guarded are the device nodes the modules guard
+// (types.GuardedNodesPlugin): their paths, and the device numbers of
+// those that exist on the host, so that a node is found under any name.
+type guarded struct {
+	hostPaths, containerPaths []string
+	devices                   map[uint64]bool
+}
+
+func newGuarded(nodes []types.DeviceNode) guarded {
+	g := guarded{devices: map[uint64]bool{}}
+	for _, n := range nodes {
+		if n.HostPath != "" {
+			g.hostPaths = append(g.hostPaths, filepath.Clean(n.HostPath))
+			if fi, err := os.Stat(n.HostPath); err == nil && fi.Mode()&fs.ModeCharDevice != 0 {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					g.devices[st.Rdev] = true
+				}
+			}
+		}
+		if n.ContainerPath != "" {
+			g.containerPaths = append(g.containerPaths, path.Clean("/"+n.ContainerPath))
+		}
+	}
+	return g
+}
+
+// holds reports whether fi is a character device the modules guard.
+func (g guarded) holds(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && fi.Mode()&fs.ModeCharDevice != 0 && g.devices[st.Rdev]
+}
+
+// names reports whether a device entry names a guarded node by its host
+// or container path.
+func (g guarded) names(hostPath, containerPath string) bool {
+	return (hostPath != "" && slices.Contains(g.hostPaths, filepath.Clean(hostPath))) ||
+		(containerPath != "" && slices.Contains(g.containerPaths, path.Clean("/"+containerPath)))
 }
 
 // maxDeviceWalk bounds the walk of a directory given as a device.
@@ -152,31 +196,33 @@ func IsGPUCDIDevice(name string) bool {
 }
 
 // Strip removes from cfg every way to a GPU that the shim did not add: the
-// NVIDIA driver's device nodes, mounts of them or of the NVIDIA runtime's
+// NVIDIA driver's device nodes and those the modules guard (nodes, from
+// Rewriter.Guarded), mounts of them or of the NVIDIA runtime's
 // device-list paths, and GPU CDI devices, in the config's fields and in
 // its CDI annotations, but for the CDI devices named in keep: those of the
 // pod's prepared DRA claims, which kubelet adds. Env variables are not
 // touched here: the edits (Baseline and the modules') replace them. It
 // changes cfg in place.
-func Strip(cfg *runtimeapi.ContainerConfig, keep []string) Stripped {
+func Strip(cfg *runtimeapi.ContainerConfig, keep []string, nodes []types.DeviceNode) Stripped {
 	var s Stripped
+	g := newGuarded(nodes)
 	var majors map[uint32]bool // read once, if a device entry needs it
 	cfg.Devices = slices.DeleteFunc(cfg.Devices, func(d *runtimeapi.Device) bool {
-		if IsGPUDevicePath(d.GetHostPath()) || IsGPUDevicePath(d.GetContainerPath()) {
+		if IsGPUDevicePath(d.GetHostPath()) || IsGPUDevicePath(d.GetContainerPath()) || g.names(d.GetHostPath(), d.GetContainerPath()) {
 			s.DeviceNodes = append(s.DeviceNodes, d.GetHostPath())
 			return true
 		}
 		if majors == nil {
 			majors = gpuMajors()
 		}
-		if reachesGPU(d.GetHostPath(), majors) {
+		if reachesGPU(d.GetHostPath(), majors, g) {
 			s.DeviceNodes = append(s.DeviceNodes, d.GetHostPath())
 			return true
 		}
 		return false
 	})
 	cfg.Mounts = slices.DeleteFunc(cfg.Mounts, func(m *runtimeapi.Mount) bool {
-		if IsGPUDevicePath(m.GetHostPath()) || isDeviceListMount(m.GetContainerPath()) {
+		if IsGPUDevicePath(m.GetHostPath()) || isDeviceListMount(m.GetContainerPath()) || g.names(m.GetHostPath(), "") {
 			s.Mounts = append(s.Mounts, m.GetHostPath()+":"+m.GetContainerPath())
 			return true
 		}

@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/kubegpu/kubegpu/types"
 )
 
 func TestStrip(t *testing.T) {
@@ -35,7 +37,7 @@ func TestStrip(t *testing.T) {
 			"keep":             "nvidia.com/gpu=0",
 		},
 	}
-	s := Strip(cfg, nil)
+	s := Strip(cfg, nil, nil)
 	var left []string
 	for _, d := range cfg.Devices {
 		left = append(left, d.HostPath+":"+d.ContainerPath)
@@ -56,7 +58,7 @@ func TestStrip(t *testing.T) {
 	if len(s.DeviceNodes) != 3 || len(s.Mounts) != 3 || len(s.CDIDevices) != 6 {
 		t.Errorf("stripped %+v", s)
 	}
-	if !Strip(cfg, nil).Empty() {
+	if !Strip(cfg, nil, nil).Empty() {
 		t.Error("a second Strip removed more")
 	}
 }
@@ -133,8 +135,55 @@ func TestStripDevicesReachingGPUs(t *testing.T) {
 		{HostPath: link, ContainerPath: "/linked"},
 		{HostPath: null, ContainerPath: "/dev/mynull"},
 	}}
-	s := Strip(cfg, nil)
+	s := Strip(cfg, nil, nil)
 	if len(cfg.Devices) != 1 || cfg.Devices[0].HostPath != null || len(s.DeviceNodes) != 3 {
 		t.Errorf("left %v, removed %v: want only %s left", cfg.Devices, s.DeviceNodes, null)
+	}
+}
+
+// TestStripGuardedNodes: the device nodes a module guards are removed
+// under any name (their host path, their container path, a link to them,
+// a directory that holds them), with the module's CDI devices; other
+// devices stay.
+func TestStripGuardedNodes(t *testing.T) {
+	dir := t.TempDir()
+	devs := filepath.Join(dir, "dev", "dri")
+	if err := os.MkdirAll(devs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A stand-in for a render node: a link to a real character device.
+	link := filepath.Join(dir, "render-link")
+	if err := os.Symlink("/dev/null", link); err != nil {
+		t.Fatal(err)
+	}
+	guarded := []types.DeviceNode{
+		{HostPath: "/dev/null", ContainerPath: "/dev/dri/renderD128"},
+		{HostPath: filepath.Join(devs, "renderD136"), ContainerPath: "/dev/dri/renderD136"},
+		{HostPath: "/nonexistent/kfd", ContainerPath: "/dev/kfd"},
+	}
+	cfg := &runtimeapi.ContainerConfig{
+		Devices: []*runtimeapi.Device{
+			{HostPath: "/dev/null", ContainerPath: "/dev/gpu"},
+			{HostPath: "/dev/fuse", ContainerPath: "/dev/kfd"},
+			{HostPath: link, ContainerPath: "/dev/x"},
+			{HostPath: filepath.Join(dir, "dev"), ContainerPath: "/dev/all"},
+			{HostPath: "/dev/fuse", ContainerPath: "/dev/fuse"},
+		},
+		Mounts:     []*runtimeapi.Mount{{HostPath: filepath.Join(devs, "renderD136"), ContainerPath: "/r"}, {HostPath: "/data", ContainerPath: "/data"}},
+		CDIDevices: []*runtimeapi.CDIDevice{{Name: "amd.com/gpu=all"}, {Name: "gpu.amd.com/gpu=0"}, {Name: "example.com/nic=eth1"}},
+	}
+	s := Strip(cfg, nil, guarded)
+	var left []string
+	for _, d := range cfg.Devices {
+		left = append(left, d.HostPath+":"+d.ContainerPath)
+	}
+	for _, m := range cfg.Mounts {
+		left = append(left, m.HostPath+":"+m.ContainerPath)
+	}
+	for _, d := range cfg.CDIDevices {
+		left = append(left, d.Name)
+	}
+	if want := []string{"/dev/fuse:/dev/fuse", "/data:/data", "example.com/nic=eth1"}; !reflect.DeepEqual(left, want) {
+		t.Errorf("left %q, want %q (stripped %+v)", left, want, s)
 	}
 }

@@ -79,6 +79,21 @@ type Rewriter struct {
 	Failed []string
 }
 
+// Guarded lists the device nodes the node's modules guard
+// (types.GuardedNodesPlugin), for Strip and Masks.
+func (r *Rewriter) Guarded() []types.DeviceNode {
+	if r.Modules == nil {
+		return nil
+	}
+	var out []types.DeviceNode
+	for _, m := range r.Modules() {
+		if g, ok := m.Plugin.(types.GuardedNodesPlugin); ok {
+			out = append(out, g.GuardedNodes()...)
+		}
+	}
+	return out
+}
+
 // ContainerAllocation returns the devices allocated to container name of
 // the pod whose sandbox config is sb: an empty allocation if the pod has
 // none or does not name the container, an error wrapping ErrForbidden

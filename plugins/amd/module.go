@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 
 	"k8s.io/klog/v2"
@@ -125,6 +126,23 @@ func (n *node) ContainerEdits(_ context.Context, alloc types.ContainerAllocation
 		e.DeviceNodes[i].HostPath = filepath.Join(n.devRoot, e.DeviceNodes[i].ContainerPath)
 	}
 	return e, nil
+}
+
+var _ types.GuardedNodesPlugin = (*node)(nil)
+
+// GuardedNodes are /dev/kfd and the render nodes of the GPUs of the last
+// discovery: a container reaches AMD GPUs only through those the shim
+// gives it.
+func (n *node) GuardedNodes() []types.DeviceNode {
+	n.mu.Lock()
+	t := n.last
+	n.mu.Unlock()
+	out := []types.DeviceNode{{HostPath: filepath.Join(n.devRoot, DeviceKFD), ContainerPath: DeviceKFD}}
+	for _, g := range t.GPUs {
+		p := renderNodePath + strconv.Itoa(g.RenderMinor)
+		out = append(out, types.DeviceNode{HostPath: filepath.Join(n.devRoot, p), ContainerPath: p})
+	}
+	return out
 }
 
 // Close releases nothing: the node side holds no handles.

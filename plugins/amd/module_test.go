@@ -134,3 +134,20 @@ func TestNodePluginDevRoot(t *testing.T) {
 		t.Errorf("a relative dev-root: %v", err)
 	}
 }
+
+// TestGuardedNodes: the shim guards /dev/kfd and every render node of the
+// node's AMD GPUs, under dev-root on the host.
+func TestGuardedNodes(t *testing.T) {
+	ctx := context.Background()
+	np, err := NewModule().NodePlugin(ctx, types.PluginConfig{NodeName: "n", Options: map[string]string{
+		OptionRoot: fixtureCopy(t, "mi300x-8"), OptionDevRoot: "/run/devs"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer np.Close()
+	got := np.(types.GuardedNodesPlugin).GuardedNodes()
+	if len(got) != 9 || got[0] != (types.DeviceNode{HostPath: "/run/devs/dev/kfd", ContainerPath: "/dev/kfd"}) ||
+		got[1] != (types.DeviceNode{HostPath: "/run/devs/dev/dri/renderD128", ContainerPath: "/dev/dri/renderD128"}) {
+		t.Errorf("guarded nodes %+v, want /dev/kfd and 8 render nodes under /run/devs", got)
+	}
+}
