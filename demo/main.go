@@ -5,8 +5,9 @@
 // RBAC and admission policies as cluster-admin, then runs every component
 // with its own identity: kubegpu-scheduler as the only scheduler
 // (system:kube-scheduler), simulated GPU nodes (kubegpu-crishim advertisers
-// with the simgpu module, 2 × DGX-1, 1 × DGX H100, 2 × 4-T4 box, each with
-// its node's credentials and a simulated kubelet renewing its Lease) and a
+// with the simgpu module, 2 × DGX-1, 1 × DGX H100, 2 × 4-T4 box, and with
+// the AMD module on a recorded 8 × MI300X tree, each with its node's
+// credentials and a simulated kubelet renewing its Lease) and a
 // real node (kubelet -> kubegpu-crishim -> containerd). A tenant applies
 // the pods in examples/; the CLI, bound to the read-only kubegpu-viewer
 // role, prints the cluster's GPUs and why the pod that cannot fit is
@@ -46,9 +47,43 @@ type options struct {
 	timeout                                 time.Duration
 }
 
-// simNodes are the simulated GPU nodes: name and simgpu preset.
-var simNodes = []struct{ name, preset string }{
-	{"dgx1-a", "dgx1"}, {"dgx1-b", "dgx1"}, {"dgx-h100", "dgx-h100"}, {"t4-box-a", "t4x4"}, {"t4-box-b", "t4x4"},
+// simNodes are the simulated GPU nodes: name, and the device module and
+// option that give each its GPUs (a simgpu preset, or a sysfs tree
+// recorded from a machine of another vendor).
+var simNodes = []struct{ name, module, option string }{
+	{"dgx1-a", "simgpu", "preset=dgx1"}, {"dgx1-b", "simgpu", "preset=dgx1"}, {"dgx-h100", "simgpu", "preset=dgx-h100"},
+	{"t4-box-a", "simgpu", "preset=t4x4"}, {"t4-box-b", "simgpu", "preset=t4x4"},
+	{"mi300x", "amd", "root=plugins/amd/testdata/mi300x-8"},
+}
+
+// simNodeModule returns the plugin directory and option of a simulated
+// node: a directory of the node's module alone (the others would find
+// nothing to serve, or want options of their own), made once per module,
+// and the option with its path made absolute.
+func simNodeModule(dir, pluginDir, module, option string) (string, string, error) {
+	own := filepath.Join(dir, "plugins-"+module)
+	if err := os.MkdirAll(own, 0o755); err != nil {
+		return "", "", err
+	}
+	// A copy: the shim loads no module through a link.
+	dst := filepath.Join(own, module+".so")
+	if _, err := os.Stat(dst); os.IsNotExist(err) {
+		b, err := os.ReadFile(filepath.Join(pluginDir, module+".so"))
+		if err != nil {
+			return "", "", err
+		}
+		if err := os.WriteFile(dst, b, 0o755); err != nil {
+			return "", "", err
+		}
+	}
+	if key, value, _ := strings.Cut(option, "="); key == "root" {
+		abs, err := filepath.Abs(value)
+		if err != nil {
+			return "", "", err
+		}
+		option = key + "=" + abs
+	}
+	return own, module + "." + option, nil
 }
 
 func main() {
@@ -125,9 +160,13 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	procs = append(procs, sched.Process)
 
-	step("Starting %d simulated GPU nodes: kubegpu-crishim with the simgpu module, each with its node's credentials", len(simNodes))
+	step("Starting %d simulated GPU nodes: kubegpu-crishim with the simgpu module, or the AMD module on a recorded MI300X tree, each with its node's credentials", len(simNodes))
 	shimMetrics := map[string]string{} // node -> its shim's metrics address
 	for _, n := range simNodes {
+		plugins, option, err := simNodeModule(dir, o.pluginDir, n.module, n.option)
+		if err != nil {
+			return err
+		}
 		shimMetrics[n.name] = metricsAddr()
 		k, err := c.StartSimKubelet(runCtx, localcluster.SimKubeletOptions{Node: n.name, Capacity: localcluster.NodeCapacity("64", "512Gi", 110)})
 		if err != nil {
@@ -135,7 +174,7 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		defer k.Pause()
 		p, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-crishim-"+n.name+".log"), filepath.Join(o.binDir, "kubegpu-crishim"),
-			"--node-name="+n.name, "--plugin-dir="+o.pluginDir, "--plugin-option=simgpu.preset="+n.preset,
+			"--node-name="+n.name, "--plugin-dir="+plugins, "--plugin-option="+option,
 			"--listen="+filepath.Join(dir, n.name+".sock"), "--runtime-endpoint=unix://"+filepath.Join(dir, "no-runtime.sock"),
 			"--allocation-key="+pubFile, "--kubeconfig="+k.Identity.Kubeconfig, "--interval=5s", "--metrics-bind-address="+shimMetrics[n.name],
 			"--kubelet-root-dir="+filepath.Join(dir, n.name, "kubelet"), "--claims-dir="+filepath.Join(dir, n.name, "claims"))
@@ -143,7 +182,7 @@ func run(ctx context.Context, o options) (err error) {
 			return err
 		}
 		procs = append(procs, p)
-		fmt.Printf("    %-10s %-9s as %s\n", n.name, n.preset, k.Identity.User)
+		fmt.Printf("    %-10s %-40s as %s\n", n.name, option, k.Identity.User)
 	}
 
 	step("Starting a real node: kubelet -> kubegpu-crishim -> containerd + runc (4 simulated T4s)")
