@@ -29,6 +29,7 @@ import (
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache/cachetest"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/plugins/amd"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -163,6 +164,8 @@ func randomCluster(t *testing.T, rng *rand.Rand, key *kubeinterface.Key, cl int)
 			}
 		case 3, 4:
 			withMIG(t, rng, n)
+		case 5, 6:
+			asAMD(t, n)
 		}
 		nodes = append(nodes, n)
 		objs = append(objs, n)
@@ -254,7 +257,23 @@ func withMIG(t *testing.T, rng *rand.Rand, n *corev1.Node) {
 	}
 }
 
-// randomGPUPod asks for whole GPUs or slices, with CPU and memory, at a
+// asAMD makes n's GPUs AMD's: served as amd.com/gpu and rated by the AMD
+// module, links and all.
+func asAMD(t *testing.T, n *corev1.Node) {
+	t.Helper()
+	inv, err := objects.NodeInventory(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range inv.Devices {
+		inv.Devices[i].Vendor, inv.Devices[i].Resource = amd.Vendor, types.ResourceAMDGPU
+	}
+	if err := objects.SetNodeInventory(n, inv); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// randomGPUPod asks for whole GPUs or slices (of NVIDIA's or AMD's), with CPU and memory, at a
 // high, the default or the borrowers' priority (a pod over its namespace's
 // GPU budget).
 func randomGPUPod(rng *rand.Rand, name string) *corev1.Pod {
@@ -263,6 +282,11 @@ func randomGPUPod(rng *rand.Rand, name string) *corev1.Pod {
 		cores = int64(10 * (1 + rng.IntN(9)))
 	}
 	p := cachetest.GPUPod(name, int64(1+rng.IntN(4)), cores, cachetest.Now)
+	if rng.IntN(4) == 0 {
+		limits := p.Spec.Containers[0].Resources.Limits
+		limits[types.ResourceAMDGPU] = limits[kubeinterface.ResourceGPU]
+		delete(limits, kubeinterface.ResourceGPU)
+	}
 	if cores > 0 && rng.IntN(3) > 0 {
 		p.Spec.Containers[0].Resources.Limits[kubeinterface.ResourceGPUMemory] = *resource.NewQuantity(int64(1024*(1+rng.IntN(16))), resource.DecimalSI)
 	}
@@ -410,4 +434,30 @@ func filterWithNominated(t *testing.T, p *plugin.Plugin, cs fwk.CycleState, pod 
 		}
 	}
 	return filtered{p.Filter(ctx, cs, pod, ni), added}
+}
+
+// TestExplainEngineRatesEveryVendor: explain's engine has the scheduler
+// side of every module kubegpu ships, so that it judges an AMD node's
+// GPUs as the scheduler (which loads amd.so) does.
+func TestExplainEngineRatesEveryVendor(t *testing.T) {
+	e, err := newEngine(context.Background(), plugin.DefaultArgs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := amd.Discover("../../plugins/amd/testdata/mi300x-8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := e.NewNode("mi300x", topo.Inventory, devicescheduler.Host{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.NewRequest(types.PodRequest{Containers: []types.ContainerRequest{{Name: "c", Count: 8, Selector: types.Selector{Resource: types.ResourceAMDGPU}}}}, devicescheduler.Host{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p devicescheduler.Placement
+	if err := e.Evaluate(n, r, &p); err != nil {
+		t.Errorf("8 AMD GPUs on an 8 x MI300X node: %v", err)
+	}
 }

@@ -18,6 +18,7 @@ import (
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/plugins/amd"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -28,11 +29,15 @@ var Now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 // Engine is an allocation engine over the simulated GPU module.
 func Engine(t testing.TB) *devicescheduler.Engine {
 	t.Helper()
-	sp, err := simgpu.NewModule().SchedulerPlugin(context.Background(), types.PluginConfig{})
-	if err != nil {
-		t.Fatal(err)
+	var plugins []types.SchedulerPlugin
+	for _, m := range []types.Module{simgpu.NewModule(), amd.NewModule()} {
+		sp, err := m.SchedulerPlugin(context.Background(), types.PluginConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plugins = append(plugins, sp)
 	}
-	e, err := devicescheduler.New(devicescheduler.Config{Plugins: []types.SchedulerPlugin{sp}})
+	e, err := devicescheduler.New(devicescheduler.Config{Plugins: plugins})
 	if err != nil {
 		t.Fatal(err)
 	}
