@@ -39,10 +39,11 @@ kubegpu-scheduler_PKG := ./kube-scheduler/cmd/kubegpu-scheduler
 kubegpu-sim_PKG := ./cli/cmd/kubegpu-sim
 
 # Device modules: name -> the .so's main package.
-PLUGINS := simgpu nvidia amd
+PLUGINS := simgpu nvidia amd intel
 simgpu_PKG := ./plugins/simgpu/plugin
 nvidia_PKG := ./plugins/nvidia/plugin
 amd_PKG := ./plugins/amd/plugin
+intel_PKG := ./plugins/intel/plugin
 
 OPENB ?= $(abspath ../shared/data/openb)
 SIM_PODS ?= openb_pod_list_default.csv

@@ -5,9 +5,9 @@
 // RBAC and admission policies as cluster-admin, then runs every component
 // with its own identity: kubegpu-scheduler as the only scheduler
 // (system:kube-scheduler), simulated GPU nodes (kubegpu-crishim advertisers
-// with the simgpu module, 2 × DGX-1, 1 × DGX H100, 2 × 4-T4 box, and with
-// the AMD module on a recorded 8 × MI300X tree, each with its node's
-// credentials and a simulated kubelet renewing its Lease) and a
+// with the simgpu module, 2 × DGX-1, 1 × DGX H100, 2 × 4-T4 box, with the
+// AMD module on a recorded 8 × MI300X tree and the Intel module on a
+// recorded 4 × Max 1550 tree, each with its node's credentials and a simulated kubelet renewing its Lease) and a
 // real node (kubelet -> kubegpu-crishim -> containerd). A tenant applies
 // the pods in examples/; the CLI, bound to the read-only kubegpu-viewer
 // role, prints the cluster's GPUs and why the pod that cannot fit is
@@ -54,6 +54,7 @@ var simNodes = []struct{ name, module, option string }{
 	{"dgx1-a", "simgpu", "preset=dgx1"}, {"dgx1-b", "simgpu", "preset=dgx1"}, {"dgx-h100", "simgpu", "preset=dgx-h100"},
 	{"t4-box-a", "simgpu", "preset=t4x4"}, {"t4-box-b", "simgpu", "preset=t4x4"},
 	{"mi300x", "amd", "root=plugins/amd/testdata/mi300x-8"},
+	{"max1550", "intel", "root=plugins/intel/testdata/max1550-4"},
 }
 
 // simNodeModule returns the plugin directory and option of a simulated
@@ -160,7 +161,7 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	procs = append(procs, sched.Process)
 
-	step("Starting %d simulated GPU nodes: kubegpu-crishim with the simgpu module, or the AMD module on a recorded MI300X tree, each with its node's credentials", len(simNodes))
+	step("Starting %d simulated GPU nodes: kubegpu-crishim with the simgpu module, or the AMD or Intel module on a tree recorded from sysfs, each with its node's credentials", len(simNodes))
 	shimMetrics := map[string]string{} // node -> its shim's metrics address
 	for _, n := range simNodes {
 		plugins, option, err := simNodeModule(dir, o.pluginDir, n.module, n.option)

@@ -56,6 +56,15 @@ want="Module simgpu: 4 devices, asked for as nvidia.com/gpu"
 check "crishim devices simgpu beside amd" $BIN/kubegpu-crishim devices --plugin-dir $PLUGINS --node-name ci \
 	--plugin-option simgpu.preset=t4x4 --plugin-option amd.root=$PWD/plugins/amd/testdata/mi250-4
 
+# The Intel module on the recorded DRM trees of four Max 1550 (i915) and two
+# Arc B580 (xe): each driver's GPUs asked for with its own resource.
+want="Module intel: 4 devices, asked for as gpu.intel.com/i915"
+check "crishim devices intel max1550-4" $BIN/kubegpu-crishim devices --plugin-dir $PLUGINS --node-name ci \
+	--plugin-option simgpu.preset=t4x4 --plugin-option intel.root=$PWD/plugins/intel/testdata/max1550-4
+want="Intel Arc B580 Graphics"
+check "crishim devices intel b580-2" $BIN/kubegpu-crishim devices --plugin-dir $PLUGINS --node-name ci \
+	--plugin-option simgpu.preset=t4x4 --plugin-option intel.root=$PWD/plugins/intel/testdata/b580-2
+
 # A plugin built with other flags than the host is refused with the fix.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

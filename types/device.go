@@ -37,13 +37,19 @@ const (
 	ResourceNVIDIAGPU = "nvidia.com/gpu"
 	// ResourceAMDGPU is AMD's GPUs, as AMD's device plugin names them.
 	ResourceAMDGPU = "amd.com/gpu"
+	// ResourceIntelI915 and ResourceIntelXe are Intel's GPUs bound to the
+	// i915 and to the xe driver, as Intel's GPU device plugin names them.
+	ResourceIntelI915 = "gpu.intel.com/i915"
+	ResourceIntelXe   = "gpu.intel.com/xe"
 )
 
 // DeviceResources returns the device resources kubegpu serves, in the
 // order a pod's requests and a node's capacity list them. A module adds
 // its vendor's resource here: every part of kubegpu (request decoding,
 // admission policies, the node's capacity, the shim) reads this list.
-func DeviceResources() []string { return []string{ResourceNVIDIAGPU, ResourceAMDGPU} }
+func DeviceResources() []string {
+	return []string{ResourceNVIDIAGPU, ResourceAMDGPU, ResourceIntelI915, ResourceIntelXe}
+}
 
 // Device is one schedulable device: a whole GPU, or a MIG slice of one.
 type Device struct {

@@ -24,6 +24,7 @@ import (
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/plugins/amd"
+	"github.com/kubegpu/kubegpu/plugins/intel"
 	"github.com/kubegpu/kubegpu/plugins/nvidia"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
 	"github.com/kubegpu/kubegpu/types"
@@ -448,7 +449,7 @@ func (o *explainOptions) args() (*plugin.Args, error) {
 // this binary.
 func newEngine(ctx context.Context, args *plugin.Args) (*devicescheduler.Engine, error) {
 	var plugins []types.SchedulerPlugin
-	for _, m := range []types.Module{simgpu.NewModule(), nvidia.NewModule(), amd.NewModule()} {
+	for _, m := range []types.Module{simgpu.NewModule(), nvidia.NewModule(), amd.NewModule(), intel.NewModule()} {
 		sp, err := m.SchedulerPlugin(ctx, types.PluginConfig{})
 		if err != nil {
 			return nil, fmt.Errorf("device module %s: %w", m.Name(), err)

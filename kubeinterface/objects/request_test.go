@@ -173,12 +173,12 @@ func TestPodRequestErrors(t *testing.T) {
 		{
 			name: "slice without count",
 			pod:  pod(nil, container("train", cores, "20")),
-			want: []string{`container "train": nvidia.com/gpu or amd.com/gpu must be set to the number of slices (usually 1) when kubegpu.io/gpu-cores is set, got ""`},
+			want: []string{`container "train": nvidia.com/gpu or amd.com/gpu or gpu.intel.com/i915 or gpu.intel.com/xe must be set to the number of slices (usually 1) when kubegpu.io/gpu-cores is set, got ""`},
 		},
 		{
 			name: "two device resources in one container",
 			pod:  pod(nil, container("train", gpu, "1", "amd.com/gpu", "2")),
-			want: []string{`container "train": the device resources asked for must be at most one of nvidia.com/gpu, amd.com/gpu per container (a container's devices are of one kind), got "nvidia.com/gpu, amd.com/gpu"`},
+			want: []string{`container "train": the device resources asked for must be at most one of nvidia.com/gpu, amd.com/gpu, gpu.intel.com/i915, gpu.intel.com/xe per container (a container's devices are of one kind), got "nvidia.com/gpu, amd.com/gpu"`},
 		},
 		{
 			name: "list too long, quoted by its prefix",

@@ -17,7 +17,7 @@ func TestEnginePrefersXGMI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := devicescheduler.New(devicescheduler.Config{Plugins: []types.SchedulerPlugin{Scheduler{}}})
+	e, err := devicescheduler.New(devicescheduler.Config{Plugins: []types.SchedulerPlugin{NewScheduler()}})
 	if err != nil {
 		t.Fatal(err)
 	}

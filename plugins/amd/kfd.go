@@ -3,12 +3,13 @@ package amd
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kubegpu/kubegpu/plugins/sysfs"
 )
 
 // TopologyDir is where the amdkfd driver publishes its topology, under the
@@ -252,38 +253,12 @@ func (r *reader) properties(name string) (properties, error) {
 }
 
 // file reads a regular file of at most maxFileBytes, within the
-// discovery's budget; a longer one is an error, not a silent cut.
+// discovery's budget.
 func (r *reader) file(name string) (string, error) {
-	fi, err := fs.Stat(r.fsys, name)
-	if err != nil {
-		return "", err
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("/%s: not a regular file", name)
-	}
-	f, err := r.fsys.Open(name)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	limit := min(maxFileBytes, r.budget)
-	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
-	if err != nil {
-		return "", err
-	}
-	if len(data) > limit {
-		if limit < maxFileBytes {
-			return "", fmt.Errorf("/%s: the topology holds more than %d bytes", name, maxReadBytes)
-		}
-		return "", fmt.Errorf("/%s: longer than %d bytes", name, maxFileBytes)
-	}
-	r.budget -= len(data)
-	return string(data), nil
+	sr := sysfs.Reader{FS: r.fsys, MaxFileBytes: maxFileBytes, Budget: r.budget}
+	data, err := sr.File(name)
+	r.budget = sr.Budget
+	return data, err
 }
 
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
-}
+func truncate(s string) string { return sysfs.Truncate(s) }

@@ -39,7 +39,7 @@ func (module) SchedulerPlugin(_ context.Context, cfg types.PluginConfig) (types.
 	if err := cfg.CheckOptions(Name); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	return Scheduler{}, nil
+	return NewScheduler(), nil
 }
 
 // NodePlugin discovers the node's AMD GPUs under the root option. A node

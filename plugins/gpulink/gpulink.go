@@ -55,3 +55,24 @@ func Weight(l types.Link) int {
 		return WeightCrossSocket
 	}
 }
+
+// Scheduler is the scheduler side of a GPU module whose devices need
+// nothing beyond the engine's own checks (AMD's, Intel's): it rates the
+// paths between the vendor's GPUs with Weight, and admits every request
+// the engine lets through, whole GPUs and slices alike (slices stay best
+// effort: nothing on the node holds such a GPU's slice to its grant).
+type Scheduler struct {
+	// Of is the Device.Vendor whose devices it rates.
+	Of string
+}
+
+var _ types.SchedulerPlugin = Scheduler{}
+
+// Vendor is Of.
+func (s Scheduler) Vendor() string { return s.Of }
+
+// LinkWeight rates l with Weight.
+func (Scheduler) LinkWeight(l types.Link) int { return Weight(l) }
+
+// Admit admits every request.
+func (Scheduler) Admit(types.Device, types.ContainerRequest) error { return nil }

@@ -19,6 +19,7 @@ import (
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/plugins/amd"
+	"github.com/kubegpu/kubegpu/plugins/intel"
 	"github.com/kubegpu/kubegpu/plugins/simgpu"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -30,7 +31,7 @@ var Now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 func Engine(t testing.TB) *devicescheduler.Engine {
 	t.Helper()
 	var plugins []types.SchedulerPlugin
-	for _, m := range []types.Module{simgpu.NewModule(), amd.NewModule()} {
+	for _, m := range []types.Module{simgpu.NewModule(), amd.NewModule(), intel.NewModule()} {
 		sp, err := m.SchedulerPlugin(context.Background(), types.PluginConfig{})
 		if err != nil {
 			t.Fatal(err)

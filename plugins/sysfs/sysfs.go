@@ -1,0 +1,67 @@
+// Package sysfs reads the small text files of a sysfs tree (or a tree
+// recorded from one) within bounds: a device module's discovery reads at
+// most a given number of bytes per file and in all, whatever the tree
+// holds, and a file over its bound is an error that names it, not a
+// silent cut.
+package sysfs
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+)
+
+// Reader reads files of FS (the host's root directory, or a recorded
+// tree) within its bounds. It is not safe for concurrent use.
+type Reader struct {
+	FS fs.FS
+	// MaxFileBytes bounds each file.
+	MaxFileBytes int
+	// Budget is what is left of the bytes the discovery may read in all;
+	// each File takes what it read.
+	Budget int
+}
+
+// File reads a regular file of at most MaxFileBytes, within the budget.
+func (r *Reader) File(name string) (string, error) {
+	fi, err := fs.Stat(r.FS, name)
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("/%s: not a regular file", name)
+	}
+	f, err := r.FS.Open(name)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	limit := min(r.MaxFileBytes, r.Budget)
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return "", err
+	}
+	if len(data) > limit {
+		if limit < r.MaxFileBytes {
+			return "", fmt.Errorf("/%s: the tree holds more than the %d bytes a discovery reads", name, r.Budget)
+		}
+		return "", fmt.Errorf("/%s: longer than %d bytes", name, r.MaxFileBytes)
+	}
+	r.Budget -= len(data)
+	return string(data), nil
+}
+
+// Line reads a one-line file, without the surrounding white space.
+func (r *Reader) Line(name string) (string, error) {
+	data, err := r.File(name)
+	return strings.TrimSpace(data), err
+}
+
+// Truncate shortens a value quoted in an error to 64 bytes.
+func Truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
