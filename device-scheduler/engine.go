@@ -346,7 +346,7 @@ func candidates(n *Node, s *State, c *Container) uint64 {
 
 // explain says why fewer than c.Count devices could serve c.
 func (e *Engine) explain(n *Node, s *State, c *Container, cand uint64) error {
-	if served := n.ServedAs(c.resource); served&n.Allocatable() == 0 && n.Allocatable() != 0 {
+	if n.ServedAs(c.resource) == 0 {
 		return notFit(ReasonResource, "container %q: asks for %s, and the node has none (its GPUs: %s)", c.Name, c.resource, nodeResources{n})
 	}
 	healthy := n.Allocatable() & n.ServedAs(c.resource)

@@ -74,3 +74,30 @@ func TestDeviceResources(t *testing.T) {
 		t.Errorf("amd.com/gpu on an NVIDIA node: %v, want reason %q naming the node's resources", err, ReasonResource)
 	}
 }
+
+// TestNodeCloneKeepsEnforcement: a clone (preemption's view, a node with
+// its nominated pods) keeps which devices enforce slices, so that a slice
+// under enforcement Required fits there as on the node.
+func TestNodeCloneKeepsEnforcement(t *testing.T) {
+	e := newEngine(t, PolicyKubegpu)
+	topo, err := simgpu.Preset("t4x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := simgpu.Inventory(topo, "n")
+	for i := range inv.Devices {
+		inv.Devices[i].SliceEnforcer = "mps"
+	}
+	n, err := e.NewNode("n", inv, Host{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := request(t, e, slice(30, 1024))
+	if err := r.SetEnforcement(types.EnforcementRequired); err != nil {
+		t.Fatal(err)
+	}
+	var p Placement
+	if err := e.Evaluate(n.Clone(), r, &p); err != nil {
+		t.Errorf("an enforced slice on a clone of a node whose GPUs enforce slices: %v", err)
+	}
+}

@@ -66,7 +66,8 @@ type Device struct {
 	Vendor string `json:"vendor"`
 	// Resource is the device resource (see DeviceResources) containers
 	// ask for the device with; empty means ResourceNVIDIAGPU (the
-	// inventories of shims that predate it).
+	// inventories of shims that predate it). A device of a resource this
+	// version does not know (a newer node's) serves no request.
 	Resource string `json:"resource,omitempty"`
 	// Model is the product name, e.g. "Tesla V100-SXM2-16GB".
 	Model string `json:"model"`
@@ -227,7 +228,7 @@ func (inv Inventory) Validate() error {
 		if d.ID == "" {
 			return fmt.Errorf("%w: device %d has no id", ErrInvalidInventory, i)
 		}
-		for _, f := range []struct{ name, value string }{{"id", d.ID}, {"uuid", d.UUID}, {"vendor", d.Vendor}, {"model", d.Model},
+		for _, f := range []struct{ name, value string }{{"id", d.ID}, {"uuid", d.UUID}, {"vendor", d.Vendor}, {"resource", d.Resource}, {"model", d.Model},
 			{"computeCapability", d.ComputeCapability}, {"pciBusID", d.PCIBusID}, {"parent", d.Parent}, {"sliceEnforcer", d.SliceEnforcer}} {
 			if len(f.value) > MaxDeviceStringBytes || strings.IndexFunc(f.value, notPrintable) >= 0 {
 				return fmt.Errorf("%w: device %d: %s must be at most %d bytes of printable characters", ErrInvalidInventory, i, f.name, MaxDeviceStringBytes)
@@ -246,9 +247,6 @@ func (inv Inventory) Validate() error {
 		uuids[d.UUID] = d.ID
 		if d.MemoryMiB < 0 || d.ComputeUnits < 0 {
 			return fmt.Errorf("%w: device %q has negative capacity", ErrInvalidInventory, d.ID)
-		}
-		if d.Resource != "" && !slices.Contains(DeviceResources(), d.Resource) {
-			return fmt.Errorf("%w: device %q has resource %q, want one of %s", ErrInvalidInventory, d.ID, d.Resource, strings.Join(DeviceResources(), ", "))
 		}
 		if d.Health != Healthy && d.Health != Unhealthy {
 			return fmt.Errorf("%w: device %q has health %q, want %q or %q", ErrInvalidInventory, d.ID, d.Health, Healthy, Unhealthy)

@@ -209,3 +209,26 @@ func TestCheckOptions(t *testing.T) {
 		t.Errorf("CheckOptions with all known = %v", err)
 	}
 }
+
+// TestValidateResources: a device's resource is bounded and printable; a
+// resource this version does not know is no error (a newer node's GPUs
+// serve no request here, its others do); a MIG slice is served as its
+// GPU is.
+func TestValidateResources(t *testing.T) {
+	gpu := Device{ID: "gpu0", UUID: "GPU-0", Health: Healthy, Resource: ResourceAMDGPU}
+	slice := Device{ID: "gpu0-mig0", UUID: "MIG-0", Health: Healthy, Parent: "gpu0"}
+	if err := (Inventory{Devices: []Device{gpu, slice}}).Validate(); err == nil || !strings.Contains(err.Error(), "served as nvidia.com/gpu, its parent \"gpu0\" as amd.com/gpu") {
+		t.Errorf("a slice served otherwise than its GPU: %v", err)
+	}
+	gpu.Resource = "example.com/tpu"
+	if err := (Inventory{Devices: []Device{gpu}}).Validate(); err != nil {
+		t.Errorf("an unknown resource: %v", err)
+	}
+	gpu.Resource = "x\x1b[2J"
+	if err := (Inventory{Devices: []Device{gpu}}).Validate(); err == nil {
+		t.Error("a resource with an escape sequence passed")
+	}
+	if got := (Device{}).ServedAs(); got != ResourceNVIDIAGPU {
+		t.Errorf("an older shim's device is served as %q", got)
+	}
+}

@@ -259,7 +259,10 @@ func (c *Compiler) request(pc PodClaim, sp spec) (types.ContainerRequest, []reso
 	if count > resourceapi.AllocationResultsMaxSize {
 		return types.ContainerRequest{}, nil, fmt.Errorf("%w: claim %s request %s: %d devices: %w", ErrInvalid, pc.Claim.Name, sp.ref, count, errTooMany)
 	}
-	cr := types.ContainerRequest{Name: dra.ClaimEntry(pc.Name, sp.ref), Count: int(min(count, 1<<16))}
+	// A claim's devices are NVIDIA's (or simulated): the class publishes
+	// no other vendor's apart, and a CUDA claim must not get an AMD GPU.
+	cr := types.ContainerRequest{Name: dra.ClaimEntry(pc.Name, sp.ref), Count: int(min(count, 1<<16)),
+		Selector: types.Selector{Resource: types.ResourceNVIDIAGPU}}
 	if sp.capacity != nil && len(sp.capacity.Requests) > 0 {
 		// What DRA's accounting counts for a capacity the request does
 		// not name (the devices' request policies, dra.Devices): no

@@ -7,6 +7,7 @@ import (
 	"k8s.io/klog/v2"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // TestShapeTableStartsOver: a full shape table starts over, and a shape
@@ -29,5 +30,17 @@ func TestShapeTableStartsOver(t *testing.T) {
 	}
 	if _, err := c.Evaluate(named("n1"), &one, noHost, noHost, &p); err != nil {
 		t.Errorf("1 GPU on an idle T4x4: %v (an old epoch's result?)", err)
+	}
+}
+
+// TestRequestShapeResource: two requests alike but for the device
+// resource have two shapes, so that the memo never answers an
+// amd.com/gpu pod with an nvidia.com/gpu pod's nodes.
+func TestRequestShapeResource(t *testing.T) {
+	req := func(r string) types.PodRequest {
+		return types.PodRequest{Containers: []types.ContainerRequest{{Name: "c", Count: 2, Selector: types.Selector{Resource: r}}}}
+	}
+	if RequestShape(req(types.ResourceNVIDIAGPU), devicescheduler.Host{}, "") == RequestShape(req(types.ResourceAMDGPU), devicescheduler.Host{}, "") {
+		t.Error("nvidia.com/gpu and amd.com/gpu requests share a shape")
 	}
 }

@@ -32,6 +32,9 @@ const (
 	// ReasonGroupsOff: the pod belongs to a pod group, which the
 	// scheduler does not place whole.
 	ReasonGroupsOff
+	// ReasonResource: the node has no GPUs of the device resource the
+	// pod asks for (amd.com/gpu on an NVIDIA node).
+	ReasonResource
 	// ReasonOther: no node refused it for its GPUs (another plugin did:
 	// CPU, affinity, taints), or its cycle has not run yet.
 	ReasonOther
@@ -41,7 +44,7 @@ const (
 
 var reasonNames = [NumReasons]string{
 	"not_enough_free_gpus", "topology", "selectors", "unhealthy_gpus", "host_resources",
-	"too_many_shares", "unenforced", "no_inventory", "node_not_live", "invalid_request", "warming_up", "dra", "pod_groups_off", "other",
+	"too_many_shares", "unenforced", "no_inventory", "node_not_live", "invalid_request", "warming_up", "dra", "pod_groups_off", "device_resource", "other",
 }
 
 // String is the reason's label value.
@@ -61,6 +64,7 @@ var engineReasons = map[string]Reason{
 	devicescheduler.ReasonHostResources: ReasonHostResources,
 	devicescheduler.ReasonTooManyShares: ReasonTooManyShares,
 	devicescheduler.ReasonUnenforced:    ReasonUnenforced,
+	devicescheduler.ReasonResource:      ReasonResource,
 }
 
 // ReasonOf is the Reason of an error Evaluate or EvaluateWith returned.

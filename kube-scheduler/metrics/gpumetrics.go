@@ -114,7 +114,7 @@ var (
 )
 
 const pendingHelp = "GPU pods this scheduler tried and has not placed, by the reason most nodes gave in the pod's last cycle: " +
-	"not_enough_free_gpus, topology, selectors, unhealthy_gpus, host_resources, too_many_shares, unenforced, no_inventory, node_not_live, invalid_request, warming_up, dra, pod_groups_off, other (refused by no node for its GPUs)."
+	"not_enough_free_gpus, topology, selectors, unhealthy_gpus, host_resources, too_many_shares, unenforced, no_inventory, node_not_live, invalid_request, warming_up, dra, pod_groups_off, device_resource, other (refused by no node for its GPUs)."
 
 var theCollector = &gpuCollector{}
 

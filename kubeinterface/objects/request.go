@@ -42,14 +42,14 @@ var (
 	WantKnownAnnotation  = "one of the annotations kubegpu knows (" + strings.Join(KnownAnnotations(), ", ") + ")"
 	WantDeviceContainers = fmt.Sprintf("at most %d", types.MaxDeviceContainers)
 	WantGracePeriod      = "at least 1 for a pod with GPUs (deleted with no grace period, a pod would free its GPUs while its containers may still run)"
-	WantOneResource      = "at most one of " + strings.Join(types.DeviceResources(), ", ") + " per container (a container's devices are of one kind)"
+	WantOneResource      = "one of " + strings.Join(types.DeviceResources(), ", ") + " (a pod's GPUs are of one kind)"
 )
 
 // Fields of the rules that are not a container's resource or an annotation.
 const (
 	FieldDeviceContainers = "the number of containers asking for GPUs"
 	FieldGracePeriod      = "spec.terminationGracePeriodSeconds"
-	FieldDeviceResources  = "the device resources asked for"
+	FieldDeviceResources  = "the device resources the pod asks for"
 )
 
 // FieldSliceCount names the device resources in the error of a slice
@@ -143,8 +143,12 @@ func PodRequest(pod *corev1.Pod) (types.PodRequest, error) {
 		c.add("", "annotation "+key, pod.Annotations[key], WantKnownAnnotation)
 	}
 
-	req.InitContainers = containerRequests(c, pod.Spec.InitContainers, sel, topology)
-	req.Containers = containerRequests(c, pod.Spec.Containers, sel, topology)
+	var asked []string
+	req.InitContainers = containerRequests(c, pod.Spec.InitContainers, sel, topology, &asked)
+	req.Containers = containerRequests(c, pod.Spec.Containers, sel, topology, &asked)
+	if len(asked) > 1 {
+		c.add("", FieldDeviceResources, strings.Join(asked, ", "), WantOneResource)
+	}
 	if n := len(req.InitContainers) + len(req.Containers); n > types.MaxDeviceContainers {
 		c.add("", FieldDeviceContainers, fmt.Sprint(n), WantDeviceContainers)
 	}
@@ -157,26 +161,25 @@ func PodRequest(pod *corev1.Pod) (types.PodRequest, error) {
 	return req, nil
 }
 
-func containerRequests(c *collector, containers []corev1.Container, sel types.Selector, topology types.TopologyPolicy) []types.ContainerRequest {
+// containerRequests decodes the containers' requests; asked gathers the
+// device resources they ask for, each once, in the order they appear.
+func containerRequests(c *collector, containers []corev1.Container, sel types.Selector, topology types.TopologyPolicy, asked *[]string) []types.ContainerRequest {
 	var out []types.ContainerRequest
 	for i := range containers {
 		ctr := &containers[i]
 		var count int64
 		var hasCount bool
-		var asked []string
 		for _, r := range types.DeviceResources() {
 			n, has := limit(c, ctr, corev1.ResourceName(r), 0, MaxDevicesPerContainer, WantDeviceCount)
 			if has && n > 0 {
-				asked = append(asked, r)
+				if !slices.Contains(*asked, r) {
+					*asked = append(*asked, r)
+				}
 				count, hasCount, sel.Resource = n, true, r
 			}
 		}
 		mem, hasMem := limit(c, ctr, kubeinterface.ResourceGPUMemory, 1, MaxSliceMemoryMiB, WantSliceMemory)
 		cores, hasCores := limit(c, ctr, kubeinterface.ResourceGPUCores, 1, types.MaxComputePercent, WantSliceCores)
-		if len(asked) > 1 {
-			c.add(ctr.Name, FieldDeviceResources, strings.Join(asked, ", "), WantOneResource)
-			continue
-		}
 		if (hasMem || hasCores) && !hasCount {
 			name := kubeinterface.ResourceGPUMemory
 			if !hasMem {

@@ -178,7 +178,12 @@ func TestPodRequestErrors(t *testing.T) {
 		{
 			name: "two device resources in one container",
 			pod:  pod(nil, container("train", gpu, "1", "amd.com/gpu", "2")),
-			want: []string{`container "train": the device resources asked for must be at most one of nvidia.com/gpu, amd.com/gpu, gpu.intel.com/i915, gpu.intel.com/xe per container (a container's devices are of one kind), got "nvidia.com/gpu, amd.com/gpu"`},
+			want: []string{`the device resources the pod asks for must be one of nvidia.com/gpu, amd.com/gpu, gpu.intel.com/i915, gpu.intel.com/xe (a pod's GPUs are of one kind), got "nvidia.com/gpu, amd.com/gpu"`},
+		},
+		{
+			name: "two device resources in two containers",
+			pod:  pod(nil, container("cuda", gpu, "1"), container("rocm", "amd.com/gpu", "2"), container("more", "amd.com/gpu", "1")),
+			want: []string{`the device resources the pod asks for must be one of nvidia.com/gpu, amd.com/gpu, gpu.intel.com/i915, gpu.intel.com/xe (a pod's GPUs are of one kind), got "nvidia.com/gpu, amd.com/gpu"`},
 		},
 		{
 			name: "list too long, quoted by its prefix",
@@ -297,7 +302,7 @@ func TestWantsDevices(t *testing.T) {
 // A container asks for another vendor's GPUs with that vendor's resource;
 // its slices too.
 func TestPodRequestDeviceResources(t *testing.T) {
-	p := pod(nil, container("rocm", "amd.com/gpu", "4"), container("cuda", "nvidia.com/gpu", "1", "kubegpu.io/gpu-cores", "30"),
+	p := pod(nil, container("rocm", "amd.com/gpu", "4"), container("cores", "amd.com/gpu", "1", "kubegpu.io/gpu-cores", "30"),
 		container("slice", "amd.com/gpu", "1", "kubegpu.io/gpu-memory", "8192"))
 	got, err := PodRequest(p)
 	if err != nil {
@@ -305,7 +310,7 @@ func TestPodRequestDeviceResources(t *testing.T) {
 	}
 	want := []types.ContainerRequest{
 		{Name: "rocm", Count: 4, Selector: types.Selector{Resource: types.ResourceAMDGPU}},
-		{Name: "cuda", Count: 1, ComputePercent: 30, Selector: types.Selector{Resource: types.ResourceNVIDIAGPU}},
+		{Name: "cores", Count: 1, ComputePercent: 30, Selector: types.Selector{Resource: types.ResourceAMDGPU}},
 		{Name: "slice", Count: 1, MemoryMiB: 8192, Selector: types.Selector{Resource: types.ResourceAMDGPU}},
 	}
 	if !reflect.DeepEqual(got.Containers, want) {

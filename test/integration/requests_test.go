@@ -61,6 +61,24 @@ func TestAttackMalformedRequestsAtCreation(t *testing.T) {
 		amdPod("amd-65", "65", nil),
 		amdPod("two-vendors", "1", corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("1")}),
 		func() *corev1.Pod {
+			p := amdPod("two-vendors-apart", "2", nil)
+			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{types.ResourceIntelXe: resource.MustParse("1")}}}}
+			return p
+		}(),
+		func() *corev1.Pod {
+			// Sixteen containers of one kind and one asking for two: the
+			// count and the kinds, each said once.
+			p := amdPod("seventeen-two-kinds", "1", corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("1")})
+			for i := range 16 {
+				c := *p.Spec.Containers[0].DeepCopy()
+				c.Name = fmt.Sprintf("c%d", i)
+				delete(c.Resources.Limits, kubeinterface.ResourceGPU)
+				p.Spec.Containers = append(p.Spec.Containers, c)
+			}
+			return p
+		}(),
+		func() *corev1.Pod {
 			p := gpuPod("seventeen", 1, 0, 0, nil)
 			for i := range 16 {
 				c := *p.Spec.Containers[0].DeepCopy()
