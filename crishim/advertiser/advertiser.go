@@ -209,8 +209,9 @@ func (a *Advertiser) Once(ctx context.Context) error {
 		a.mu.Unlock()
 		logger.V(2).Info("Published device inventory", "devices", len(inv.Devices))
 	}
-	if !node.Capacity.Equal(capacity) || !node.Allocatable.Equal(capacity) {
-		if err := patchCapacity(ctx, a.opts.Client, a.opts.Node, capacity); err != nil {
+	owned := Owned(capacity, node.Inventory)
+	if !node.Capacity.EqualOn(capacity, owned) || !node.Allocatable.EqualOn(capacity, owned) {
+		if err := patchCapacity(ctx, a.opts.Client, a.opts.Node, capacity, owned); err != nil {
 			a.opts.Metrics.Publishes.With("error").Inc()
 			a.opts.Metrics.Syncs.With("error").Inc()
 			return err

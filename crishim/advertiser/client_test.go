@@ -129,6 +129,15 @@ func (f *fakeNode) PatchNode(_ context.Context, _ string, pt ktypes.PatchType, p
 	if err := json.Unmarshal(patch, &p); err != nil {
 		return err
 	}
+	if len(p.Status.Conditions) > 0 && p.Status.Conditions[0]["$patch"] == "delete" {
+		// Withdraw: the conditions and the capacity go.
+		f.node.DevicesReady = nil
+		for name := range p.Status.Capacity {
+			delete(f.node.Capacity, name)
+			delete(f.node.Allocatable, name)
+		}
+		return nil
+	}
 	if len(p.Status.Conditions) > 0 {
 		// Only a strategic merge patch merges conditions by type.
 		if pt != ktypes.StrategicMergePatchType || len(p.Status.Conditions) != 1 || len(subresource) == 0 {

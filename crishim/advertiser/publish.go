@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,10 +23,56 @@ const DefaultSlicesPerDevice = 100
 // status (the core API's ResourceList, without linking the core API).
 type ResourceList map[string]resource.Quantity
 
-// resourceNames are the extended resources the advertiser publishes: the
-// device resources, and kubegpu's own.
-var resourceNames = append(types.DeviceResources(),
-	kubeinterface.ResourceGPUCores, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUShare, kubeinterface.ResourceGPUs)
+// resourceNames are the extended resources the advertiser may publish:
+// the device resources, and kubegpu's own.
+var resourceNames = append(types.DeviceResources(), ownNames...)
+
+// ownNames are the extended resources the advertiser always manages:
+// kubegpu's own and nvidia.com/gpu, which it published before it served
+// other vendors.
+var ownNames = []string{types.ResourceNVIDIAGPU,
+	kubeinterface.ResourceGPUCores, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUShare, kubeinterface.ResourceGPUs}
+
+// Owned lists the extended resources the node's advertiser manages: its
+// own, those of capacity, and the device resources of the inventory it
+// published last (inventory, the node's annotation; empty or unreadable:
+// none). Another vendor's resource it never published (amd.com/gpu of
+// AMD's device plugin on a node whose shim serves no AMD GPU) is not its
+// to write or remove.
+func Owned(capacity ResourceList, inventory string) []string {
+	out := slices.Clone(ownNames)
+	add := func(name string) {
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	for name := range capacity {
+		add(name)
+	}
+	if inventory != "" {
+		if inv, err := kubeinterface.DecodeInventory(inventory); err == nil {
+			for _, d := range inv.Devices {
+				if slices.Contains(resourceNames, d.ServedAs()) {
+					add(d.ServedAs())
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// EqualOn reports whether l and o hold the same quantities of names.
+func (l ResourceList) EqualOn(o ResourceList, names []string) bool {
+	for _, name := range names {
+		q, ok := l[name]
+		p, ok2 := o[name]
+		if ok != ok2 || (ok && q.Cmp(p) != 0) {
+			return false
+		}
+	}
+	return true
+}
 
 // Capacity is the extended-resource capacity the node publishes for inv.
 //
@@ -106,7 +153,7 @@ func PublishInventory(ctx context.Context, client Client, node string, inv types
 	if err := patchInventory(ctx, client, node, value); err != nil {
 		return err
 	}
-	return patchCapacity(ctx, client, node, capacity)
+	return patchCapacity(ctx, client, node, capacity, Owned(capacity, value))
 }
 
 func patchInventory(ctx context.Context, client Client, node, value string) error {
@@ -120,10 +167,10 @@ func patchInventory(ctx context.Context, client Client, node, value string) erro
 	return nil
 }
 
-func patchCapacity(ctx context.Context, client Client, node string, capacity ResourceList) error {
+func patchCapacity(ctx context.Context, client Client, node string, capacity ResourceList, owned []string) error {
 	// What the node no longer has (a module's devices gone) is removed.
 	list := map[string]any{}
-	for _, name := range resourceNames {
+	for _, name := range owned {
 		if q, ok := capacity[name]; ok {
 			list[name] = q
 		} else {
@@ -148,6 +195,11 @@ func patchCapacity(ctx context.Context, client Client, node string, capacity Res
 // to serve it). Kubelet leaves extended resources it does not serve as
 // they are, so nothing else would. The node's own credentials may.
 func Withdraw(ctx context.Context, client Client, node string) error {
+	n, err := client.GetNode(ctx, node)
+	if err != nil {
+		return fmt.Errorf("read node %s: %w", node, err)
+	}
+	owned := Owned(nil, n.Inventory)
 	annotations, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{kubeinterface.AnnotationInventory: nil}}})
 	if err != nil {
 		return err
@@ -156,7 +208,7 @@ func Withdraw(ctx context.Context, client Client, node string) error {
 		return fmt.Errorf("remove the inventory of node %s: %w", node, err)
 	}
 	gone := map[string]any{}
-	for _, name := range resourceNames {
+	for _, name := range owned {
 		gone[name] = nil
 	}
 	var conditions []map[string]string

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -44,8 +46,8 @@ func TestCapacity(t *testing.T) {
 // resource only with devices, and a patch removes one the node lost.
 func TestCapacityPerDeviceResource(t *testing.T) {
 	inv := types.Inventory{Devices: []types.Device{
-		{ID: "gpu0", UUID: "GPU-0", MemoryMiB: 1024, Resource: types.ResourceAMDGPU},
-		{ID: "gpu1", UUID: "GPU-1", MemoryMiB: 1024, Resource: types.ResourceAMDGPU},
+		{ID: "gpu0", UUID: "GPU-0", MemoryMiB: 1024, Resource: types.ResourceAMDGPU, Health: types.Healthy},
+		{ID: "gpu1", UUID: "GPU-1", MemoryMiB: 1024, Resource: types.ResourceAMDGPU, Health: types.Healthy},
 	}}
 	got := Capacity(inv, 10)
 	for name, w := range map[string]int64{types.ResourceAMDGPU: 20, types.ResourceNVIDIAGPU: 0, kubeinterface.ResourceGPUs: 2} {
@@ -54,13 +56,52 @@ func TestCapacityPerDeviceResource(t *testing.T) {
 		}
 	}
 	f := &fakeNode{node: &Node{}}
-	if err := patchCapacity(context.Background(), f, "n", got); err != nil {
+	if err := patchCapacity(context.Background(), f, "n", got, Owned(got, "")); err != nil {
 		t.Fatal(err)
 	}
-	if err := patchCapacity(context.Background(), f, "n", Capacity(types.Inventory{}, 10)); err != nil {
+	published, err := kubeinterface.EncodeInventory(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := Capacity(types.Inventory{}, 10)
+	if err := patchCapacity(context.Background(), f, "n", none, Owned(none, published)); err != nil {
 		t.Fatal(err)
 	}
 	if q, ok := f.node.Capacity[types.ResourceAMDGPU]; ok {
 		t.Errorf("amd.com/gpu = %v after the node's AMD GPUs went, want removed", q.String())
+	}
+}
+
+// TestCapacityLeavesForeignResources: amd.com/gpu that AMD's device
+// plugin publishes on a node whose shim serves no AMD GPU is left as it
+// is, by a sync and by Withdraw; what the shim published is withdrawn.
+func TestCapacityLeavesForeignResources(t *testing.T) {
+	ctx := context.Background()
+	foreign := *resource.NewQuantity(4, resource.DecimalSI)
+	f := &fakeNode{node: &Node{Capacity: ResourceList{types.ResourceAMDGPU: foreign}, Allocatable: ResourceList{types.ResourceAMDGPU: foreign}}}
+	inv := types.Inventory{Devices: []types.Device{{ID: "gpu0", UUID: "GPU-0", MemoryMiB: 1024, Health: types.Healthy}}}
+	a, err := New(Options{Node: "n", Client: f, Discover: func(context.Context) (types.Inventory, error) { return inv, nil }, SlicesPerDevice: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := a.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q := f.node.Capacity[types.ResourceAMDGPU]; q.Cmp(foreign) != 0 {
+		t.Errorf("amd.com/gpu = %v after syncs, want AMD's device plugin's 4", q.String())
+	}
+	if q := f.node.Capacity[types.ResourceNVIDIAGPU]; q.Value() != 10 {
+		t.Errorf("nvidia.com/gpu = %v, want 10", q.String())
+	}
+	if err := Withdraw(ctx, f, "n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.node.Capacity[types.ResourceNVIDIAGPU]; ok {
+		t.Error("nvidia.com/gpu left after Withdraw")
+	}
+	if q := f.node.Capacity[types.ResourceAMDGPU]; q.Cmp(foreign) != 0 {
+		t.Errorf("amd.com/gpu = %v after Withdraw, want AMD's device plugin's 4", q.String())
 	}
 }

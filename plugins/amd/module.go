@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 
 	"k8s.io/klog/v2"
 
+	"github.com/kubegpu/kubegpu/plugins/sysfs"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -130,20 +132,33 @@ func (n *node) ContainerEdits(_ context.Context, alloc types.ContainerAllocation
 
 var _ types.GuardedNodesPlugin = (*node)(nil)
 
-// GuardedNodes are /dev/kfd and the render nodes of the GPUs of the last
-// discovery: a container reaches AMD GPUs only through those the shim
-// gives it.
+// GuardedNodes are /dev/kfd, the render nodes of the GPUs of the last
+// discovery, and every DRM node (card and render) sysfs lists now for an
+// AMD PCI device (GPUs the shim may not see among them): a container
+// reaches AMD GPUs only through those the shim gives it.
 func (n *node) GuardedNodes() []types.DeviceNode {
 	n.mu.Lock()
 	t := n.last
 	n.mu.Unlock()
-	out := []types.DeviceNode{{HostPath: filepath.Join(n.devRoot, DeviceKFD), ContainerPath: DeviceKFD}}
+	paths := []string{DeviceKFD}
 	for _, g := range t.GPUs {
-		p := renderNodePath + strconv.Itoa(g.RenderMinor)
-		out = append(out, types.DeviceNode{HostPath: filepath.Join(n.devRoot, p), ContainerPath: p})
+		paths = append(paths, renderNodePath+strconv.Itoa(g.RenderMinor))
+	}
+	r := sysfs.Reader{FS: os.DirFS(n.root), MaxFileBytes: maxFileBytes, Budget: maxFileBytes * 64}
+	for _, p := range r.DRMNodes(pciVendorAMD) {
+		if !slices.Contains(paths, p) {
+			paths = append(paths, p)
+		}
+	}
+	out := make([]types.DeviceNode, len(paths))
+	for i, p := range paths {
+		out[i] = types.DeviceNode{HostPath: filepath.Join(n.devRoot, p), ContainerPath: p}
 	}
 	return out
 }
+
+// pciVendorAMD is AMD's PCI vendor ID as uevent prints it.
+const pciVendorAMD = "1002"
 
 // Close releases nothing: the node side holds no handles.
 func (n *node) Close() error { return nil }

@@ -151,3 +151,36 @@ func TestGuardedNodes(t *testing.T) {
 		t.Errorf("guarded nodes %+v, want /dev/kfd and 8 render nodes under /run/devs", got)
 	}
 }
+
+// TestGuardedCardNodes: the shim also guards every DRM node sysfs lists
+// for an AMD PCI device, card nodes among them (amdgpu takes commands on
+// a card node too), and no other vendor's.
+func TestGuardedCardNodes(t *testing.T) {
+	ctx := context.Background()
+	root := fixtureCopy(t, "mi300x-8")
+	for name, id := range map[string]string{"card1": "1002:74A1", "renderD200": "1002:74A1", "card0": "1A03:2000", "card1-DP-1": "1002:74A1"} {
+		dir := filepath.Join(root, "sys/class/drm", name, "device")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "uevent"), []byte("DRIVER=x\nPCI_ID="+id+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	np, err := NewModule().NodePlugin(ctx, types.PluginConfig{NodeName: "n", Options: map[string]string{OptionRoot: root}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, g := range np.(types.GuardedNodesPlugin).GuardedNodes() {
+		got = append(got, g.ContainerPath)
+	}
+	for _, want := range []string{"/dev/kfd", "/dev/dri/renderD128", "/dev/dri/card1", "/dev/dri/renderD200"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("guarded %v, want %s among them", got, want)
+		}
+	}
+	if slices.Contains(got, "/dev/dri/card0") || slices.Contains(got, "/dev/dri/card1-DP-1") {
+		t.Errorf("guarded %v: another vendor's card or a connector", got)
+	}
+}

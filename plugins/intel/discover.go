@@ -32,7 +32,7 @@ const (
 )
 
 // DRMDir is where the kernel lists DRM devices, under the host's root.
-const DRMDir = "sys/class/drm"
+const DRMDir = sysfs.DRMDir
 
 // Bounds on what discovery reads, whatever the tree holds.
 const (

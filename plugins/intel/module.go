@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 
 	"k8s.io/klog/v2"
 
+	"github.com/kubegpu/kubegpu/plugins/sysfs"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -147,11 +149,21 @@ func (n *node) GuardedNodes() []types.DeviceNode {
 	n.mu.Lock()
 	t := n.last
 	n.mu.Unlock()
-	var out []types.DeviceNode
+	var paths []string
 	for _, g := range t.GPUs {
-		for _, p := range devicePaths(g) {
-			out = append(out, types.DeviceNode{HostPath: filepath.Join(n.devRoot, p), ContainerPath: p})
+		paths = append(paths, devicePaths(g)...)
+	}
+	// And every Intel GPU's node sysfs lists now (renumbered since, or
+	// not served).
+	r := sysfs.Reader{FS: os.DirFS(n.root), MaxFileBytes: maxFileBytes, Budget: maxReadBytes}
+	for _, p := range r.DRMNodes(pciVendorIntel) {
+		if !slices.Contains(paths, p) {
+			paths = append(paths, p)
 		}
+	}
+	out := make([]types.DeviceNode, len(paths))
+	for i, p := range paths {
+		out[i] = types.DeviceNode{HostPath: filepath.Join(n.devRoot, p), ContainerPath: p}
 	}
 	return out
 }

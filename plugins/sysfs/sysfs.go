@@ -65,3 +65,53 @@ func Truncate(s string) string {
 	}
 	return s
 }
+
+// DRMDir is where the kernel lists DRM devices, under the host's root.
+const DRMDir = "sys/class/drm"
+
+// maxDRMEntries bounds the entries of DRMDir DRMNodes reads.
+const maxDRMEntries = 1024
+
+// DRMNodes lists, as paths under /dev, the DRM device nodes (cardN,
+// renderDN) of the PCI devices of vendor (a PCI vendor ID as uevent
+// prints it, "1002"), from each entry's device/uevent: every node a
+// container could reach the vendor's GPUs through, whichever the
+// module's discovery serves.
+func (r *Reader) DRMNodes(vendor string) []string {
+	entries, err := fs.ReadDir(r.FS, DRMDir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for i, e := range entries {
+		if i == maxDRMEntries {
+			break
+		}
+		if !drmMinor(e.Name()) {
+			continue
+		}
+		data, err := r.File(DRMDir + "/" + e.Name() + "/device/uevent")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(data, "\n") {
+			if id, ok := strings.CutPrefix(strings.TrimSpace(line), "PCI_ID="); ok {
+				if v, _, _ := strings.Cut(id, ":"); strings.EqualFold(v, vendor) {
+					out = append(out, "/dev/dri/"+e.Name())
+				}
+			}
+		}
+	}
+	return out
+}
+
+// drmMinor reports whether name is a DRM minor's: card3 or renderD128,
+// not a connector (card0-DP-1).
+func drmMinor(name string) bool {
+	for _, prefix := range []string{"card", "renderD"} {
+		if n, ok := strings.CutPrefix(name, prefix); ok && n != "" && strings.Trim(n, "0123456789") == "" {
+			return true
+		}
+	}
+	return false
+}
