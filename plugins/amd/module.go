@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 
@@ -18,16 +17,13 @@ import (
 // Name is the module's name; its options are given as amd.KEY=VALUE.
 const Name = "amd"
 
-// OptionRoot is the node side's option naming the host's root directory,
-// under which it reads sysfs ("/" by default; a recorded tree in tests and
-// demos).
-const OptionRoot = "root"
-
-// OptionDevRoot is the node side's option naming the directory under which
-// the host's device nodes are found ("/" by default): a container's
-// /dev/kfd is DIR/dev/kfd on the host. Tests and demos point it at device
-// nodes they made, to run containers with a recorded tree's GPUs.
-const OptionDevRoot = "dev-root"
+// Options of the node side (package sysfs): the host's root directory,
+// under which sysfs is read, and the directory under which the host's
+// device nodes are; both "/" by default.
+const (
+	OptionRoot    = sysfs.OptionRoot
+	OptionDevRoot = sysfs.OptionDevRoot
+)
 
 // NewModule returns the AMD GPU module.
 func NewModule() types.Module { return module{} }
@@ -48,20 +44,11 @@ func (module) SchedulerPlugin(_ context.Context, cfg types.PluginConfig) (types.
 // without the amdgpu driver's topology, or without GPUs the shim may see,
 // gives an error wrapping types.ErrNoDevices.
 func (module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.NodePlugin, error) {
-	if err := cfg.CheckOptions(Name, OptionRoot, OptionDevRoot); err != nil {
+	root, devRoot, err := sysfs.Dirs(cfg, Name)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	dirs := map[string]string{OptionRoot: "/", OptionDevRoot: "/"}
-	for _, key := range []string{OptionRoot, OptionDevRoot} {
-		if v, ok := cfg.Options[key]; ok {
-			if !filepath.IsAbs(v) {
-				return nil, fmt.Errorf("%s: %s.%s=%q: want an absolute directory", Name, Name, key, v)
-			}
-			dirs[key] = filepath.Clean(v)
-		}
-	}
-	root := dirs[OptionRoot]
-	n := &node{root: root, devRoot: dirs[OptionDevRoot]}
+	n := &node{root: root, devRoot: devRoot}
 	t, err := n.discover()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
@@ -145,16 +132,7 @@ func (n *node) GuardedNodes() []types.DeviceNode {
 		paths = append(paths, renderNodePath+strconv.Itoa(g.RenderMinor))
 	}
 	r := sysfs.Reader{FS: os.DirFS(n.root), MaxFileBytes: maxFileBytes, Budget: maxFileBytes * 64}
-	for _, p := range r.DRMNodes(pciVendorAMD) {
-		if !slices.Contains(paths, p) {
-			paths = append(paths, p)
-		}
-	}
-	out := make([]types.DeviceNode, len(paths))
-	for i, p := range paths {
-		out[i] = types.DeviceNode{HostPath: filepath.Join(n.devRoot, p), ContainerPath: p}
-	}
-	return out
+	return r.Guarded(n.devRoot, paths, pciVendorAMD)
 }
 
 // pciVendorAMD is AMD's PCI vendor ID as uevent prints it.

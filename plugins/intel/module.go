@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 
@@ -24,8 +23,8 @@ const Name = "intel"
 // container's /dev/dri/card0 is DIR/dev/dri/card0 on the host); both "/"
 // by default, a recorded tree and device nodes made by a test otherwise.
 const (
-	OptionRoot    = "root"
-	OptionDevRoot = "dev-root"
+	OptionRoot    = sysfs.OptionRoot
+	OptionDevRoot = sysfs.OptionDevRoot
 )
 
 // ErrNotOnNode is wrapped by ContainerEdits' error when the allocation
@@ -50,19 +49,11 @@ func (module) SchedulerPlugin(_ context.Context, cfg types.PluginConfig) (types.
 // NodePlugin discovers the node's Intel GPUs under the root option. A node
 // without them gives an error wrapping types.ErrNoDevices.
 func (module) NodePlugin(ctx context.Context, cfg types.PluginConfig) (types.NodePlugin, error) {
-	if err := cfg.CheckOptions(Name, OptionRoot, OptionDevRoot); err != nil {
+	root, devRoot, err := sysfs.Dirs(cfg, Name)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	dirs := map[string]string{OptionRoot: "/", OptionDevRoot: "/"}
-	for _, key := range []string{OptionRoot, OptionDevRoot} {
-		if v, ok := cfg.Options[key]; ok {
-			if !filepath.IsAbs(v) {
-				return nil, fmt.Errorf("%s: %s.%s=%q: want an absolute directory", Name, Name, key, v)
-			}
-			dirs[key] = filepath.Clean(v)
-		}
-	}
-	n := &node{root: dirs[OptionRoot], devRoot: dirs[OptionDevRoot], name: cfg.NodeName}
+	n := &node{root: root, devRoot: devRoot, name: cfg.NodeName}
 	t, err := n.discover()
 	if errors.Is(err, errNoDRM) {
 		return nil, fmt.Errorf("%s: %w: %w", Name, types.ErrNoDevices, err)
@@ -156,16 +147,7 @@ func (n *node) GuardedNodes() []types.DeviceNode {
 	// And every Intel GPU's node sysfs lists now (renumbered since, or
 	// not served).
 	r := sysfs.Reader{FS: os.DirFS(n.root), MaxFileBytes: maxFileBytes, Budget: maxReadBytes}
-	for _, p := range r.DRMNodes(pciVendorIntel) {
-		if !slices.Contains(paths, p) {
-			paths = append(paths, p)
-		}
-	}
-	out := make([]types.DeviceNode, len(paths))
-	for i, p := range paths {
-		out[i] = types.DeviceNode{HostPath: filepath.Join(n.devRoot, p), ContainerPath: p}
-	}
-	return out
+	return r.Guarded(n.devRoot, paths, pciVendorIntel)
 }
 
 // devicePaths are a GPU's device nodes in a container.
