@@ -26,6 +26,21 @@ const (
 	ResourceGPUs = Domain + "gpus"
 )
 
+// Intel GPU Aware Scheduling's resources, read with its meaning beside
+// gpu.intel.com/i915 or gpu.intel.com/xe: the container's total, split
+// evenly over its GPUs (integer division), each GPU's part a slice.
+const (
+	// ResourceIntelMillicores is the compute a container's GPUs give it
+	// together, in thousandths of a GPU (1..1000 per GPU).
+	ResourceIntelMillicores = "gpu.intel.com/millicores"
+	// ResourceIntelMemoryMax is the device memory, in bytes, a
+	// container's GPUs give it together.
+	ResourceIntelMemoryMax = "gpu.intel.com/memory.max"
+	// ResourceIntelTiles is GAS's count of tiles, which kubegpu does not
+	// place: a container that asks for it is refused.
+	ResourceIntelTiles = "gpu.intel.com/tiles"
+)
+
 // Namespace GPU budgets: a soft limit beside the hard quota. A pod that
 // would take its namespace over its budget still runs, on idle GPUs, at a
 // reduced priority, and is the first preempted when a pod within its

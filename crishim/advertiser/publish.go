@@ -24,8 +24,20 @@ const DefaultSlicesPerDevice = 100
 type ResourceList map[string]resource.Quantity
 
 // resourceNames are the extended resources the advertiser may publish:
-// the device resources, and kubegpu's own.
-var resourceNames = append(types.DeviceResources(), ownNames...)
+// the device resources, GPU Aware Scheduling's, and kubegpu's own.
+var resourceNames = append(append(types.DeviceResources(), gasNames...), ownNames...)
+
+// gasNames are GPU Aware Scheduling's resources, published where the node
+// has Intel GPUs, so that kubelet admits pods that ask for them: the
+// millicores of all (1000 a GPU) and their memory in bytes. The scheduler
+// places each GPU's part; these totals never refuse what it places.
+var gasNames = []string{kubeinterface.ResourceIntelMillicores, kubeinterface.ResourceIntelMemoryMax}
+
+// intel reports whether a device resource is Intel's, which GAS's
+// resources go with.
+func intel(resource string) bool {
+	return resource == types.ResourceIntelI915 || resource == types.ResourceIntelXe
+}
 
 // ownNames are the extended resources the advertiser always manages:
 // kubegpu's own and nvidia.com/gpu, which it published before it served
@@ -54,6 +66,11 @@ func Owned(capacity ResourceList, inventory string) []string {
 			for _, d := range inv.Devices {
 				if slices.Contains(resourceNames, d.ServedAs()) {
 					add(d.ServedAs())
+				}
+				if intel(d.ServedAs()) {
+					for _, name := range gasNames {
+						add(name)
+					}
 				}
 			}
 		}
@@ -96,7 +113,7 @@ func (l ResourceList) EqualOn(o ResourceList, names []string) bool {
 // is the physical GPUs, MIG mode or not: what tools that read capacity
 // should count.
 func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
-	var devices, memMiB, physical int64
+	var devices, memMiB, physical, intelGPUs, intelMemMiB int64
 	perResource := map[string]int64{types.ResourceNVIDIAGPU: 0}
 	parents := map[string]bool{}
 	for _, d := range inv.Devices {
@@ -114,6 +131,10 @@ func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
 		devices++
 		perResource[d.ServedAs()]++
 		memMiB += d.MemoryMiB
+		if intel(d.ServedAs()) {
+			intelGPUs++
+			intelMemMiB += d.MemoryMiB
+		}
 	}
 	out := ResourceList{
 		kubeinterface.ResourceGPUCores:  *resource.NewQuantity(devices*int64(types.MaxComputePercent), resource.DecimalSI),
@@ -123,6 +144,10 @@ func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
 	}
 	for name, n := range perResource {
 		out[name] = *resource.NewQuantity(n*int64(slicesPerDevice), resource.DecimalSI)
+	}
+	if intelGPUs > 0 {
+		out[kubeinterface.ResourceIntelMillicores] = *resource.NewQuantity(1000*intelGPUs, resource.DecimalSI)
+		out[kubeinterface.ResourceIntelMemoryMax] = *resource.NewQuantity(intelMemMiB<<20, resource.BinarySI)
 	}
 	return out
 }

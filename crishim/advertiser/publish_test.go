@@ -3,6 +3,7 @@ package advertiser
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -103,5 +104,31 @@ func TestCapacityLeavesForeignResources(t *testing.T) {
 	}
 	if q := f.node.Capacity[types.ResourceAMDGPU]; q.Cmp(foreign) != 0 {
 		t.Errorf("amd.com/gpu = %v after Withdraw, want AMD's device plugin's 4", q.String())
+	}
+}
+
+// TestCapacityGAS: a node with Intel GPUs publishes GPU Aware
+// Scheduling's millicores (1000 a GPU) and memory.max (their memory in
+// bytes), so that kubelet admits pods that ask for them.
+func TestCapacityGAS(t *testing.T) {
+	inv := types.Inventory{Devices: []types.Device{
+		{ID: "intel0", UUID: "GPU-intel-0", MemoryMiB: 16384, Resource: types.ResourceIntelI915, Health: types.Healthy},
+		{ID: "intel1", UUID: "GPU-intel-1", MemoryMiB: 16384, Resource: types.ResourceIntelI915, Health: types.Healthy},
+	}}
+	got := Capacity(inv, 100)
+	for name, w := range map[string]int64{types.ResourceIntelI915: 200, kubeinterface.ResourceIntelMillicores: 2000, kubeinterface.ResourceIntelMemoryMax: 32 << 30} {
+		if q, ok := got[name]; !ok || q.Value() != w {
+			t.Errorf("%s = %v, want %d", name, q.String(), w)
+		}
+	}
+	if _, ok := Capacity(types.Inventory{}, 100)[kubeinterface.ResourceIntelMillicores]; ok {
+		t.Error("millicores published on a node without Intel GPUs")
+	}
+	published, err := kubeinterface.EncodeInventory(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owned := Owned(nil, published); !slices.Contains(owned, kubeinterface.ResourceIntelMillicores) {
+		t.Errorf("owned %v after Intel GPUs were published, want millicores among them", owned)
 	}
 }

@@ -147,8 +147,14 @@ type objectRules struct {
 
 // rules are the request rules' bounds and words, from kubeinterface/objects.
 type rules struct {
-	Devices                              []string
+	Devices, Intel                       []string
 	DeviceNames, FieldResources, WantOne string
+	Milli, MemMax, Tiles                 string
+	MaxMilli, MaxMemMax                  int64
+	WantMilli, WantMemMax, WantNoTiles   string
+	WantOneWay, WantIntel                string
+	WantMilliPerGPU, WantMemMaxPerGPU    string
+	SliceMilli, SliceMemMax              string
 	Memory, Cores, Share, GPUs           string
 	MaxDevices, MaxMemory, MaxCores      int64
 	WantCount, WantMemory, WantCores     string
@@ -185,6 +191,13 @@ var theRules = func() rules {
 	r := rules{
 		Devices: types.DeviceResources(), DeviceNames: objects.FieldSliceCount,
 		FieldResources: objects.FieldDeviceResources, WantOne: objects.WantOneResource,
+		Intel: []string{types.ResourceIntelI915, types.ResourceIntelXe},
+		Milli: kubeinterface.ResourceIntelMillicores, MemMax: kubeinterface.ResourceIntelMemoryMax, Tiles: kubeinterface.ResourceIntelTiles,
+		MaxMilli: 1000 * objects.MaxDevicesPerContainer, MaxMemMax: objects.MaxMemoryMaxBytes,
+		WantMilli: objects.WantMillicores, WantMemMax: objects.WantMemoryMax, WantNoTiles: objects.WantNoTiles,
+		WantOneWay: objects.WantOneSliceWay, WantIntel: objects.WantIntelCount,
+		WantMilliPerGPU: objects.WantMillicoresPerGPU, WantMemMaxPerGPU: objects.WantMemoryMaxPerGPU,
+		SliceMilli: objects.WantSliceCount(kubeinterface.ResourceIntelMillicores), SliceMemMax: objects.WantSliceCount(kubeinterface.ResourceIntelMemoryMax),
 		Memory: kubeinterface.ResourceGPUMemory, Cores: kubeinterface.ResourceGPUCores, Share: kubeinterface.ResourceGPUShare,
 		GPUs:       kubeinterface.ResourceGPUs,
 		MaxDevices: objects.MaxDevicesPerContainer, MaxMemory: objects.MaxSliceMemoryMiB, MaxCores: types.MaxComputePercent,

@@ -43,7 +43,27 @@ var (
 	WantDeviceContainers = fmt.Sprintf("at most %d", types.MaxDeviceContainers)
 	WantGracePeriod      = "at least 1 for a pod with GPUs (deleted with no grace period, a pod would free its GPUs while its containers may still run)"
 	WantOneResource      = "one of " + strings.Join(types.DeviceResources(), ", ") + " (a pod's GPUs are of one kind)"
+	WantMillicores       = fmt.Sprintf("an integer 1..%d (thousandths of a GPU, the container's total over its GPUs)", 1000*MaxDevicesPerContainer)
+	WantMemoryMax        = fmt.Sprintf("a whole number of bytes, 1..%d (the container's total over its GPUs, e.g. 8Gi)", MaxMemoryMaxBytes)
+	WantNoTiles          = "unset: kubegpu places whole Intel GPUs or slices of them (" + kubeinterface.ResourceIntelMillicores + ", " + kubeinterface.ResourceIntelMemoryMax + "), not tiles"
+	WantOneSliceWay      = "unset where " + kubeinterface.ResourceGPUMemory + " or " + kubeinterface.ResourceGPUCores + " is set (one way to ask for a slice per container)"
+	WantIntelCount       = "set only with " + types.ResourceIntelI915 + " or " + types.ResourceIntelXe + " (GPU Aware Scheduling's split of a container's total over its Intel GPUs)"
+	WantMillicoresPerGPU = "1..1000 per GPU (the container's total divided by its GPU count, as GPU Aware Scheduling divides it)"
+	WantMemoryMaxPerGPU  = fmt.Sprintf("1..%d MiB per GPU (the container's total divided by its GPU count, as GPU Aware Scheduling divides it)", MaxSliceMemoryMiB)
 )
+
+// MaxMemoryMaxBytes bounds gpu.intel.com/memory.max: the most memory of
+// MaxDevicesPerContainer slices.
+const MaxMemoryMaxBytes = int64(MaxSliceMemoryMiB) << 20 * MaxDevicesPerContainer
+
+// sliceResources are the resources that make a container's request
+// slices, in the order the rule for a slice without a count names the
+// first one set.
+var sliceResources = []corev1.ResourceName{kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUCores,
+	kubeinterface.ResourceIntelMillicores, kubeinterface.ResourceIntelMemoryMax}
+
+// intelResources are the device resources GAS's resources go with.
+var intelResources = []string{types.ResourceIntelI915, types.ResourceIntelXe}
 
 // Fields of the rules that are not a container's resource or an annotation.
 const (
@@ -75,7 +95,8 @@ var RequestResources = func() []corev1.ResourceName {
 	for _, r := range types.DeviceResources() {
 		out = append(out, corev1.ResourceName(r))
 	}
-	return append(out, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUCores)
+	return append(out, kubeinterface.ResourceGPUMemory, kubeinterface.ResourceGPUCores,
+		kubeinterface.ResourceIntelMillicores, kubeinterface.ResourceIntelMemoryMax, kubeinterface.ResourceIntelTiles)
 }()
 
 // ServedByDRA reports whether DRA serves the pod's extended resources (the
@@ -180,16 +201,54 @@ func containerRequests(c *collector, containers []corev1.Container, sel types.Se
 		}
 		mem, hasMem := limit(c, ctr, kubeinterface.ResourceGPUMemory, 1, MaxSliceMemoryMiB, WantSliceMemory)
 		cores, hasCores := limit(c, ctr, kubeinterface.ResourceGPUCores, 1, types.MaxComputePercent, WantSliceCores)
-		if (hasMem || hasCores) && !hasCount {
-			name := kubeinterface.ResourceGPUMemory
-			if !hasMem {
-				name = kubeinterface.ResourceGPUCores
+		milli, hasMilli := limit(c, ctr, kubeinterface.ResourceIntelMillicores, 1, 1000*MaxDevicesPerContainer, WantMillicores)
+		memMax, hasMemMax := limit(c, ctr, kubeinterface.ResourceIntelMemoryMax, 1, MaxMemoryMaxBytes, WantMemoryMax)
+		if q, ok := quantity(ctr, kubeinterface.ResourceIntelTiles); ok {
+			c.add(ctr.Name, kubeinterface.ResourceIntelTiles, q.String(), WantNoTiles)
+		}
+		gas := hasMilli || hasMemMax
+		switch {
+		case gas && (hasMem || hasCores):
+			name := kubeinterface.ResourceIntelMillicores
+			if !hasMilli {
+				name = kubeinterface.ResourceIntelMemoryMax
 			}
-			c.add(ctr.Name, FieldSliceCount, "", WantSliceCount(name))
+			c.add(ctr.Name, name, "", WantOneSliceWay)
+			continue
+		case (hasMem || hasCores || gas) && !hasCount:
+			set := []bool{hasMem, hasCores, hasMilli, hasMemMax}
+			name := sliceResources[slices.Index(set, true)]
+			c.add(ctr.Name, FieldSliceCount, "", WantSliceCount(string(name)))
+			continue
+		case !hasCount:
+			continue
+		case gas && !slices.Contains(intelResources, sel.Resource):
+			name := kubeinterface.ResourceIntelMillicores
+			if !hasMilli {
+				name = kubeinterface.ResourceIntelMemoryMax
+			}
+			c.add(ctr.Name, name, "", WantIntelCount)
 			continue
 		}
-		if !hasCount {
-			continue
+		// GAS's totals, split over the GPUs as GAS splits them; a slice's
+		// compute in whole per cent, its memory in whole MiB, rounded up.
+		if milli > 0 {
+			per := milli / count
+			if per < 1 || per > 1000 {
+				q, _ := quantity(ctr, kubeinterface.ResourceIntelMillicores)
+				c.add(ctr.Name, kubeinterface.ResourceIntelMillicores, q.String(), WantMillicoresPerGPU)
+				continue
+			}
+			cores = (per + 9) / 10
+		}
+		if memMax > 0 {
+			per := (memMax/count + 1<<20 - 1) >> 20
+			if memMax/count < 1 || per > MaxSliceMemoryMiB {
+				q, _ := quantity(ctr, kubeinterface.ResourceIntelMemoryMax)
+				c.add(ctr.Name, kubeinterface.ResourceIntelMemoryMax, q.String(), WantMemoryMaxPerGPU)
+				continue
+			}
+			mem = per
 		}
 		out = append(out, types.ContainerRequest{
 			Name:           ctr.Name,
@@ -203,14 +262,21 @@ func containerRequests(c *collector, containers []corev1.Container, sel types.Se
 	return out
 }
 
-// limit reads a resource from the container's limits (or its requests, for a
-// pod that sets only those) and checks it is an integer in [lo, hi]. It
-// reports whether the resource is set at all.
-func limit(c *collector, ctr *corev1.Container, name corev1.ResourceName, lo, hi int64, want string) (int64, bool) {
+// quantity is a resource of the container's limits, or of its requests
+// for a pod that sets only those.
+func quantity(ctr *corev1.Container, name corev1.ResourceName) (resource.Quantity, bool) {
 	q, ok := ctr.Resources.Limits[name]
 	if !ok {
 		q, ok = ctr.Resources.Requests[name]
 	}
+	return q, ok
+}
+
+// limit reads a resource from the container's limits (or its requests, for a
+// pod that sets only those) and checks it is an integer in [lo, hi]. It
+// reports whether the resource is set at all.
+func limit(c *collector, ctr *corev1.Container, name corev1.ResourceName, lo, hi int64, want string) (int64, bool) {
+	q, ok := quantity(ctr, name)
 	if !ok {
 		return 0, false
 	}

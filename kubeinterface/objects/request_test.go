@@ -320,3 +320,54 @@ func TestPodRequestDeviceResources(t *testing.T) {
 		t.Error("WantsDevices of an amd.com/gpu pod = false")
 	}
 }
+
+// TestPodRequestGAS: Intel GPU Aware Scheduling's millicores and
+// memory.max are the container's totals, split over its Intel GPUs as GAS
+// splits them (integer division), each GPU's part a slice in whole per
+// cent and MiB, rounded up; where they do not apply, the error says why.
+func TestPodRequestGAS(t *testing.T) {
+	const (
+		i915  = "gpu.intel.com/i915"
+		xe    = "gpu.intel.com/xe"
+		milli = "gpu.intel.com/millicores"
+		mem   = "gpu.intel.com/memory.max"
+	)
+	got, err := PodRequest(pod(nil, container("a", i915, "2", milli, "1000", mem, "8Gi"), container("b", i915, "1", milli, "255")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []types.ContainerRequest{
+		{Name: "a", Count: 2, ComputePercent: 50, MemoryMiB: 4096, Selector: types.Selector{Resource: types.ResourceIntelI915}},
+		{Name: "b", Count: 1, ComputePercent: 26, Selector: types.Selector{Resource: types.ResourceIntelI915}},
+	}
+	if !reflect.DeepEqual(got.Containers, want) {
+		t.Errorf("PodRequest() =\n%+v\nwant\n%+v", got.Containers, want)
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want string
+	}{
+		{"over 1000 per GPU", pod(nil, container("c", xe, "1", milli, "1500")),
+			`container "c": gpu.intel.com/millicores must be 1..1000 per GPU (the container's total divided by its GPU count, as GPU Aware Scheduling divides it), got "1500"`},
+		{"under one per GPU", pod(nil, container("c", xe, "4", milli, "3")),
+			`container "c": gpu.intel.com/millicores must be 1..1000 per GPU`},
+		{"memory under a byte per GPU", pod(nil, container("c", xe, "4", mem, "3")),
+			`container "c": gpu.intel.com/memory.max must be 1..1048576 MiB per GPU`},
+		{"not Intel", pod(nil, container("c", "nvidia.com/gpu", "1", milli, "500")),
+			`container "c": gpu.intel.com/millicores must be set only with gpu.intel.com/i915 or gpu.intel.com/xe`},
+		{"two ways", pod(nil, container("c", i915, "1", milli, "500", "kubegpu.io/gpu-cores", "50")),
+			`container "c": gpu.intel.com/millicores must be unset where kubegpu.io/gpu-memory or kubegpu.io/gpu-cores is set`},
+		{"no count", pod(nil, container("c", mem, "1Gi")),
+			`container "c": nvidia.com/gpu or amd.com/gpu or gpu.intel.com/i915 or gpu.intel.com/xe must be set to the number of slices (usually 1) when gpu.intel.com/memory.max is set, got ""`},
+		{"tiles", pod(nil, container("c", i915, "1", "gpu.intel.com/tiles", "2")),
+			`container "c": gpu.intel.com/tiles must be unset: kubegpu places whole Intel GPUs or slices of them`},
+		{"not an integer", pod(nil, container("c", i915, "1", milli, "100m")),
+			`container "c": gpu.intel.com/millicores must be an integer 1..64000`},
+	} {
+		_, err := PodRequest(tc.pod)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}

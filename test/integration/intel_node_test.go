@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/plugins/intel"
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -25,7 +26,9 @@ import (
 // as makeAMDDevices makes AMD's). A pod asking for gpu.intel.com/i915: 2
 // that excludes one GPU by UUID gets two others, and its container sees
 // exactly their card and render nodes under /dev/dri; a second such pod
-// waits: of the two GPUs left, one is the excluded.
+// waits: of the two GPUs left, one is the excluded. A pod asking, as GPU
+// Aware Scheduling's users do, for 1000 millicores and 8Gi of memory.max
+// over two GPUs gets a slice of 50% and 4 GiB on each.
 func TestIntelNode(t *testing.T) {
 	ctx := context.Background()
 	const nodeName = "intel-node"
@@ -73,6 +76,22 @@ func TestIntelNode(t *testing.T) {
 	createPods(ctx, t, ns, lister("oneapi-b"))
 	if b := judged(ctx, t, ns, "oneapi-b"); b.Spec.NodeName != "" {
 		t.Errorf("oneapi-b bound to %s with %v, on a node whose only free GPUs but one it excludes", b.Spec.NodeName, devicesOf(t, b))
+	}
+
+	// GPU Aware Scheduling's totals, split over two GPUs: each gets a
+	// slice of 50% and 4 GiB, on the two GPUs left.
+	gas := sleeper(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gas"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}})
+	gas.Spec.Containers[0].Resources.Limits = corev1.ResourceList{types.ResourceIntelI915: resource.MustParse("2"),
+		kubeinterface.ResourceIntelMillicores: resource.MustParse("1000"), kubeinterface.ResourceIntelMemoryMax: resource.MustParse("8Gi")}
+	createPods(ctx, t, ns, onNode(gas, nodeName))
+	g := waitRunning(ctx, t, ns, "gas", k)
+	h, err := objects.HeldAllocation(g, signingKey.Verify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shares := h.Containers[0].Devices; len(shares) != 2 || shares[0].ComputePercent != 50 || shares[0].MemoryMiB != 4096 ||
+		shares[1].ComputePercent != 50 || shares[1].MemoryMiB != 4096 || shares[0].Exclusive {
+		t.Errorf("the GAS pod got %+v, want slices of 50%% and 4096 MiB on two GPUs", shares)
 	}
 
 	byID := map[string]intel.GPU{}

@@ -60,6 +60,19 @@ func TestAttackMalformedRequestsAtCreation(t *testing.T) {
 		amdPod("amd-slice", "1", corev1.ResourceList{kubeinterface.ResourceGPUCores: resource.MustParse("20")}),
 		amdPod("amd-65", "65", nil),
 		amdPod("two-vendors", "1", corev1.ResourceList{kubeinterface.ResourceGPU: resource.MustParse("1")}),
+		// GPU Aware Scheduling's totals: split over Intel GPUs, or refused.
+		intelPod("gas", "2", corev1.ResourceList{kubeinterface.ResourceIntelMillicores: resource.MustParse("1000"), kubeinterface.ResourceIntelMemoryMax: resource.MustParse("8Gi")}),
+		intelPod("gas-1500", "1", corev1.ResourceList{kubeinterface.ResourceIntelMillicores: resource.MustParse("1500")}),
+		intelPod("gas-tiny", "4", corev1.ResourceList{kubeinterface.ResourceIntelMemoryMax: resource.MustParse("3")}),
+		intelPod("gas-tiles", "1", corev1.ResourceList{kubeinterface.ResourceIntelTiles: resource.MustParse("2")}),
+		intelPod("gas-two-ways", "1", corev1.ResourceList{kubeinterface.ResourceIntelMillicores: resource.MustParse("500"), kubeinterface.ResourceGPUCores: resource.MustParse("50")}),
+		amdPod("gas-on-amd", "1", corev1.ResourceList{kubeinterface.ResourceIntelMillicores: resource.MustParse("500")}),
+		func() *corev1.Pod {
+			p := intelPod("gas-no-count", "1", corev1.ResourceList{kubeinterface.ResourceIntelMemoryMax: resource.MustParse("1Gi")})
+			delete(p.Spec.Containers[0].Resources.Limits, types.ResourceIntelI915)
+			return p
+		}(),
+		intelPod("gas-fraction", "1", corev1.ResourceList{kubeinterface.ResourceIntelMillicores: resource.MustParse("100m")}),
 		func() *corev1.Pod {
 			p := amdPod("two-vendors-apart", "2", nil)
 			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox", Resources: corev1.ResourceRequirements{
@@ -132,6 +145,16 @@ func amdPod(name, count string, more corev1.ResourceList) *corev1.Pod {
 	maps.Copy(limits, more)
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox", Resources: corev1.ResourceRequirements{Limits: limits}}}}}
+}
+
+// intelPod is a pod whose container asks for count gpu.intel.com/i915,
+// and more.
+func intelPod(name, count string, more corev1.ResourceList) *corev1.Pod {
+	p := amdPod(name, count, more)
+	l := p.Spec.Containers[0].Resources.Limits
+	l[types.ResourceIntelI915] = l[types.ResourceAMDGPU]
+	delete(l, types.ResourceAMDGPU)
+	return p
 }
 
 // randomPod is a GPU pod with random, mostly plausible, values.
