@@ -132,3 +132,18 @@ func TestCapacityGAS(t *testing.T) {
 		t.Errorf("owned %v after Intel GPUs were published, want millicores among them", owned)
 	}
 }
+
+// TestPublishInventoryWritesItsCapacity: PublishInventory writes every
+// resource of the capacity it is given, also one the advertiser does not
+// know (a test harness's stock resource beside kubegpu's).
+func TestPublishInventoryWritesItsCapacity(t *testing.T) {
+	f := &fakeNode{node: &Node{}}
+	capacity := Capacity(types.Inventory{}, 10)
+	capacity["example.com/gpu-milli"] = *resource.NewQuantity(8000, resource.DecimalSI)
+	if err := PublishInventory(context.Background(), f, "n", types.Inventory{}, capacity); err != nil {
+		t.Fatal(err)
+	}
+	if q := f.node.Capacity["example.com/gpu-milli"]; q.Value() != 8000 {
+		t.Errorf("example.com/gpu-milli = %v, want 8000", q.String())
+	}
+}
