@@ -72,7 +72,7 @@ func TestAttackMalformedRequestsAtCreation(t *testing.T) {
 			delete(p.Spec.Containers[0].Resources.Limits, types.ResourceIntelI915)
 			return p
 		}(),
-		intelPod("gas-fraction", "1", corev1.ResourceList{kubeinterface.ResourceIntelMillicores: resource.MustParse("100m")}),
+		intelPod("gas-huge", "1", corev1.ResourceList{kubeinterface.ResourceIntelMemoryMax: resource.MustParse("100Ti")}),
 		func() *corev1.Pod {
 			p := amdPod("two-vendors-apart", "2", nil)
 			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox", Resources: corev1.ResourceRequirements{
