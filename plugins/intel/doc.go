@@ -15,6 +15,13 @@
 // testdata/README.md for where each value comes from), within bounds of
 // cards, entries and bytes; a malformed file is an error that names it.
 //
+// Intel's own sysfs discovery (intel-resource-drivers-for-kubernetes,
+// pkg/gpu/discovery) is importable but not used: its package pulls in the
+// kubelet plugin and CDI libraries through its helpers, it tracks
+// Kubernetes modules ahead of this project's, and it reads local memory
+// through DRM ioctls on the card node, which needs a privileged process;
+// what this package needs of it is a few dozen lines of uevent reading.
+//
 // Not yet: tiles as units a container may get alone (a tile's share of a
 // GPU is a slice for now), Xe Link between GPUs (sysfs does not show it),
 // CDI edits from Intel's CDI specs.
