@@ -30,7 +30,8 @@ var resourceNames = append(append(types.DeviceResources(), gasNames...), ownName
 // gasNames are GPU Aware Scheduling's resources, published where the node
 // has Intel GPUs, so that kubelet admits pods that ask for them: the
 // millicores of all (1000 a GPU) and their memory in bytes. The scheduler
-// places each GPU's part; these totals never refuse what it places.
+// places each GPU's part of a pod's total rounded up, so these totals
+// never refuse what it places.
 var gasNames = []string{kubeinterface.ResourceIntelMillicores, kubeinterface.ResourceIntelMemoryMax}
 
 // intel reports whether a device resource is Intel's, which GAS's

@@ -181,18 +181,25 @@ func isDeviceListMount(p string) bool {
 	return slices.ContainsFunc(DeviceListMountDirs, func(dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") })
 }
 
+// gpuCDIKinds are the CDI kinds of GPU devices of vendors whose other
+// devices are no GPUs: Intel's GPUs (intel.com/gpu, and its DRA
+// driver's), not its accelerators or QAT devices.
+var gpuCDIKinds = []string{"intel.com/gpu", ".intel.com/gpu"}
+
 // IsGPUCDIDevice reports whether a fully qualified CDI device name
 // (vendor/class=name) is a GPU's.
 func IsGPUCDIDevice(name string) bool {
 	kind, _, _ := strings.Cut(name, "=")
+	kind = strings.ToLower(strings.TrimSpace(kind))
 	vendor, _, _ := strings.Cut(kind, "/")
-	vendor = strings.ToLower(strings.TrimSpace(vendor))
-	return slices.ContainsFunc(gpuCDIVendors, func(v string) bool {
+	match := func(v, s string) bool {
 		if strings.HasPrefix(v, ".") {
-			return strings.HasSuffix(vendor, v)
+			return strings.HasSuffix(s, v)
 		}
-		return vendor == v
-	})
+		return s == v
+	}
+	return slices.ContainsFunc(gpuCDIVendors, func(v string) bool { return match(v, vendor) }) ||
+		slices.ContainsFunc(gpuCDIKinds, func(k string) bool { return match(k, kind) })
 }
 
 // Strip removes from cfg every way to a GPU that the shim did not add: the

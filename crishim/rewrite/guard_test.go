@@ -170,7 +170,8 @@ func TestStripGuardedNodes(t *testing.T) {
 			{HostPath: "/dev/fuse", ContainerPath: "/dev/fuse"},
 		},
 		Mounts:     []*runtimeapi.Mount{{HostPath: filepath.Join(devs, "renderD136"), ContainerPath: "/r"}, {HostPath: "/data", ContainerPath: "/data"}},
-		CDIDevices: []*runtimeapi.CDIDevice{{Name: "amd.com/gpu=all"}, {Name: "gpu.amd.com/gpu=0"}, {Name: "example.com/nic=eth1"}},
+		CDIDevices: []*runtimeapi.CDIDevice{{Name: "amd.com/gpu=all"}, {Name: "gpu.amd.com/gpu=0"}, {Name: "example.com/nic=eth1"},
+			{Name: "intel.com/gpu=card1"}, {Name: "gpu.intel.com/gpu=0"}, {Name: "intel.com/qat=qat0"}},
 	}
 	s := Strip(cfg, nil, guarded)
 	var left []string
@@ -183,7 +184,7 @@ func TestStripGuardedNodes(t *testing.T) {
 	for _, d := range cfg.CDIDevices {
 		left = append(left, d.Name)
 	}
-	if want := []string{"/dev/fuse:/dev/fuse", "/data:/data", "example.com/nic=eth1"}; !reflect.DeepEqual(left, want) {
+	if want := []string{"/dev/fuse:/dev/fuse", "/data:/data", "example.com/nic=eth1", "intel.com/qat=qat0"}; !reflect.DeepEqual(left, want) {
 		t.Errorf("left %q, want %q (stripped %+v)", left, want, s)
 	}
 }

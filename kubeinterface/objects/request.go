@@ -48,8 +48,8 @@ var (
 	WantNoTiles          = "unset: kubegpu places whole Intel GPUs or slices of them (" + kubeinterface.ResourceIntelMillicores + ", " + kubeinterface.ResourceIntelMemoryMax + "), not tiles"
 	WantOneSliceWay      = "unset where " + kubeinterface.ResourceGPUMemory + " or " + kubeinterface.ResourceGPUCores + " is set (one way to ask for a slice per container)"
 	WantIntelCount       = "set only with " + types.ResourceIntelI915 + " or " + types.ResourceIntelXe + " (GPU Aware Scheduling's split of a container's total over its Intel GPUs)"
-	WantMillicoresPerGPU = "1..1000 per GPU (the container's total divided by its GPU count, as GPU Aware Scheduling divides it)"
-	WantMemoryMaxPerGPU  = fmt.Sprintf("1..%d MiB per GPU (the container's total divided by its GPU count, as GPU Aware Scheduling divides it)", MaxSliceMemoryMiB)
+	WantMillicoresPerGPU = "at most 1000 per GPU (the container's total divided by its GPU count)"
+	WantMemoryMaxPerGPU  = fmt.Sprintf("at most %d MiB per GPU (the container's total divided by its GPU count)", MaxSliceMemoryMiB)
 )
 
 // MaxMemoryMaxBytes bounds gpu.intel.com/memory.max: the most memory of
@@ -165,12 +165,13 @@ func PodRequest(pod *corev1.Pod) (types.PodRequest, error) {
 	}
 
 	var asked []string
-	req.InitContainers = containerRequests(c, pod.Spec.InitContainers, sel, topology, &asked)
-	req.Containers = containerRequests(c, pod.Spec.Containers, sel, topology, &asked)
+	counted := 0 // the containers that ask for a number of devices
+	req.InitContainers = containerRequests(c, pod.Spec.InitContainers, sel, topology, &asked, &counted)
+	req.Containers = containerRequests(c, pod.Spec.Containers, sel, topology, &asked, &counted)
 	if len(asked) > 1 {
 		c.add("", FieldDeviceResources, strings.Join(asked, ", "), WantOneResource)
 	}
-	if n := len(req.InitContainers) + len(req.Containers); n > types.MaxDeviceContainers {
+	if n := counted; n > types.MaxDeviceContainers {
 		c.add("", FieldDeviceContainers, fmt.Sprint(n), WantDeviceContainers)
 	}
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil && *g < 1 {
@@ -183,8 +184,10 @@ func PodRequest(pod *corev1.Pod) (types.PodRequest, error) {
 }
 
 // containerRequests decodes the containers' requests; asked gathers the
-// device resources they ask for, each once, in the order they appear.
-func containerRequests(c *collector, containers []corev1.Container, sel types.Selector, topology types.TopologyPolicy, asked *[]string) []types.ContainerRequest {
+// device resources they ask for, each once, in the order they appear, and
+// counted the containers that ask for a number of devices (valid or not
+// otherwise).
+func containerRequests(c *collector, containers []corev1.Container, sel types.Selector, topology types.TopologyPolicy, asked *[]string, counted *int) []types.ContainerRequest {
 	var out []types.ContainerRequest
 	for i := range containers {
 		ctr := &containers[i]
@@ -205,6 +208,9 @@ func containerRequests(c *collector, containers []corev1.Container, sel types.Se
 		memMax, hasMemMax := limit(c, ctr, kubeinterface.ResourceIntelMemoryMax, 1, MaxMemoryMaxBytes, WantMemoryMax)
 		if q, ok := quantity(ctr, kubeinterface.ResourceIntelTiles); ok {
 			c.add(ctr.Name, kubeinterface.ResourceIntelTiles, q.String(), WantNoTiles)
+		}
+		if hasCount {
+			*counted++
 		}
 		gas := hasMilli || hasMemMax
 		switch {
@@ -230,11 +236,14 @@ func containerRequests(c *collector, containers []corev1.Container, sel types.Se
 			c.add(ctr.Name, name, "", WantIntelCount)
 			continue
 		}
-		// GAS's totals, split over the GPUs as GAS splits them; a slice's
-		// compute in whole per cent, its memory in whole MiB, rounded up.
+		// GAS's totals, split over the GPUs, each part rounded up (GAS
+		// rounds down: at most a millicore and a byte more a GPU here, so
+		// that the parts placed never add up to less than the total kubelet
+		// counts); a slice's compute in whole per cent, its memory in whole
+		// MiB, rounded up too.
 		if milli > 0 {
-			per := milli / count
-			if per < 1 || per > 1000 {
+			per := (milli + count - 1) / count
+			if per > 1000 {
 				q, _ := quantity(ctr, kubeinterface.ResourceIntelMillicores)
 				c.add(ctr.Name, kubeinterface.ResourceIntelMillicores, q.String(), WantMillicoresPerGPU)
 				continue
@@ -242,8 +251,8 @@ func containerRequests(c *collector, containers []corev1.Container, sel types.Se
 			cores = (per + 9) / 10
 		}
 		if memMax > 0 {
-			per := (memMax/count + 1<<20 - 1) >> 20
-			if memMax/count < 1 || per > MaxSliceMemoryMiB {
+			per := ((memMax+count-1)/count + 1<<20 - 1) >> 20
+			if per > MaxSliceMemoryMiB {
 				q, _ := quantity(ctr, kubeinterface.ResourceIntelMemoryMax)
 				c.add(ctr.Name, kubeinterface.ResourceIntelMemoryMax, q.String(), WantMemoryMaxPerGPU)
 				continue

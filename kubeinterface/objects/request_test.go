@@ -322,9 +322,10 @@ func TestPodRequestDeviceResources(t *testing.T) {
 }
 
 // TestPodRequestGAS: Intel GPU Aware Scheduling's millicores and
-// memory.max are the container's totals, split over its Intel GPUs as GAS
-// splits them (integer division), each GPU's part a slice in whole per
-// cent and MiB, rounded up; where they do not apply, the error says why.
+// memory.max are the container's totals, split over its Intel GPUs, each
+// GPU's part rounded up to a whole millicore and byte, and then to a
+// slice of whole per cent and MiB; where they do not apply, the error
+// says why.
 func TestPodRequestGAS(t *testing.T) {
 	const (
 		i915  = "gpu.intel.com/i915"
@@ -332,13 +333,15 @@ func TestPodRequestGAS(t *testing.T) {
 		milli = "gpu.intel.com/millicores"
 		mem   = "gpu.intel.com/memory.max"
 	)
-	got, err := PodRequest(pod(nil, container("a", i915, "2", milli, "1000", mem, "8Gi"), container("b", i915, "1", milli, "255")))
+	got, err := PodRequest(pod(nil, container("a", i915, "2", milli, "1000", mem, "8Gi"), container("b", i915, "1", milli, "255"),
+		container("c", i915, "4", milli, "3", mem, "3")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []types.ContainerRequest{
 		{Name: "a", Count: 2, ComputePercent: 50, MemoryMiB: 4096, Selector: types.Selector{Resource: types.ResourceIntelI915}},
 		{Name: "b", Count: 1, ComputePercent: 26, Selector: types.Selector{Resource: types.ResourceIntelI915}},
+		{Name: "c", Count: 4, ComputePercent: 1, MemoryMiB: 1, Selector: types.Selector{Resource: types.ResourceIntelI915}},
 	}
 	if !reflect.DeepEqual(got.Containers, want) {
 		t.Errorf("PodRequest() =\n%+v\nwant\n%+v", got.Containers, want)
@@ -349,11 +352,11 @@ func TestPodRequestGAS(t *testing.T) {
 		want string
 	}{
 		{"over 1000 per GPU", pod(nil, container("c", xe, "1", milli, "1500")),
-			`container "c": gpu.intel.com/millicores must be 1..1000 per GPU (the container's total divided by its GPU count, as GPU Aware Scheduling divides it), got "1500"`},
-		{"under one per GPU", pod(nil, container("c", xe, "4", milli, "3")),
-			`container "c": gpu.intel.com/millicores must be 1..1000 per GPU`},
-		{"memory under a byte per GPU", pod(nil, container("c", xe, "4", mem, "3")),
-			`container "c": gpu.intel.com/memory.max must be 1..1048576 MiB per GPU`},
+			`container "c": gpu.intel.com/millicores must be at most 1000 per GPU (the container's total divided by its GPU count), got "1500"`},
+		{"over 1000 per GPU, rounded up", pod(nil, container("c", xe, "2", milli, "2001")),
+			`container "c": gpu.intel.com/millicores must be at most 1000 per GPU`},
+		{"over the memory of a slice", pod(nil, container("c", xe, "1", mem, "1099511627777")),
+			`container "c": gpu.intel.com/memory.max must be at most 1048576 MiB per GPU`},
 		{"not Intel", pod(nil, container("c", "nvidia.com/gpu", "1", milli, "500")),
 			`container "c": gpu.intel.com/millicores must be set only with gpu.intel.com/i915 or gpu.intel.com/xe`},
 		{"two ways", pod(nil, container("c", i915, "1", milli, "500", "kubegpu.io/gpu-cores", "50")),

@@ -36,10 +36,12 @@ const DRMDir = sysfs.DRMDir
 
 // Bounds on what discovery reads, whatever the tree holds.
 const (
-	maxCards     = 64
+	maxCards     = 256
 	maxDirLen    = 256
 	maxFileBytes = 4 << 10
 	maxReadBytes = 1 << 20
+	// maxMemoryBytes bounds a GPU's local memory (1 TiB).
+	maxMemoryBytes = 1 << 40
 )
 
 // pciVendorIntel is Intel's PCI vendor ID, as uevent prints it.
@@ -96,7 +98,12 @@ func Discover(fsys fs.FS, node string) (Topology, error) {
 		}
 		g, skip, err := readCard(r, card)
 		if err != nil {
-			return Topology{}, err
+			if r.Budget == 0 {
+				return Topology{}, err // the tree is over the bound: no card after it is read
+			}
+			// One odd card serves no container; the others do.
+			t.Skipped = append(t.Skipped, fmt.Sprintf("card%d: %v", card, err))
+			continue
 		}
 		if skip != "" {
 			t.Skipped = append(t.Skipped, skip)
@@ -157,6 +164,11 @@ func readCard(r *sysfs.Reader, card int) (*GPU, string, error) {
 		return nil, "", err
 	}
 	m := modelOf(devID)
+	// A virtual function shares its GPU: the model's memory and cores are
+	// the whole GPU's, not its own.
+	if _, err := fs.Stat(r.FS, path.Join(dir, "device", "physfn")); err == nil {
+		m.memoryMiB, m.xeCores = 0, 0
+	}
 	g := &GPU{Driver: driver, Card: card, RenderMinor: render, Tiles: tiles(r.FS, dir, driver), Device: types.Device{
 		Vendor: Vendor, Resource: ResourcePrefix + driver, Model: m.name, MemoryMiB: m.memoryMiB, ComputeUnits: m.xeCores,
 		PCIBusID: bdf, NUMANode: numaNode(r, dir), Health: types.Healthy,
@@ -164,8 +176,8 @@ func readCard(r *sysfs.Reader, card int) (*GPU, string, error) {
 	// The backport i915 driver sums every tile's local memory here.
 	if v, err := r.Line(path.Join(dir, "lmem_total_bytes")); err == nil {
 		b, perr := strconv.ParseUint(v, 10, 64)
-		if perr != nil {
-			return nil, "", fmt.Errorf("/%s/lmem_total_bytes %q: want a decimal number", dir, sysfs.Truncate(v))
+		if perr != nil || b > maxMemoryBytes {
+			return nil, "", fmt.Errorf("/%s/lmem_total_bytes %q: want a decimal number of bytes, at most %d", dir, sysfs.Truncate(v), uint64(maxMemoryBytes))
 		}
 		g.MemoryMiB = int64(b >> 20)
 	}

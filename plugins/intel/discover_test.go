@@ -130,34 +130,39 @@ func TestDiscoverHealthAndSkips(t *testing.T) {
 	}
 }
 
-// TestDiscoverErrors: no DRM, no Intel GPU, and malformed files are
-// errors that say which; an endless directory is bounded.
+// TestDiscoverErrors: no DRM and no Intel GPU are errors; an odd card
+// serves no container and says why, the others do; an endless directory
+// is bounded.
 func TestDiscoverErrors(t *testing.T) {
 	empty := t.TempDir()
 	if _, err := Discover(os.DirFS(empty), "n"); !errors.Is(err, errNoDRM) {
 		t.Errorf("no sysfs: %v, want errNoDRM", err)
 	}
+	for _, tc := range []struct{ file, content, want string }{
+		{"card0/device/uevent", "DRIVER=xe\nPCI_CLASS=30000\nPCI_ID=8086:E20B\nPCI_SLOT_NAME=../../x\n", `PCI_SLOT_NAME "../../x": want a PCI address`},
+		{"card0/lmem_total_bytes", "lots\n", `card0/lmem_total_bytes "lots": want a decimal number of bytes`},
+		{"card1/lmem_total_bytes", "1099511627777\n", "at most 1099511627776"},
+		{"card1/device/uevent", strings.Repeat("x", maxFileBytes+1), "longer than"},
+	} {
+		root := copyTree(t, "b580-2")
+		write(t, root, tc.file, tc.content)
+		topo, err := Discover(os.DirFS(root), "n")
+		if err != nil || len(topo.GPUs) != 1 || len(topo.Skipped) != 1 || !strings.Contains(topo.Skipped[0], tc.want) {
+			t.Errorf("%s %.20q: %d GPUs, skipped %q, %v; want one GPU, the other skipped saying %q", tc.file, tc.content, len(topo.GPUs), topo.Skipped, err, tc.want)
+		}
+	}
+	// A virtual function has none of the model's memory and cores.
 	root := copyTree(t, "b580-2")
-	write(t, root, "card0/device/uevent", "DRIVER=xe\nPCI_CLASS=30000\nPCI_ID=8086:E20B\nPCI_SLOT_NAME=../../x\n")
-	if _, err := Discover(os.DirFS(root), "n"); err == nil || !strings.Contains(err.Error(), `PCI_SLOT_NAME "../../x": want a PCI address`) {
-		t.Errorf("a bad slot: %v", err)
-	}
-	root = copyTree(t, "max1550-4")
-	write(t, root, "card1/lmem_total_bytes", "lots\n")
-	if _, err := Discover(os.DirFS(root), "n"); err == nil || !strings.Contains(err.Error(), "card1/lmem_total_bytes \"lots\": want a decimal number") {
-		t.Errorf("bad memory: %v", err)
-	}
-	root = copyTree(t, "b580-2")
-	write(t, root, "card0/device/uevent", strings.Repeat("x", maxFileBytes+1))
-	if _, err := Discover(os.DirFS(root), "n"); err == nil || !strings.Contains(err.Error(), "longer than") {
-		t.Errorf("a huge uevent: %v", err)
+	write(t, root, "card1/device/physfn/uevent", "")
+	if topo, _ := Discover(os.DirFS(root), "n"); topo.GPUs[1].MemoryMiB != 0 || topo.GPUs[1].ComputeUnits != 0 {
+		t.Errorf("a virtual function: %+v, want memory and cores unknown", topo.GPUs[1].Device)
 	}
 	root = t.TempDir()
 	for i := range maxCards + 1 {
 		write(t, root, "card"+strconv.Itoa(i)+"/x", "")
 	}
-	if _, err := Discover(os.DirFS(root), "n"); err == nil || !strings.Contains(err.Error(), "more than 64 cards") {
-		t.Errorf("65 cards: %v", err)
+	if _, err := Discover(os.DirFS(root), "n"); err == nil || !strings.Contains(err.Error(), "more than 256 cards") {
+		t.Errorf("257 cards: %v", err)
 	}
 	if _, err := NewModule().NodePlugin(context.Background(), types.PluginConfig{Options: map[string]string{OptionRoot: empty}}); !errors.Is(err, types.ErrNoDevices) {
 		t.Errorf("a node without Intel GPUs: %v, want ErrNoDevices", err)

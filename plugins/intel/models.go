@@ -25,7 +25,8 @@ var models = map[string]model{
 	"0x0bda": {"Intel Data Center GPU Max 1100", 48 << 10, 56},
 	"0x0bdb": {"Intel Data Center GPU Max 1100", 48 << 10, 56},
 	"0x56c0": {"Intel Data Center GPU Flex 170", 16 << 10, 32},
-	"0x56a0": {"Intel Arc A770 Graphics", 16 << 10, 32},
+	// The A770 comes with 8 or 16 GB under one ID: memory unknown.
+	"0x56a0": {"Intel Arc A770 Graphics", 0, 32},
 	"0xe20b": {"Intel Arc B580 Graphics", 12 << 10, 20},
 }
 

@@ -79,3 +79,22 @@ func TestModuleOptions(t *testing.T) {
 		t.Errorf("SchedulerPlugin: %v, %v", sp, err)
 	}
 }
+
+// TestGuardedSkippedCard: a card the module does not serve (bound to
+// vfio-pci here) is still guarded: a container reaches it only through
+// the shim.
+func TestGuardedSkippedCard(t *testing.T) {
+	root := copyTree(t, "max1550-4")
+	write(t, root, "card2/device/uevent", "DRIVER=vfio-pci\nPCI_CLASS=38000\nPCI_ID=8086:0BD5\nPCI_SLOT_NAME=0000:42:00.0\n")
+	np, err := NewModule().NodePlugin(context.Background(), types.PluginConfig{NodeName: "n", Options: map[string]string{OptionRoot: root}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, g := range np.(types.GuardedNodesPlugin).GuardedNodes() {
+		got = append(got, g.ContainerPath)
+	}
+	if !slices.Contains(got, "/dev/dri/card2") {
+		t.Errorf("guarded %v, want the vfio-bound card2 among them", got)
+	}
+}

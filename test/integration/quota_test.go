@@ -64,6 +64,24 @@ func TestQuotaInGPUEquivalents(t *testing.T) {
 	if initShare.Value() != 0 || appShare.Value() != 800 {
 		t.Errorf("init container of 4 GPUs and app container of 4: shares %s and %s, want 0 and 800", initShare.String(), appShare.String())
 	}
+	// Other vendors' GPUs count alike; GAS's millicores as the slices the
+	// scheduler places: 1000 over 3 GPUs is 334 each, 34% a GPU.
+	for _, tc := range []struct {
+		pod  *corev1.Pod
+		want int64
+	}{
+		{amdPod("amd-two", "2", nil), 200},
+		{intelPod("gas-three", "3", corev1.ResourceList{kubeinterface.ResourceIntelMillicores: resource.MustParse("1000")}), 102},
+		{intelPod("gas-memory", "2", corev1.ResourceList{kubeinterface.ResourceIntelMemoryMax: resource.MustParse("8Gi")}), 0},
+	} {
+		dry, err := tenant(t, ns).CoreV1().Pods(ns).Create(ctx, tc.pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := shareOf(dry); got != tc.want {
+			t.Errorf("pod %s carries %s %d, want %d", tc.pod.Name, kubeinterface.ResourceGPUShare, got, tc.want)
+		}
+	}
 	lying := gpuPod("four", 4, 0, 0, nil)
 	lying.Spec.Containers[0].Resources.Limits[kubeinterface.ResourceGPUShare] = resource.MustParse("1")
 	lying.Spec.Containers[0].Resources.Requests[kubeinterface.ResourceGPUShare] = resource.MustParse("1")

@@ -184,6 +184,18 @@ func randomPod(rng *rand.Rand, name string) *corev1.Pod {
 		if rng.IntN(4) == 0 {
 			limits[types.ResourceAMDGPU] = resource.MustParse(pick("1", "4", "0", "65", "1000m"))
 		}
+		if rng.IntN(4) == 0 {
+			limits[corev1.ResourceName(pick(types.ResourceIntelI915, types.ResourceIntelXe))] = resource.MustParse(pick("1", "2", "3", "0", "65"))
+		}
+		if rng.IntN(4) == 0 {
+			limits[kubeinterface.ResourceIntelMillicores] = resource.MustParse(pick("1000", "1", "2001", "0", "64001", "3000"))
+		}
+		if rng.IntN(5) == 0 {
+			limits[kubeinterface.ResourceIntelMemoryMax] = resource.MustParse(pick("8Gi", "1", "0", "100Ti", "3"))
+		}
+		if rng.IntN(12) == 0 {
+			limits[kubeinterface.ResourceIntelTiles] = resource.MustParse(pick("1", "2"))
+		}
 		if rng.IntN(3) == 0 {
 			limits[kubeinterface.ResourceGPUCores] = resource.MustParse(pick("30", "100", "101", "0", "1"))
 		}
