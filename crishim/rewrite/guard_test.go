@@ -169,7 +169,7 @@ func TestStripGuardedNodes(t *testing.T) {
 			{HostPath: filepath.Join(dir, "dev"), ContainerPath: "/dev/all"},
 			{HostPath: "/dev/fuse", ContainerPath: "/dev/fuse"},
 		},
-		Mounts:     []*runtimeapi.Mount{{HostPath: filepath.Join(devs, "renderD136"), ContainerPath: "/r"}, {HostPath: "/data", ContainerPath: "/data"}},
+		Mounts: []*runtimeapi.Mount{{HostPath: filepath.Join(devs, "renderD136"), ContainerPath: "/r"}, {HostPath: "/data", ContainerPath: "/data"}},
 		CDIDevices: []*runtimeapi.CDIDevice{{Name: "amd.com/gpu=all"}, {Name: "gpu.amd.com/gpu=0"}, {Name: "example.com/nic=eth1"},
 			{Name: "intel.com/gpu=card1"}, {Name: "gpu.intel.com/gpu=0"}, {Name: "intel.com/qat=qat0"}},
 	}
