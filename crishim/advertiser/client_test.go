@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -270,6 +271,7 @@ func FuzzDecodeNode(f *testing.F) {
 	f.Add([]byte(`{"status":{"allocatable":{"kubegpu.io/gpu-memory":"1e40"}}}`))
 	f.Add([]byte(`{"status":{"capacity":{"nvidia.com/gpu":"-1"}}}`))
 	f.Add([]byte(`null`))
+	f.Add([]byte(`{"metadata":{"annotations":{"kubegpu.io/inventory":"{\"apiVersion\":\"kubegpu.io/v1\",\"kind\":\"NodeInventory\",\"devices\":[]}"}},"status":{"capacity":{"amd.com/gpu":"8","example.com/x":"1"}}}`))
 	f.Add([]byte(`{"status":{"conditions":[{"type":"Ready","status":"True"},{"type":"kubegpu.io/DevicesReady","status":"False","reason":"ModuleLoadFailed","message":"m"}]}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		n, err := decodeNode(body)
@@ -277,10 +279,10 @@ func FuzzDecodeNode(f *testing.F) {
 			return
 		}
 		for name := range n.Capacity {
-			if name != kubeinterface.ResourceGPU && name != kubeinterface.ResourceGPUCores && name != kubeinterface.ResourceGPUMemory {
+			if !slices.Contains(resourceNames, name) {
 				t.Fatalf("kept capacity %q", name)
 			}
 		}
-		_ = n.Capacity.Equal(n.Allocatable)
+		_ = n.Capacity.EqualOn(n.Allocatable, Owned(n.Capacity, n.Inventory))
 	})
 }

@@ -153,20 +153,6 @@ func Capacity(inv types.Inventory, slicesPerDevice int) ResourceList {
 	return out
 }
 
-// Equal reports whether l and o hold the same quantities.
-func (l ResourceList) Equal(o ResourceList) bool {
-	if len(l) != len(o) {
-		return false
-	}
-	for name, q := range l {
-		p, ok := o[name]
-		if !ok || q.Cmp(p) != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // PublishInventory writes the node's inventory annotation (a merge patch of
 // the node) and its extended-resource capacity and allocatable (a patch of
 // the node's status subresource: status written through the node itself is

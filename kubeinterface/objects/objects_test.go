@@ -38,13 +38,16 @@ func TestPodAllocationMissing(t *testing.T) {
 }
 
 func FuzzPodRequest(f *testing.F) {
-	f.Add("1", "4096", "30", "T4,V100", "GPU-1", "required", "spread")
-	f.Add("2", "", "150", ",", "", "strict", "pack")
-	f.Add("0", "4Gi", "", "A,a", "GPU-1", "", "")
-	f.Add("1e3", "1500m", "-5", "", "", "none", "binpack")
-	f.Fuzz(func(t *testing.T, count, mem, cores, models, uuids, topology, placement string) {
+	f.Add("1", "4096", "30", "T4,V100", "GPU-1", "required", "spread", uint8(0), "", "")
+	f.Add("2", "", "150", ",", "", "strict", "pack", uint8(1), "", "")
+	f.Add("0", "4Gi", "", "A,a", "GPU-1", "", "", uint8(2), "1000", "8Gi")
+	f.Add("1e3", "1500m", "-5", "", "", "none", "binpack", uint8(3), "64001", "3")
+	f.Add("3", "", "", "", "", "", "", uint8(2), "1", "1")
+	f.Fuzz(func(t *testing.T, count, mem, cores, models, uuids, topology, placement string, kind uint8, milli, memMax string) {
 		limits := corev1.ResourceList{}
-		for name, v := range map[corev1.ResourceName]string{kubeinterface.ResourceGPU: count, kubeinterface.ResourceGPUMemory: mem, kubeinterface.ResourceGPUCores: cores} {
+		device := corev1.ResourceName(types.DeviceResources()[int(kind)%len(types.DeviceResources())])
+		for name, v := range map[corev1.ResourceName]string{device: count, kubeinterface.ResourceGPUMemory: mem, kubeinterface.ResourceGPUCores: cores,
+			kubeinterface.ResourceIntelMillicores: milli, kubeinterface.ResourceIntelMemoryMax: memMax} {
 			if q, err := resource.ParseQuantity(v); err == nil {
 				limits[name] = q
 			}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/kubegpu/kubegpu/types"
 )
@@ -167,4 +168,33 @@ func TestDiscoverErrors(t *testing.T) {
 	if _, err := NewModule().NodePlugin(context.Background(), types.PluginConfig{Options: map[string]string{OptionRoot: empty}}); !errors.Is(err, types.ErrNoDevices) {
 		t.Errorf("a node without Intel GPUs: %v, want ErrNoDevices", err)
 	}
+}
+
+// FuzzDiscover: whatever a card's uevent, memory and tile files hold,
+// discovery does not panic, and what it serves is valid and bounded.
+func FuzzDiscover(f *testing.F) {
+	f.Add("DRIVER=i915\nPCI_CLASS=38000\nPCI_ID=8086:0BD5\nPCI_SLOT_NAME=0000:18:00.0\n", "137438953472\n", "0\n")
+	f.Add("DRIVER=xe\nPCI_ID=8086:E20B\nPCI_CLASS=30000\nPCI_SLOT_NAME=0000:03:00.0", "", "-1")
+	f.Add("PCI_ID=8086\nDRIVER=\n=\n", "99999999999999999999", "x")
+	f.Fuzz(func(t *testing.T, uevent, lmem, numa string) {
+		fsys := fstest.MapFS{
+			DRMDir + "/card1/device/uevent":             {Data: []byte(uevent)},
+			DRMDir + "/card1/device/numa_node":          {Data: []byte(numa)},
+			DRMDir + "/card1/device/drm/renderD128/dev": {Data: []byte("226:128\n")},
+			DRMDir + "/card1/lmem_total_bytes":          {Data: []byte(lmem)},
+			DRMDir + "/card1/gt/gt0/id":                 {Data: []byte("0\n")},
+		}
+		topo, err := Discover(fsys, "n")
+		if err != nil {
+			return
+		}
+		if err := topo.Inventory.Validate(); err != nil {
+			t.Fatalf("discovery served an invalid inventory: %v", err)
+		}
+		for _, g := range topo.GPUs {
+			if g.MemoryMiB < 0 || g.MemoryMiB > maxMemoryBytes>>20 || g.NUMANode < -1 || g.NUMANode > 1<<10 {
+				t.Fatalf("out of bounds: %+v", g.Device)
+			}
+		}
+	})
 }
