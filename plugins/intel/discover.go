@@ -89,7 +89,7 @@ func Discover(fsys fs.FS, node string) (Topology, error) {
 	var t Topology
 	seen := 0
 	for _, e := range entries {
-		card, ok := number(e.Name(), "card")
+		card, ok := sysfs.Number(e.Name(), "card")
 		if !ok {
 			continue
 		}
@@ -135,7 +135,7 @@ func Discover(fsys fs.FS, node string) (Topology, error) {
 // reason for one that serves no container.
 func readCard(r *sysfs.Reader, card int) (*GPU, string, error) {
 	dir := path.Join(DRMDir, "card"+strconv.Itoa(card))
-	ev, err := uevent(r, path.Join(dir, "device", "uevent"))
+	ev, err := r.Uevent(path.Join(dir, "device", "uevent"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "", nil // a connector (card0-DP-1) or no device
 	}
@@ -185,21 +185,6 @@ func readCard(r *sysfs.Reader, card int) (*GPU, string, error) {
 	return g, "", nil
 }
 
-// uevent parses a uevent file's KEY=VALUE lines.
-func uevent(r *sysfs.Reader, name string) (map[string]string, error) {
-	data, err := r.File(name)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, line := range strings.Split(data, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok {
-			out[k] = v
-		}
-	}
-	return out, nil
-}
-
 // renderMinor is the minor of the card's render node, from the entries
 // of its PCI device's drm directory (renderD128).
 func renderMinor(dir string, fsys fs.FS) (int, error) {
@@ -211,7 +196,7 @@ func renderMinor(dir string, fsys fs.FS) (int, error) {
 		if i == maxDirLen {
 			break
 		}
-		if n, ok := number(e.Name(), "renderD"); ok {
+		if n, ok := sysfs.Number(e.Name(), "renderD"); ok {
 			return n, nil
 		}
 	}
@@ -231,7 +216,7 @@ func tiles(fsys fs.FS, dir, driver string) int {
 		if i == maxDirLen {
 			break
 		}
-		if _, ok := number(e.Name(), prefix); ok {
+		if _, ok := sysfs.Number(e.Name(), prefix); ok {
 			n++
 		}
 	}
@@ -282,20 +267,6 @@ func links(gpus []GPU) []types.Link {
 		}
 	}
 	return out
-}
-
-// number parses a name of prefix and a canonical decimal number (card3,
-// not card03 or card3-DP-1).
-func number(name, prefix string) (int, bool) {
-	s, ok := strings.CutPrefix(name, prefix)
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || n > 1<<20 || strconv.Itoa(n) != s {
-		return 0, false
-	}
-	return n, true
 }
 
 // pciAddress reports whether s is a PCI address, 0000:3a:00.0.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"strconv"
 	"strings"
 )
 
@@ -87,31 +88,48 @@ func (r *Reader) DRMNodes(vendor string) []string {
 		if i == maxDRMEntries {
 			break
 		}
-		if !drmMinor(e.Name()) {
-			continue
+		_, card := Number(e.Name(), "card")
+		_, render := Number(e.Name(), "renderD")
+		if !card && !render {
+			continue // a connector (card0-DP-1)
 		}
-		data, err := r.File(DRMDir + "/" + e.Name() + "/device/uevent")
+		ev, err := r.Uevent(DRMDir + "/" + e.Name() + "/device/uevent")
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(data, "\n") {
-			if id, ok := strings.CutPrefix(strings.TrimSpace(line), "PCI_ID="); ok {
-				if v, _, _ := strings.Cut(id, ":"); strings.EqualFold(v, vendor) {
-					out = append(out, "/dev/dri/"+e.Name())
-				}
-			}
+		if v, _, _ := strings.Cut(ev["PCI_ID"], ":"); strings.EqualFold(v, vendor) {
+			out = append(out, "/dev/dri/"+e.Name())
 		}
 	}
 	return out
 }
 
-// drmMinor reports whether name is a DRM minor's: card3 or renderD128,
-// not a connector (card0-DP-1).
-func drmMinor(name string) bool {
-	for _, prefix := range []string{"card", "renderD"} {
-		if n, ok := strings.CutPrefix(name, prefix); ok && n != "" && strings.Trim(n, "0123456789") == "" {
-			return true
+// Uevent reads a uevent file's KEY=VALUE lines.
+func (r *Reader) Uevent(name string) (map[string]string, error) {
+	data, err := r.File(name)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(data, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok {
+			out[k] = v
 		}
 	}
-	return false
+	return out, nil
+}
+
+// Number parses a sysfs entry's name of prefix and a canonical decimal
+// number (card3; not card03, card3-DP-1 or a number over 2^20), so that
+// no entry is read twice under two names.
+func Number(name, prefix string) (int, bool) {
+	s, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > 1<<20 || strconv.Itoa(n) != s {
+		return 0, false
+	}
+	return n, true
 }
