@@ -15,8 +15,6 @@ import (
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
 	"github.com/kubegpu/kubegpu/kube-scheduler/claims"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
-	"github.com/kubegpu/kubegpu/kubeinterface"
-	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -192,36 +190,4 @@ func (h claimHold) holders() []string {
 		out = append(out, fmt.Sprintf("%s/%s (claim, no pod)", h.claim.Namespace, h.claim.Name))
 	}
 	return out
-}
-
-// loadClaims lists the allocated ResourceClaims, whose kubegpu devices
-// the scheduler counts as held, and keeps those whose allocation verify
-// accepts (dra.ClaimAllocation) as holds. Not being allowed to list them
-// is said, not an error.
-func (s *clusterState) loadClaims(ctx context.Context, client kubernetes.Interface, verify func(kubeinterface.Allocation) error) error {
-	list, err := client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if apierrors.IsForbidden(err) {
-		s.draUnread = fmt.Sprintf("Not counted: the GPUs that ResourceClaims hold (%v); the role kubegpu-viewer grants it.", err)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("list ResourceClaims (GPUs claims hold): %w", err)
-	}
-	s.claimHolds = map[string][]claimHold{}
-	for i := range list.Items {
-		c := &list.Items[i]
-		if c.Status.Allocation == nil {
-			continue
-		}
-		s.claims = append(s.claims, c)
-		a, _, err := dra.ClaimAllocation(c, verify)
-		switch {
-		case errors.Is(err, dra.ErrNotSigned):
-		case err != nil:
-			s.unverifiedClaims++
-		default:
-			s.claimHolds[a.Node] = append(s.claimHolds[a.Node], claimHold{claim: c, alloc: a.PodAllocation})
-		}
-	}
-	return nil
 }

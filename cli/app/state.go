@@ -1,22 +1,15 @@
 package app
 
 import (
-	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"unicode"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubegpu/kubegpu/kubeinterface"
-	"github.com/kubegpu/kubegpu/kubeinterface/dra"
-	"github.com/kubegpu/kubegpu/kubeinterface/objects"
 	"github.com/kubegpu/kubegpu/types"
 )
 
@@ -91,106 +84,6 @@ type podAllocation struct {
 type unverifiedPod struct {
 	pod    *corev1.Pod
 	reason string
-}
-
-// loadState reads the cluster. With key, allocations must be signed by it;
-// without, they must at least name their pod (UID included) and node.
-func loadState(ctx context.Context, client kubernetes.Interface, key *kubeinterface.KeySet) (*clusterState, error) {
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
-	leases, err := client.CoordinationV1().Leases(kubeinterface.LeaseNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list the nodes' Leases in %s: %w", kubeinterface.LeaseNamespace, err)
-	}
-	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"})
-	if err != nil {
-		return nil, fmt.Errorf("list pods: %w", err)
-	}
-	nominated, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-		FieldSelector: "spec.nodeName=,status.nominatedNodeName!=,status.phase!=Succeeded,status.phase!=Failed"})
-	if err != nil {
-		return nil, fmt.Errorf("list pods nominated to nodes: %w", err)
-	}
-	s := &clusterState{pods: map[string][]podAllocation{}, withoutDevices: map[string][]*corev1.Pod{},
-		leases: leases.Items, requestedBytes: map[string][2]int64{}}
-	if err := s.loadDRA(ctx, client); err != nil {
-		return nil, err
-	}
-	var verify func(kubeinterface.Allocation) error
-	if key != nil {
-		verify = key.Verify
-	}
-	if err := s.loadClaims(ctx, client, verify); err != nil {
-		return nil, err
-	}
-	for i := range nominated.Items {
-		p := &nominated.Items[i]
-		if p.Spec.NodeName == "" && p.Status.NominatedNodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			s.nominated = append(s.nominated, p)
-		}
-	}
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
-		inv, err := objects.NodeInventory(n)
-		s.nodes = append(s.nodes, nodeState{name: n.Name, inv: inv, invErr: err, node: n})
-	}
-	slices.SortFunc(s.nodes, func(a, b nodeState) int { return strings.Compare(a.name, b.name) })
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue // what the field selector asked for, should the server not filter
-		}
-		s.bound = append(s.bound, p)
-		cpuMilli, memBytes := objects.HostRequestBytes(p)
-		rb := s.requestedBytes[p.Spec.NodeName]
-		s.requestedBytes[p.Spec.NodeName] = [2]int64{rb[0] + cpuMilli, rb[1] + memBytes}
-		if !objects.WantsDevices(p) || objects.ServedByDRA(p) {
-			// A pod DRA serves holds no kubegpu GPU: as one without.
-			s.withoutDevices[p.Spec.NodeName] = append(s.withoutDevices[p.Spec.NodeName], p)
-			continue
-		}
-		h, err := objects.HeldAllocation(p, verify)
-		if err != nil {
-			s.unverified = append(s.unverified, unverifiedPod{pod: p, reason: err.Error()})
-			continue
-		}
-		s.pods[p.Spec.NodeName] = append(s.pods[p.Spec.NodeName], podAllocation{pod: p, alloc: h.Allocation,
-			source: h.Source, annotationDiffers: h.AnnotationDiffers})
-	}
-	return s, nil
-}
-
-// loadDRA lists other DRA drivers' node-local ResourceSlices and the
-// DeviceClasses. Not being allowed to is said (draUnread), not an error:
-// a viewer bound to the role of an earlier kubegpu still sees the rest.
-func (s *clusterState) loadDRA(ctx context.Context, client kubernetes.Interface) error {
-	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-	if apierrors.IsForbidden(err) {
-		s.draUnread = fmt.Sprintf("Not checked: which GPUs other DRA drivers publish, and which resources DeviceClasses map to DRA (%v); the role kubegpu-viewer grants it.", err)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("list ResourceSlices (GPUs other DRA drivers publish): %w", err)
-	}
-	classes, err := client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
-	if apierrors.IsForbidden(err) {
-		s.draUnread = fmt.Sprintf("Not checked: which resources DeviceClasses map to DRA (%v); the role kubegpu-viewer grants it.", err)
-	} else if err != nil {
-		return fmt.Errorf("list DeviceClasses (resources mapped to DRA): %w", err)
-	}
-	for i := range slices.Items {
-		if sl := &slices.Items[i]; sl.Spec.Driver != dra.DriverName && sl.Spec.NodeName != nil {
-			s.slices = append(s.slices, sl)
-		}
-	}
-	if classes != nil {
-		for i := range classes.Items {
-			s.classes = append(s.classes, &classes.Items[i])
-		}
-	}
-	return nil
 }
 
 // hasInventory reports whether n publishes a usable inventory.
