@@ -92,99 +92,129 @@ type explainRow struct {
 }
 
 func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name string) error {
-	ctx := cmd.Context()
-	w := cmd.OutOrStdout()
-	ns := o.namespace
+	e, err := o.explain(cmd.Context(), c, o.namespace, name)
+	if err != nil {
+		return err
+	}
+	return e.print(cmd.OutOrStdout())
+}
+
+// explanation is what explain says of a pod: lines about the pod and its
+// request, then, where it was judged on the nodes, one row per node.
+type explanation struct {
+	lines []string
+	rows  []explainRow
+	top   int
+}
+
+func (e *explanation) sayf(format string, args ...any) {
+	e.lines = append(e.lines, strings.TrimSuffix(fmt.Sprintf(format, args...), "\n"))
+}
+
+func (e *explanation) say(line string) { e.lines = append(e.lines, line) }
+
+// print writes the explanation as `kubegpu explain` prints it.
+func (e *explanation) print(w io.Writer) error {
+	for _, l := range e.lines {
+		if _, err := fmt.Fprintln(w, l); err != nil {
+			return err
+		}
+	}
+	if e.rows == nil {
+		return nil
+	}
+	fmt.Fprintln(w)
+	return printExplain(w, e.rows, e.top)
+}
+
+// explain judges pod ns/name as the scheduler would, now.
+func (o *explainOptions) explain(ctx context.Context, c kubernetes.Interface, ns, name string) (*explanation, error) {
+	e := &explanation{top: o.topDevices}
 	pod, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("get pod %s/%s: %w", ns, name, err)
+		return nil, fmt.Errorf("get pod %s/%s: %w", ns, name, err)
 	}
 	pc, err := loadPodClaims(ctx, c, pod)
 	if err != nil {
 		msg, err := claimError(err)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		fmt.Fprintf(w, "Pod %s/%s waits for its ResourceClaims:\n  %s\n", ns, name, msg)
-		return nil
+		e.sayf("Pod %s/%s waits for its ResourceClaims:\n  %s\n", ns, name, msg)
+		return e, nil
 	}
 	if pc == nil && !objects.WantsDevices(pod) {
-		_, err := fmt.Fprintf(w, "Pod %s/%s asks for no GPUs: kubegpu-scheduler prefers nodes without GPUs for it, then GPU nodes\n"+
+		e.sayf("Pod %s/%s asks for no GPUs: kubegpu-scheduler prefers nodes without GPUs for it, then GPU nodes\n"+
 			"by its node policy (podsWithoutDevices: Score), or leaves it to the other scorers (Ignore).\n", ns, name)
-		return err
+		return e, nil
 	}
 	args, err := o.args()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	engine, err := newEngine(ctx, args)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	policy, policyNote := enforcementPolicy(ctx, c, ns, args.Enforcement)
 	if policy == "" {
-		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its namespace's label is fixed:\n  %s\n", ns, name, policyNote)
-		return nil
+		e.sayf("Pod %s/%s cannot be scheduled until its namespace's label is fixed:\n  %s\n", ns, name, policyNote)
+		return e, nil
 	}
 	cpu, mem := objects.HostRequest(pod)
 	r, req, others, err := pc.compile(engine, pod, devicescheduler.Host{CPUMilli: cpu, MemoryMiB: mem}, policy)
 	if err != nil {
-		fmt.Fprintf(w, "Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, sanitize(err.Error()))
-		return nil
+		e.sayf("Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, sanitize(err.Error()))
+		return e, nil
 	}
 	s, err := loadState(ctx, c, o.key)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fmt.Fprintf(w, "Pod %s/%s asks for:\n", ns, name)
+	e.sayf("Pod %s/%s asks for:\n", ns, name)
 	for _, ct := range r.Containers {
-		fmt.Fprintf(w, "  %s\n", describeContainer(ct))
+		e.sayf("  %s\n", describeContainer(ct))
 	}
 	if slices.ContainsFunc(r.Containers, func(c devicescheduler.Container) bool { return !c.Exclusive }) {
-		fmt.Fprintln(w, policyNote)
+		e.say(policyNote)
 		if pod.Spec.NodeName != "" {
-			fmt.Fprintln(w, enforcementNote(pod))
+			e.say(enforcementNote(pod))
 		}
 	}
 	if pod.Spec.NodeName != "" {
-		var verify func(kubeinterface.Allocation) error
-		if o.key != nil {
-			verify = o.key.Verify
-		}
-		if h, err := objects.HeldAllocation(pod, verify); err == nil {
-			fmt.Fprintf(w, "It is bound to %s with devices %s.\n", pod.Spec.NodeName, sanitize(allocationDevices(h.PodAllocation)))
+		if h, err := objects.HeldAllocation(pod, verifier(o.key)); err == nil {
+			e.sayf("It is bound to %s with devices %s.\n", pod.Spec.NodeName, sanitize(allocationDevices(h.PodAllocation)))
 			if h.AnnotationDiffers {
-				fmt.Fprintf(w, "Its %s annotation was changed after binding: the scheduler counts the devices above (its record in the pod's status); containers started from now on get what the annotation says, or no GPUs.\n", kubeinterface.AnnotationAllocation)
+				e.sayf("Its %s annotation was changed after binding: the scheduler counts the devices above (its record in the pod's status); containers started from now on get what the annotation says, or no GPUs.\n", kubeinterface.AnnotationAllocation)
 			}
 		} else {
-			fmt.Fprintf(w, "It is bound to %s without a usable allocation (%s): it runs with no GPUs.\n", pod.Spec.NodeName, sanitize(err.Error()))
+			e.sayf("It is bound to %s without a usable allocation (%s): it runs with no GPUs.\n", pod.Spec.NodeName, sanitize(err.Error()))
 		}
 	}
 	if borrowing(pod) {
-		fmt.Fprintf(w, "It borrows: it runs at PriorityClass %s (it was over its namespace's GPU budget, ResourceQuota %s, when created, or asked for the class), gets only GPUs no pod within a budget uses, preempts nothing, and is among the first evicted when a pod that may preempt needs its GPUs.\n",
+		e.sayf("It borrows: it runs at PriorityClass %s (it was over its namespace's GPU budget, ResourceQuota %s, when created, or asked for the class), gets only GPUs no pod within a budget uses, preempts nothing, and is among the first evicted when a pod that may preempt needs its GPUs.\n",
 			kubeinterface.PriorityClassBorrowed, kubeinterface.BudgetQuota)
-		fmt.Fprintln(w, budgetNote(ctx, c, pod))
+		e.say(budgetNote(ctx, c, pod))
 	}
 	if pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
-		fmt.Fprintln(w, nominationNote(s, pod))
+		e.say(nominationNote(s, pod))
 	}
 	if g := pod.Spec.SchedulingGroup; pod.Spec.NodeName == "" && g != nil && g.PodGroupName != nil {
-		fmt.Fprintf(w, "It belongs to the pod group %s: it is placed together with the rest of its group, all or none, by a scheduler that places pod groups (the nodes below are judged for this pod alone).\n",
+		e.sayf("It belongs to the pod group %s: it is placed together with the rest of its group, all or none, by a scheduler that places pod groups (the nodes below are judged for this pod alone).\n",
 			sanitize(*g.PodGroupName))
 	}
 	if note := pc.note(); note != "" {
-		fmt.Fprintln(w, sanitize(note))
+		e.say(sanitize(note))
 	}
 	if note := unknownModels(req, s.nodes); note != "" {
-		fmt.Fprintln(w, note)
+		e.say(note)
 	}
 	if s.draUnread != "" {
-		fmt.Fprintln(w, sanitize(s.draUnread))
+		e.say(sanitize(s.draUnread))
 	}
 	if msg := schedulerSays(pod); msg != "" {
-		fmt.Fprintf(w, "The scheduler's last attempt: %s\n", msg)
+		e.sayf("The scheduler's last attempt: %s\n", msg)
 	}
-	fmt.Fprintln(w)
 	var kept []*corev1.Pod
 	for _, list := range nominatedBefore(pod, s.nominated, o.schedulerNames) {
 		kept = append(kept, list...)
@@ -193,8 +223,11 @@ func (o *explainOptions) run(cmd *cobra.Command, c kubernetes.Interface, name st
 	if pc != nil {
 		s.pinned = pc.node
 	}
-	rows := o.evaluate(engine, s, r, pod, time.Now(), others...)
-	return printExplain(w, rows, o.topDevices)
+	e.rows = o.evaluate(engine, s, r, pod, time.Now(), others...)
+	if e.rows == nil {
+		e.rows = []explainRow{} // no nodes
+	}
+	return e, nil
 }
 
 // evaluate judges the pod on every node with the scheduler's own device
