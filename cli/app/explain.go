@@ -41,6 +41,8 @@ type explainOptions struct {
 	// schedulerNames are the profiles of the scheduler's configuration
 	// file, when given: the pods it places.
 	schedulerNames []string
+	// list reads the cluster (default: listFromAPI).
+	list func(context.Context) (*listed, error)
 }
 
 func newExplainCommand(client func() (kubernetes.Interface, error), namespace func() string, key func() (*kubeinterface.KeySet, error)) *cobra.Command {
@@ -167,10 +169,15 @@ func (o *explainOptions) explain(ctx context.Context, c kubernetes.Interface, ns
 		e.sayf("Pod %s/%s cannot be scheduled until its request is fixed:\n  %v\n", ns, name, sanitize(err.Error()))
 		return e, nil
 	}
-	s, err := loadState(ctx, c, o.key)
+	list := o.list
+	if list == nil {
+		list = func(ctx context.Context) (*listed, error) { return listFromAPI(ctx, c) }
+	}
+	l, err := list(ctx)
 	if err != nil {
 		return nil, err
 	}
+	s := l.state(verifier(o.key))
 	e.sayf("Pod %s/%s asks for:\n", ns, name)
 	for _, ct := range r.Containers {
 		e.sayf("  %s\n", describeContainer(ct))

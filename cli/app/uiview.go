@@ -1,0 +1,275 @@
+package app
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubegpu/kubegpu/cli/ui"
+	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/types"
+)
+
+// uiNode is what the page shows of a node.
+type uiNode struct {
+	Name string `json:"name"`
+	// Problem is why the node takes no GPU pods as far as its objects
+	// say (no usable inventory, not Ready), or empty.
+	Problem string       `json:"problem,omitempty"`
+	GPUs    []GPU        `json:"gpus"`
+	Links   []types.Link `json:"links,omitempty"`
+	// OtherPods counts the node's bound pods that hold no kubegpu GPU.
+	OtherPods int `json:"otherPods"`
+}
+
+// uiSummary is the rest of the page: totals, pending GPU pods, quotas and
+// what could not be read.
+type uiSummary struct {
+	Scope   string      `json:"scope"`
+	Updated time.Time   `json:"updated"`
+	Totals  uiTotals    `json:"totals"`
+	Pending []uiPending `json:"pending"`
+	Quotas  []uiQuota   `json:"quotas"`
+	Notes   []string    `json:"notes,omitempty"`
+}
+
+// uiTotals counts the whole GPUs (MIG partitions are counted by their
+// GPU) of nodes that publish an inventory.
+type uiTotals struct {
+	Nodes int `json:"nodes"`
+	// GPUs: all; Idle: no pod on it; Full: a whole-GPU pod, or slices
+	// using all of its memory or compute; Stranded: partly used by
+	// slices, so that what is left of it serves slices only, never a pod
+	// that asks for whole GPUs; Unhealthy: not Healthy.
+	GPUs      int `json:"gpus"`
+	Idle      int `json:"idle"`
+	Full      int `json:"full"`
+	Stranded  int `json:"stranded"`
+	Unhealthy int `json:"unhealthy"`
+	// StrandedMiB is the memory left free on the stranded GPUs.
+	StrandedMiB int64     `json:"strandedMiB"`
+	ByModel     []uiModel `json:"byModel"`
+}
+
+type uiModel struct {
+	Model string `json:"model"`
+	GPUs  int    `json:"gpus"`
+	Idle  int    `json:"idle"`
+}
+
+// uiPending is a GPU pod not bound yet.
+type uiPending struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	Asks      string    `json:"asks"`
+	Created   time.Time `json:"created"`
+	// Nominated is the node preemption nominated it to, if any; Message
+	// what the scheduler's last attempt said.
+	Nominated string `json:"nominated,omitempty"`
+	Message   string `json:"message,omitempty"`
+}
+
+// uiQuota is a ResourceQuota that caps a kubegpu resource.
+type uiQuota struct {
+	Namespace string            `json:"namespace"`
+	Name      string            `json:"name"`
+	Resources []uiQuotaResource `json:"resources"`
+}
+
+type uiQuotaResource struct {
+	Name string `json:"name"`
+	Used string `json:"used"`
+	Hard string `json:"hard"`
+}
+
+// maxPending bounds the pending pods the page lists (the oldest first);
+// the count of the others is a note.
+const maxPending = 500
+
+// uiView builds the page's view of the cluster: s, the pending pods among
+// pods and the quotas.
+func uiView(s *clusterState, pods []*corev1.Pod, quotas []*corev1.ResourceQuota, now time.Time) ui.View {
+	rows := gpus(s)
+	markDRA(s, rows)
+	sum := uiSummary{Scope: "cluster", Updated: now, Pending: []uiPending{}, Quotas: []uiQuota{}}
+	byNode := map[string][]GPU{}
+	models := map[string]*uiModel{}
+	// The memory and pods of each GPU's MIG partitions in use.
+	partsMiB, partsPods := map[[2]string]int64{}, map[[2]string]int{}
+	for _, g := range rows {
+		if g.Parent != "" {
+			partsMiB[[2]string{g.Node, g.Parent}] += g.UsedMiB
+			partsPods[[2]string{g.Node, g.Parent}] += len(g.Pods)
+		}
+	}
+	for _, g := range rows {
+		node := g.Node
+		g.Node = ""
+		byNode[node] = append(byNode[node], g)
+		if g.Parent != "" {
+			continue // a MIG partition: counted by its GPU
+		}
+		t := &sum.Totals
+		t.GPUs++
+		m := models[g.Model]
+		if m == nil {
+			m = &uiModel{Model: g.Model}
+			models[g.Model] = m
+		}
+		m.GPUs++
+		key := [2]string{node, g.ID}
+		usedMiB := g.UsedMiB + partsMiB[key]
+		switch {
+		case len(g.Pods)+partsPods[key] == 0:
+			t.Idle++
+			m.Idle++
+		case g.Exclusive || usedMiB >= g.MemoryMiB || g.UsedCores >= 100:
+			t.Full++
+		default:
+			t.Stranded++
+			t.StrandedMiB += g.MemoryMiB - usedMiB
+		}
+		if g.Health != string(types.Healthy) {
+			t.Unhealthy++
+		}
+	}
+	for _, m := range models {
+		sum.Totals.ByModel = append(sum.Totals.ByModel, *m)
+	}
+	slices.SortFunc(sum.Totals.ByModel, func(a, b uiModel) int { return cmp.Compare(a.Model, b.Model) })
+	v := ui.View{}
+	for _, n := range s.nodes {
+		un := uiNode{Name: n.name, GPUs: byNode[n.name], OtherPods: len(s.withoutDevices[n.name])}
+		if un.GPUs == nil {
+			un.GPUs = []GPU{}
+		}
+		switch {
+		case !n.hasInventory():
+			un.Problem = n.invErr.Error()
+		default:
+			sum.Totals.Nodes++
+			un.Links = n.inv.Links
+			if msg := notReady(n.node); msg != "" {
+				un.Problem = msg
+			}
+		}
+		v.Nodes = append(v.Nodes, ui.NamedNode{Name: n.name, Data: un})
+	}
+	sum.Pending = pendingPods(pods, now)
+	if len(pods) > 0 && len(sum.Pending) == maxPending {
+		sum.Notes = append(sum.Notes, fmt.Sprintf("Only the %d oldest pending GPU pods are listed.", maxPending))
+	}
+	sum.Quotas = gpuQuotas(quotas)
+	if s.draUnread != "" {
+		sum.Notes = append(sum.Notes, s.draUnread)
+	}
+	if len(s.unverified) > 0 {
+		sum.Notes = append(sum.Notes, fmt.Sprintf("%d bound GPU pod(s) whose allocation does not verify hold no GPUs (kubegpu gpus lists them).", len(s.unverified)))
+	}
+	if s.unverifiedClaims > 0 {
+		sum.Notes = append(sum.Notes, fmt.Sprintf("%d allocated ResourceClaim(s) whose signed allocation does not verify hold no GPUs.", s.unverifiedClaims))
+	}
+	v.Summary = sum
+	return v
+}
+
+// notReady says why the node is not Ready, or is empty.
+func notReady(n *corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			return strings.TrimSpace(fmt.Sprintf("not Ready (%s) %s", c.Reason, c.Message))
+		}
+	}
+	return ""
+}
+
+// pendingPods lists the GPU pods of pods that wait for a node, oldest
+// first, at most maxPending.
+func pendingPods(pods []*corev1.Pod, now time.Time) []uiPending {
+	var waiting []*corev1.Pod
+	for _, p := range pods {
+		if p.Spec.NodeName != "" || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if objects.WantsDevices(p) || len(p.Spec.ResourceClaims) > 0 {
+			waiting = append(waiting, p)
+		}
+	}
+	slices.SortFunc(waiting, func(a, b *corev1.Pod) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	out := []uiPending{}
+	for _, p := range waiting[:min(len(waiting), maxPending)] {
+		out = append(out, uiPending{Namespace: p.Namespace, Name: p.Name, Asks: asks(p), Created: p.CreationTimestamp.Time,
+			Nominated: p.Status.NominatedNodeName, Message: schedulerSays(p)})
+	}
+	return out
+}
+
+// asks sums what the pod's containers ask of kubegpu's resources, as
+// "nvidia.com/gpu: 2", and names its ResourceClaims.
+func asks(p *corev1.Pod) string {
+	totals := map[corev1.ResourceName]int64{}
+	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range list {
+			for _, name := range objects.RequestResources {
+				q, ok := list[i].Resources.Limits[name]
+				if !ok {
+					q = list[i].Resources.Requests[name]
+				}
+				totals[name] += q.Value()
+			}
+		}
+	}
+	var parts []string
+	for _, name := range objects.RequestResources {
+		if totals[name] != 0 {
+			parts = append(parts, fmt.Sprintf("%s: %d", name, totals[name]))
+		}
+	}
+	if n := len(p.Spec.ResourceClaims); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d ResourceClaim(s)", n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// gpuQuotas are the quotas that cap one of kubegpu's resources (or
+// kubegpu's DeviceClass's devices), by namespace and name.
+func gpuQuotas(quotas []*corev1.ResourceQuota) []uiQuota {
+	out := []uiQuota{}
+	for _, q := range quotas {
+		var res []uiQuotaResource
+		for name, hard := range q.Status.Hard {
+			if !gpuResource(string(name)) {
+				continue
+			}
+			used := q.Status.Used[name]
+			res = append(res, uiQuotaResource{Name: string(name), Used: used.String(), Hard: hard.String()})
+		}
+		if len(res) == 0 {
+			continue
+		}
+		slices.SortFunc(res, func(a, b uiQuotaResource) int { return cmp.Compare(a.Name, b.Name) })
+		out = append(out, uiQuota{Namespace: q.Namespace, Name: q.Name, Resources: res})
+	}
+	slices.SortFunc(out, func(a, b uiQuota) int { return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+	return out
+}
+
+// gpuResource reports whether a quota's resource name counts kubegpu's
+// resources: a device resource, kubegpu.io/*, or kubegpu's DeviceClass.
+func gpuResource(name string) bool {
+	name = strings.TrimPrefix(strings.TrimPrefix(name, "requests."), "limits.")
+	if strings.HasPrefix(name, kubeinterface.Domain) || strings.Contains(name, ".deviceclass.resource.k8s.io/") && strings.HasPrefix(name, "gpu.kubegpu.io") {
+		return true
+	}
+	return slices.Contains(types.DeviceResources(), name)
+}

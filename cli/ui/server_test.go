@@ -1,0 +1,166 @@
+package ui
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+const testToken = "0123456789abcdef0123"
+
+func newTestServer(t *testing.T, cfg Config) (*Server, *httptest.Server) {
+	t.Helper()
+	if cfg.Token == "" && !cfg.NoToken {
+		cfg.Token = testToken
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s)
+	t.Cleanup(hs.Close)
+	return s, hs
+}
+
+func get(t *testing.T, c *http.Client, url string, header ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// TestToken: without the token, nothing but the assets and the health
+// check is served; the URL's token becomes a cookie the page then uses.
+func TestToken(t *testing.T) {
+	_, hs := newTestServer(t, Config{Explain: func(context.Context, string, string) (any, error) { return "ok", nil }})
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, path := range []string{"/", "/api/events", "/api/explain?namespace=a&pod=b", "/?token=wrong-token-000000"} {
+		if resp := get(t, noRedirect, hs.URL+path); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without the token: %s, want 401", path, resp.Status)
+		}
+	}
+	if resp := get(t, noRedirect, hs.URL+"/api/explain?namespace=a&pod=b", "Authorization", "Bearer "+testToken); resp.StatusCode != http.StatusOK {
+		t.Errorf("explain with the bearer token: %s", resp.Status)
+	}
+	for _, path := range []string{"/assets/app.js", "/healthz"} {
+		if resp := get(t, noRedirect, hs.URL+path); resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %s", path, resp.Status)
+		}
+	}
+	resp := get(t, noRedirect, hs.URL+"/?token="+testToken)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
+		t.Fatalf("GET /?token=: %s to %q, want 303 to /", resp.Status, resp.Header.Get("Location"))
+	}
+	cookies := resp.Cookies()
+	if len(cookies) != 1 || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteStrictMode {
+		t.Fatalf("cookie %+v, want one HttpOnly SameSite=Strict", cookies)
+	}
+	page := get(t, noRedirect, hs.URL+"/", "Cookie", cookies[0].Name+"="+cookies[0].Value)
+	if page.StatusCode != http.StatusOK {
+		t.Fatalf("GET / with the cookie: %s", page.Status)
+	}
+	csp := page.Header.Get("Content-Security-Policy")
+	if !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("Content-Security-Policy %q", csp)
+	}
+	if page.Header.Get("Referrer-Policy") != "no-referrer" {
+		t.Error("the page may send its URL (and token) as a referrer")
+	}
+	if _, err := New(Config{}); err == nil {
+		t.Error("a server without a token or NoToken was made")
+	}
+}
+
+// TestExplainChecksNames: the pod's name and namespace are checked before
+// the explainer is asked.
+func TestExplainChecksNames(t *testing.T) {
+	asked := 0
+	_, hs := newTestServer(t, Config{NoToken: true, Explain: func(context.Context, string, string) (any, error) { asked++; return nil, nil }})
+	for _, q := range []string{"namespace=A&pod=b", "namespace=a&pod=", "namespace=a/b&pod=c", "namespace=a&pod=" + strings.Repeat("x", 300)} {
+		if resp := get(t, http.DefaultClient, hs.URL+"/api/explain?"+q); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("explain %s: %s, want 400", q, resp.Status)
+		}
+	}
+	if asked != 0 {
+		t.Errorf("the explainer was asked %d times", asked)
+	}
+}
+
+type testNode struct {
+	Name  string `json:"name"`
+	Value int    `json:"value"`
+}
+
+func view(values map[string]int, order ...string) View {
+	v := View{Summary: map[string]int{"n": len(order)}}
+	for _, name := range order {
+		v.Nodes = append(v.Nodes, NamedNode{Name: name, Data: testNode{name, values[name]}})
+	}
+	return v
+}
+
+// TestStream: a page gets the whole view, then only the nodes that
+// changed, those removed, and the summary when it changed.
+func TestStream(t *testing.T) {
+	s, hs := newTestServer(t, Config{NoToken: true})
+	if err := s.Publish(view(map[string]int{"a": 1, "b": 1}, "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+"/api/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := bufio.NewScanner(resp.Body)
+	lines.Buffer(nil, 1<<20)
+	next := func() update {
+		t.Helper()
+		for lines.Scan() {
+			if data, ok := strings.CutPrefix(lines.Text(), "data: "); ok {
+				var u update
+				if err := json.Unmarshal([]byte(data), &u); err != nil {
+					t.Fatal(err)
+				}
+				return u
+			}
+		}
+		t.Fatalf("stream ended: %v", lines.Err())
+		return update{}
+	}
+	if u := next(); !u.Full || len(u.Nodes) != 2 || len(u.Order) != 2 || u.Summary == nil {
+		t.Fatalf("first update %+v, want the whole view", u)
+	}
+	if err := s.Publish(view(map[string]int{"a": 2, "b": 1}, "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if u := next(); u.Full || len(u.Nodes) != 1 || !strings.Contains(string(u.Nodes[0]), `"value":2`) || u.Order != nil || u.Summary != nil {
+		t.Fatalf("update %+v, want node a alone", u)
+	}
+	if err := s.Publish(view(map[string]int{"a": 2}, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if u := next(); len(u.Nodes) != 0 || len(u.Removed) != 1 || u.Removed[0] != "b" || len(u.Order) != 1 || u.Summary == nil {
+		t.Fatalf("update %+v, want b removed and the summary", u)
+	}
+	if err := s.Publish(view(nil, "a", "a")); err == nil {
+		t.Error("a view with a node twice was published")
+	}
+}
