@@ -30,6 +30,8 @@ command -v runc >/dev/null || apt_install runc
 command -v iptables >/dev/null || apt_install iptables
 [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/loopback ] || apt_install containernetworking-plugins
 [ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx sh || apt_install busybox-static
+# kubegpu ui's page is tested in headless Chromium (internal/browser).
+command -v chromium >/dev/null || apt_install chromium fonts-dejavu-core
 
 if ! command -v go >/dev/null; then
 	if [ -x /usr/local/go/bin/go ]; then

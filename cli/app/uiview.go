@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kubegpu/kubegpu/cli/ui"
 	"github.com/kubegpu/kubegpu/kubeinterface"
@@ -252,7 +254,7 @@ func gpuQuotas(quotas []*corev1.ResourceQuota) []uiQuota {
 				continue
 			}
 			used := q.Status.Used[name]
-			res = append(res, uiQuotaResource{Name: string(name), Used: used.String(), Hard: hard.String()})
+			res = append(res, uiQuotaResource{Name: string(name), Used: quantityText(used), Hard: quantityText(hard)})
 		}
 		if len(res) == 0 {
 			continue
@@ -272,4 +274,13 @@ func gpuResource(name string) bool {
 		return true
 	}
 	return slices.Contains(types.DeviceResources(), name)
+}
+
+// quantityText is q as a whole number where it is one ("4000", not "4k"),
+// else as Kubernetes writes it.
+func quantityText(q resource.Quantity) string {
+	if v, ok := q.AsInt64(); ok {
+		return strconv.FormatInt(v, 10)
+	}
+	return q.String()
 }

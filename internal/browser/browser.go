@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 )
@@ -61,4 +62,25 @@ func New(t testing.TB) context.Context {
 		t.Fatalf("start Chromium %s: %v", path, err)
 	}
 	return ctx
+}
+
+// Wait polls a JavaScript condition in the page until it holds, and fails
+// the test, printing what the page shows, when within has passed.
+func Wait(t testing.TB, ctx context.Context, within time.Duration, cond string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](cond))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", cond, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+			t.Fatalf("the page did not show %s within %s; it shows:\n%s", cond, within, text)
+		}
+		time.Sleep(25 * time.Millisecond) // the poll's step
+	}
 }
