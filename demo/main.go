@@ -196,8 +196,15 @@ func run(ctx context.Context, o options) (err error) {
 	if err := showMetrics(runCtx, dir, ids.viewer, sched.Port, shimMetrics); err != nil {
 		return err
 	}
+	step("kubegpu ui: the live page of the cluster's GPUs (as %s)", ids.viewer.User)
+	url, ui, err := startUI(runCtx, dir, o, ids.viewer, pubFile, len(simNodes)+1)
+	if err != nil {
+		return err
+	}
+	procs = append(procs, ui)
 	fmt.Printf("\nDemo ran in %s.\n", time.Since(start).Round(time.Second))
 	if o.keep {
+		fmt.Printf("\nThe page of the cluster's GPUs: %s\n", url)
 		step("The cluster keeps running; Ctrl-C ends it")
 		fmt.Printf("    export KUBECONFIG=%s   # the tenant; cluster-admin: %s\n    %s/kubectl apply -f examples/05-cannot-fit.yaml\n    %s/kubegpu --kubeconfig %s --allocation-key %s gpus\n",
 			ids.tenant.Kubeconfig, c.Kubeconfig, o.binDir, o.binDir, ids.viewer.Kubeconfig, pubFile)

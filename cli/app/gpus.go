@@ -19,11 +19,14 @@ import (
 
 // GPU is one row of `kubegpu gpus`, also its JSON and YAML form.
 type GPU struct {
-	Node        string   `json:"node"`
-	Index       int      `json:"index"`
-	ID          string   `json:"id"`
-	UUID        string   `json:"uuid"`
-	Model       string   `json:"model"`
+	Node  string `json:"node"`
+	Index int    `json:"index"`
+	ID    string `json:"id"`
+	UUID  string `json:"uuid"`
+	Model string `json:"model"`
+	// Resource is the extended resource it serves (nvidia.com/gpu,
+	// amd.com/gpu, ...).
+	Resource    string   `json:"resource"`
 	Health      string   `json:"health"`
 	Parent      string   `json:"parent,omitempty"`
 	MemoryMiB   int64    `json:"memoryMiB"`
@@ -106,7 +109,7 @@ func gpus(s *clusterState) []GPU {
 		byID := map[string]int{}
 		for _, d := range n.inv.Devices {
 			byID[d.ID] = len(out)
-			out = append(out, GPU{Node: n.name, Index: d.Index, ID: d.ID, UUID: d.UUID, Model: d.Model,
+			out = append(out, GPU{Node: n.name, Index: d.Index, ID: d.ID, UUID: d.UUID, Model: d.Model, Resource: d.ServedAs(),
 				Health: string(d.Health), Parent: d.Parent, MemoryMiB: d.MemoryMiB, Pods: []string{}, SliceEnforcer: d.SliceEnforcer})
 		}
 		hold := func(alloc types.PodAllocation, names []string, slice func() SliceState) {

@@ -59,6 +59,6 @@ kubectl-kubegpu.`,
 		}
 		return kubeinterface.LoadVerifyKeys(keyFile)
 	}
-	cmd.AddCommand(newGPUsCommand(client, key), newUICommand(client, key), newExplainCommand(client, namespace, key), newKeysCommand(), version.NewCommand("kubegpu"))
+	cmd.AddCommand(newGPUsCommand(client, key), newUICommand(client, namespace, key), newPodsCommand(client, namespace, key), newExplainCommand(client, namespace, key), newKeysCommand(), version.NewCommand("kubegpu"))
 	return cmd
 }

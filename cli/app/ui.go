@@ -32,9 +32,14 @@ type uiOptions struct {
 	tokenFile string
 	noToken   bool
 	explain   explainOptions
+	// tenant serves the namespace's view (namespace) with the capacity
+	// at capacityRef.
+	tenant      bool
+	namespace   string
+	capacityRef string
 }
 
-func newUICommand(client func() (kubernetes.Interface, error), key func() (*kubeinterface.KeySet, error)) *cobra.Command {
+func newUICommand(client func() (kubernetes.Interface, error), namespace func() string, key func() (*kubeinterface.KeySet, error)) *cobra.Command {
 	o := uiOptions{}
 	cmd := &cobra.Command{
 		Use:   "ui",
@@ -53,6 +58,9 @@ which holds a token: only who has the URL can open the page.`,
 			if o.explain.key, err = key(); err != nil {
 				return err
 			}
+			if o.tenant {
+				o.namespace = namespace()
+			}
 			return o.run(cmd, c)
 		},
 	}
@@ -61,6 +69,8 @@ which holds a token: only who has the URL can open the page.`,
 	cmd.Flags().BoolVar(&o.noToken, "no-token", false, "serve without a token, to everyone who reaches --listen: only behind something that authenticates (kubectl port-forward to the chart's pod)")
 	cmd.Flags().StringVar(&o.explain.schedulerConfig, "scheduler-config", "", "kubegpu-scheduler's KubeSchedulerConfiguration file, for the pending pods' explanations (as kubegpu explain)")
 	cmd.Flags().StringVar(&o.explain.profile, "profile", "", "with --scheduler-config, the profile whose KubeGPU args to use")
+	cmd.Flags().BoolVar(&o.tenant, "tenant", false, "the namespace's view (-n, or the kubeconfig's namespace), for which its view or edit role is enough: its pods, their GPUs and why they wait, and the cluster's GPUs in aggregate")
+	cmd.Flags().StringVar(&o.capacityRef, "capacity-configmap", defaultCapacity, "with --tenant, the ConfigMap (NAMESPACE/NAME) kubegpu-scheduler publishes the cluster's GPU capacity in")
 	return cmd
 }
 
@@ -75,20 +85,29 @@ func (o *uiOptions) run(cmd *cobra.Command, c kubernetes.Interface) error {
 	if _, err := o.explain.args(); err != nil {
 		return err // a bad --scheduler-config fails now, not at the first "why"
 	}
-	w, err := newWatcher(ctx, c)
+	var w *watcher
+	cfg := ui.Config{Token: token, NoToken: o.noToken}
+	if o.tenant {
+		// Explaining needs the nodes, which a tenant may not read: the
+		// page shows what the scheduler said.
+		w, err = newTenantWatcher(ctx, c, o.namespace, o.capacityRef)
+	} else {
+		w, err = newWatcher(ctx, c)
+		cfg.Explain = func(ctx context.Context, ns, name string) (any, error) {
+			eo := o.explain // each explanation its own options: args() sets some
+			eo.topDevices = 3
+			eo.list = w.list
+			e, err := eo.explain(ctx, c, ns, name)
+			if err != nil {
+				return nil, err
+			}
+			return uiExplain(e), nil
+		}
+	}
 	if err != nil {
 		return err
 	}
-	srv, err := ui.New(ui.Config{Token: token, NoToken: o.noToken, Explain: func(ctx context.Context, ns, name string) (any, error) {
-		eo := o.explain // each explanation its own options: args() sets some
-		eo.topDevices = 3
-		eo.list = w.list
-		e, err := eo.explain(ctx, c, ns, name)
-		if err != nil {
-			return nil, err
-		}
-		return uiExplain(e), nil
-	}})
+	srv, err := ui.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -32,36 +32,15 @@ type uiNode struct {
 // uiSummary is the rest of the page: totals, pending GPU pods, quotas and
 // what could not be read.
 type uiSummary struct {
-	Scope   string      `json:"scope"`
-	Updated time.Time   `json:"updated"`
-	Totals  uiTotals    `json:"totals"`
-	Pending []uiPending `json:"pending"`
-	Quotas  []uiQuota   `json:"quotas"`
-	Notes   []string    `json:"notes,omitempty"`
-}
-
-// uiTotals counts the whole GPUs (MIG partitions are counted by their
-// GPU) of nodes that publish an inventory.
-type uiTotals struct {
-	Nodes int `json:"nodes"`
-	// GPUs: all; Idle: no pod on it; Full: a whole-GPU pod, or slices
-	// using all of its memory or compute; Stranded: partly used by
-	// slices, so that what is left of it serves slices only, never a pod
-	// that asks for whole GPUs; Unhealthy: not Healthy.
-	GPUs      int `json:"gpus"`
-	Idle      int `json:"idle"`
-	Full      int `json:"full"`
-	Stranded  int `json:"stranded"`
-	Unhealthy int `json:"unhealthy"`
-	// StrandedMiB is the memory left free on the stranded GPUs.
-	StrandedMiB int64     `json:"strandedMiB"`
-	ByModel     []uiModel `json:"byModel"`
-}
-
-type uiModel struct {
-	Model string `json:"model"`
-	GPUs  int    `json:"gpus"`
-	Idle  int    `json:"idle"`
+	Scope string `json:"scope"`
+	// Explain says whether the page may ask why a pod waits.
+	Explain bool      `json:"explain"`
+	Updated time.Time `json:"updated"`
+	// Totals counts the GPUs of the nodes that take GPU pods.
+	Totals  kubeinterface.Capacity `json:"totals"`
+	Pending []uiPending            `json:"pending"`
+	Quotas  []uiQuota              `json:"quotas"`
+	Notes   []string               `json:"notes,omitempty"`
 }
 
 // uiPending is a GPU pod not bound yet.
@@ -98,52 +77,19 @@ const maxPending = 500
 func uiView(s *clusterState, pods []*corev1.Pod, quotas []*corev1.ResourceQuota, now time.Time) ui.View {
 	rows := gpus(s)
 	markDRA(s, rows)
-	sum := uiSummary{Scope: "cluster", Updated: now, Pending: []uiPending{}, Quotas: []uiQuota{}}
+	sum := uiSummary{Scope: "cluster", Explain: true, Updated: now, Pending: []uiPending{}, Quotas: []uiQuota{}}
 	byNode := map[string][]GPU{}
-	models := map[string]*uiModel{}
-	// The memory and pods of each GPU's MIG partitions in use.
-	partsMiB, partsPods := map[[2]string]int64{}, map[[2]string]int{}
+	parents := map[[2]string]bool{} // GPUs in MIG mode: their instances count
 	for _, g := range rows {
 		if g.Parent != "" {
-			partsMiB[[2]string{g.Node, g.Parent}] += g.UsedMiB
-			partsPods[[2]string{g.Node, g.Parent}] += len(g.Pods)
+			parents[[2]string{g.Node, g.Parent}] = true
 		}
 	}
 	for _, g := range rows {
 		node := g.Node
 		g.Node = ""
 		byNode[node] = append(byNode[node], g)
-		if g.Parent != "" {
-			continue // a MIG partition: counted by its GPU
-		}
-		t := &sum.Totals
-		t.GPUs++
-		m := models[g.Model]
-		if m == nil {
-			m = &uiModel{Model: g.Model}
-			models[g.Model] = m
-		}
-		m.GPUs++
-		key := [2]string{node, g.ID}
-		usedMiB := g.UsedMiB + partsMiB[key]
-		switch {
-		case len(g.Pods)+partsPods[key] == 0:
-			t.Idle++
-			m.Idle++
-		case g.Exclusive || usedMiB >= g.MemoryMiB || g.UsedCores >= 100:
-			t.Full++
-		default:
-			t.Stranded++
-			t.StrandedMiB += g.MemoryMiB - usedMiB
-		}
-		if g.Health != string(types.Healthy) {
-			t.Unhealthy++
-		}
 	}
-	for _, m := range models {
-		sum.Totals.ByModel = append(sum.Totals.ByModel, *m)
-	}
-	slices.SortFunc(sum.Totals.ByModel, func(a, b uiModel) int { return cmp.Compare(a.Model, b.Model) })
 	v := ui.View{}
 	for _, n := range s.nodes {
 		un := uiNode{Name: n.name, GPUs: byNode[n.name], OtherPods: len(s.withoutDevices[n.name])}
@@ -154,14 +100,21 @@ func uiView(s *clusterState, pods []*corev1.Pod, quotas []*corev1.ResourceQuota,
 		case !n.hasInventory():
 			un.Problem = n.invErr.Error()
 		default:
-			sum.Totals.Nodes++
 			un.Links = n.inv.Links
-			if msg := notReady(n.node); msg != "" {
-				un.Problem = msg
+			if un.Problem = notReady(n.node); un.Problem != "" {
+				break
+			}
+			sum.Totals.Nodes++
+			for _, g := range un.GPUs {
+				if !parents[[2]string{n.name, g.ID}] {
+					sum.Totals.Add(g.Model, g.Resource, kubeinterface.GPUUse{Healthy: g.Health == string(types.Healthy),
+						Used: len(g.Pods) > 0, Exclusive: g.Exclusive, FreeMiB: g.MemoryMiB - g.UsedMiB, FreeMilli: 1000 - 10*int64(g.UsedCores)})
+				}
 			}
 		}
 		v.Nodes = append(v.Nodes, ui.NamedNode{Name: n.name, Data: un})
 	}
+	sum.Totals.Sort()
 	sum.Pending = pendingPods(pods, now)
 	if len(pods) > 0 && len(sum.Pending) == maxPending {
 		sum.Notes = append(sum.Notes, fmt.Sprintf("Only the %d oldest pending GPU pods are listed.", maxPending))

@@ -11,10 +11,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/cli/ui"
 	"github.com/kubegpu/kubegpu/kubeinterface"
@@ -31,11 +33,16 @@ type watcher struct {
 	slices, classes, claims, quotas cache.SharedIndexInformer
 	draUnread, quotasUnread         string
 	dirty                           chan struct{}
+	// namespace, when set, is the tenant's: only its pods and quotas are
+	// watched, and the cluster's capacity is read from capacityRef every
+	// maxRebuild.
+	namespace, capacityRef string
+	client                 kubernetes.Interface
 }
 
 // newWatcher starts the watches and waits for their first lists.
 func newWatcher(ctx context.Context, c kubernetes.Interface) (*watcher, error) {
-	w := &watcher{dirty: make(chan struct{}, 1)}
+	w := &watcher{dirty: make(chan struct{}, 1), client: c}
 	all := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTransform(stripManagedFields))
 	leases := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(kubeinterface.LeaseNamespace),
 		informers.WithTransform(stripManagedFields))
@@ -65,22 +72,41 @@ func newWatcher(ctx context.Context, c kubernetes.Interface) (*watcher, error) {
 		}
 		return err == nil
 	}
-	one := metav1.ListOptions{Limit: 1}
-	if probe("the ResourceSlices of other DRA drivers", func() error { _, err := c.ResourceV1().ResourceSlices().List(ctx, one); return err }) {
+	if probe("the ResourceSlices of other DRA drivers", func() error { return listAndWatch(ctx, c.ResourceV1().ResourceSlices()) }) {
 		w.slices = all.Resource().V1().ResourceSlices().Informer()
 	}
-	if probe("the DeviceClasses", func() error { _, err := c.ResourceV1().DeviceClasses().List(ctx, one); return err }) {
+	if probe("the DeviceClasses", func() error { return listAndWatch(ctx, c.ResourceV1().DeviceClasses()) }) {
 		w.classes = all.Resource().V1().DeviceClasses().Informer()
 	}
-	if probe("the GPUs that ResourceClaims hold", func() error {
-		_, err := c.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, one)
-		return err
-	}) {
+	if probe("the GPUs that ResourceClaims hold", func() error { return listAndWatch(ctx, c.ResourceV1().ResourceClaims(metav1.NamespaceAll)) }) {
 		w.claims = all.Resource().V1().ResourceClaims().Informer()
 	}
-	if probe("ResourceQuotas", func() error { _, err := c.CoreV1().ResourceQuotas(metav1.NamespaceAll).List(ctx, one); return err }) {
+	if probe("ResourceQuotas", func() error { return listAndWatch(ctx, c.CoreV1().ResourceQuotas(metav1.NamespaceAll)) }) {
 		w.quotas = all.Core().V1().ResourceQuotas().Informer()
 	}
+	return w, w.start(ctx, all, leases, unfinished)
+}
+
+// newTenantWatcher watches what a tenant of namespace ns may read: its
+// pods and quotas; the capacity is read from capacityRef.
+func newTenantWatcher(ctx context.Context, c kubernetes.Interface, ns, capacityRef string) (*watcher, error) {
+	w := &watcher{dirty: make(chan struct{}, 1), client: c, namespace: ns, capacityRef: capacityRef}
+	f := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(ns), informers.WithTransform(stripManagedFields))
+	if err := listAndWatch(ctx, c.CoreV1().Pods(ns)); err != nil {
+		return nil, fmt.Errorf("list and watch the pods of namespace %s: %w", ns, err)
+	}
+	w.pods = f.Core().V1().Pods().Informer()
+	if err := listAndWatch(ctx, c.CoreV1().ResourceQuotas(ns)); err != nil {
+		w.quotasUnread = fmt.Sprintf("Not read: the namespace's ResourceQuotas (%v).", err)
+	} else {
+		w.quotas = f.Core().V1().ResourceQuotas().Informer()
+	}
+	return w, w.start(ctx, f)
+}
+
+// start adds the handlers, starts the factories and waits for their first
+// lists.
+func (w *watcher) start(ctx context.Context, factories ...informers.SharedInformerFactory) error {
 	mark := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { w.mark() },
 		UpdateFunc: func(any, any) { w.mark() },
@@ -88,20 +114,20 @@ func newWatcher(ctx context.Context, c kubernetes.Interface) (*watcher, error) {
 	}
 	for _, inf := range w.informers() {
 		if _, err := inf.AddEventHandler(mark); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	for _, f := range []informers.SharedInformerFactory{all, leases, unfinished} {
+	for _, f := range factories {
 		f.Start(ctx.Done())
 	}
 	sctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	for _, inf := range w.informers() {
 		if !cache.WaitForCacheSync(sctx.Done(), inf.HasSynced) {
-			return nil, fmt.Errorf("the watches did not list the cluster within %s", syncTimeout)
+			return fmt.Errorf("the watches did not list the cluster within %s", syncTimeout)
 		}
 	}
-	return w, nil
+	return nil
 }
 
 // stripManagedFields drops what the page never reads and would cost
@@ -113,27 +139,47 @@ func stripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// mayList fails clearly when the caller may not list what the page needs.
+// mayList fails clearly when the caller may not list and watch what the
+// page needs.
 func (w *watcher) mayList(ctx context.Context, c kubernetes.Interface, what string) error {
-	one := metav1.ListOptions{Limit: 1}
 	var err error
 	switch what {
 	case "nodes":
-		_, err = c.CoreV1().Nodes().List(ctx, one)
+		err = listAndWatch(ctx, c.CoreV1().Nodes())
 	case "pods":
-		_, err = c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, one)
+		err = listAndWatch(ctx, c.CoreV1().Pods(metav1.NamespaceAll))
 	default:
-		_, err = c.CoordinationV1().Leases(kubeinterface.LeaseNamespace).List(ctx, one)
+		err = listAndWatch(ctx, c.CoordinationV1().Leases(kubeinterface.LeaseNamespace))
 	}
 	if err != nil {
-		return fmt.Errorf("list %s (kubegpu ui needs the role kubegpu-viewer): %w", what, err)
+		return fmt.Errorf("list and watch %s (kubegpu ui needs the role kubegpu-viewer of this version): %w", what, err)
 	}
 	return nil
 }
 
+// listWatcher is what a typed client of one kind offers.
+type listWatcher[L any] interface {
+	List(context.Context, metav1.ListOptions) (L, error)
+	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
+}
+
+// listAndWatch tries one list of one object and one watch, which ends at
+// once: what the informer will do.
+func listAndWatch[L any](ctx context.Context, c listWatcher[L]) error {
+	if _, err := c.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		return err
+	}
+	wi, err := c.Watch(ctx, metav1.ListOptions{TimeoutSeconds: ptr.To[int64](1)})
+	if err != nil {
+		return err
+	}
+	wi.Stop()
+	return nil
+}
+
 func (w *watcher) informers() []cache.SharedIndexInformer {
-	out := []cache.SharedIndexInformer{w.nodes, w.pods, w.leases}
-	for _, inf := range []cache.SharedIndexInformer{w.slices, w.classes, w.claims, w.quotas} {
+	var out []cache.SharedIndexInformer
+	for _, inf := range []cache.SharedIndexInformer{w.nodes, w.pods, w.leases, w.slices, w.classes, w.claims, w.quotas} {
 		if inf != nil {
 			out = append(out, inf)
 		}
@@ -182,15 +228,29 @@ func (w *watcher) publish(ctx context.Context, srv *ui.Server, verify func(kubei
 	tick := time.NewTicker(maxRebuild)
 	defer tick.Stop()
 	w.mark()
+	var capa kubeinterface.Capacity
+	var capaNote string
+	readCapa := w.namespace != ""
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.dirty:
 		case <-tick.C:
+			readCapa = w.namespace != ""
 		}
-		l, _ := w.list(ctx)
-		v := uiView(l.state(verify), l.pods, storeOf[corev1.ResourceQuota](w.quotas), time.Now())
+		var v ui.View
+		quotas := storeOf[corev1.ResourceQuota](w.quotas)
+		if w.namespace != "" {
+			if readCapa {
+				capa, capaNote = readCapacity(ctx, w.client, w.capacityRef)
+				readCapa = false
+			}
+			v = tenantView(w.namespace, storeOf[corev1.Pod](w.pods), quotas, capa, capaNote, verify, time.Now())
+		} else {
+			l, _ := w.list(ctx)
+			v = uiView(l.state(verify), l.pods, quotas, time.Now())
+		}
 		if w.quotasUnread != "" {
 			sum := v.Summary.(uiSummary)
 			sum.Notes = append(sum.Notes, w.quotasUnread)

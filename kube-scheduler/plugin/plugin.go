@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,6 +28,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
+	"github.com/kubegpu/kubegpu/kube-scheduler/capacity"
 	"github.com/kubegpu/kubegpu/kube-scheduler/devicecache"
 	"github.com/kubegpu/kubegpu/kube-scheduler/metrics"
 	"github.com/kubegpu/kubegpu/kube-scheduler/record"
@@ -226,6 +228,14 @@ func newShared(ctx context.Context, args *Args, h fwk.Handle) (*shared, error) {
 	}()
 	// Reported once whole: a scrape reads c.listPods.
 	metrics.RegisterGPU(ctx, c, pending, args.GPUMetrics == config.GPUMetricsPerGPU, metrics.GPUScrapeMaxAge)
+	if ns, name, ok := strings.Cut(args.CapacityConfigMap, "/"); ok {
+		p := &capacity.Publisher{Cache: c, Client: recordClient, Namespace: ns, Name: name}
+		go func() {
+			if toolscache.WaitForCacheSync(ctx.Done(), synced) {
+				p.Run(ctx)
+			}
+		}()
+	}
 	return &shared{args: args, modules: names, engine: engine, key: key, cache: c, recorder: rec, metrics: m, pending: pending, synced: synced}, nil
 }
 

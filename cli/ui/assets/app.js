@@ -23,7 +23,7 @@ const $ = (id) => document.getElementById(id);
 
 // A GPU's state class: idle, partly used, full, unhealthy, or left to DRA.
 function gpuClass(g, parts) {
-  if (g.health !== "Healthy") return "bad";
+  if (g.health && g.health !== "Healthy") return "bad"; // unknown in a tenant's view
   if (g.dra) return "dra";
   const pods = g.pods.length + (parts ? parts.pods : 0);
   if (pods === 0) return "idle";
@@ -104,7 +104,7 @@ function renderRows() {
     const cells = el("span", { class: "cells" });
     const whole = wholeGPUs(n);
     for (const { g, parts } of whole.slice(0, MAX_CELLS)) {
-      const c = el("span", { class: "cell " + gpuClass(g, parts), title: describe(g), "data-gpu": g.id, text: String(g.index) });
+      const c = el("span", { class: "cell " + gpuClass(g, parts), title: describe(g), "data-gpu": g.id, text: g.index >= 0 ? String(g.index) : "?" });
       if (view.pod && (g.pods.includes(view.pod) || (parts && parts.list.some((p) => p.pods.includes(view.pod))))) c.classList.add("hl");
       cells.append(c);
     }
@@ -128,10 +128,11 @@ function renderTotals() {
   const s = state.summary;
   if (!s) return;
   $("scope").textContent = s.scope === "cluster" ? "the whole cluster" : s.scope;
-  const t = s.totals;
+  const t = { gpus: 0, idle: 0, full: 0, stranded: 0, unhealthy: 0, strandedMiB: 0 };
+  for (const m of s.totals.models || []) for (const k of Object.keys(t)) t[k] += m[k];
   const card = (n, label) => el("div", { class: "total" }, el("b", { text: String(n) }), el("span", { text: label }));
-  const models = t.byModel.map((m) => `${m.model}: ${m.idle}/${m.gpus} idle`).join(" · ");
-  $("totals").replaceChildren(card(t.nodes, "GPU nodes"), card(t.gpus, "GPUs"), card(t.idle, "idle"),
+  const models = (s.totals.models || []).map((m) => `${m.model}: ${m.idle}/${m.gpus} idle`).join(" · ");
+  $("totals").replaceChildren(card(s.totals.nodes, "GPU nodes"), card(t.gpus, "GPUs"), card(t.idle, "idle"),
     card(t.full, "full"), card(t.stranded, `stranded (${t.strandedMiB} MiB free)`), card(t.unhealthy, "unhealthy"),
     el("div", { class: "models", text: models }));
   $("tab-pending").textContent = `Pending (${s.pending.length})`;
@@ -153,10 +154,11 @@ function renderNode() {
   for (const g of n.gpus) {
     const card = el("div", { class: "gpu " + gpuClass(g), "data-gpu": g.id });
     if (view.pod && g.pods.includes(view.pod)) card.classList.add("hl");
-    card.append(el("div", { class: "title", text: g.parent ? `${g.id} (of ${g.parent})` : `GPU ${g.index} · ${g.model}` }));
+    card.append(el("div", { class: "title", text: g.parent ? `${g.id} (of ${g.parent})` : g.model ? `GPU ${g.index} · ${g.model}` : g.id }));
     const mem = el("div", { class: "bar", title: "memory used" }, el("div"));
     mem.firstChild.style.width = Math.min(100, g.memoryMiB ? 100 * g.usedMemoryMiB / g.memoryMiB : 0) + "%";
-    card.append(el("div", { class: "meta", text: `${g.usedMemoryMiB}/${g.memoryMiB} MiB · ${g.usedCoresPercent}% cores · ${g.health}` }), mem);
+    const total = g.memoryMiB ? `/${g.memoryMiB}` : "";
+    card.append(el("div", { class: "meta", text: `${g.usedMemoryMiB}${total} MiB · ${g.usedCoresPercent}% cores` + (g.health ? ` · ${g.health}` : "") }), mem);
     const extra = [g.exclusive ? "whole GPU" : "", g.sliceEnforcer ? `slices held by ${g.sliceEnforcer}` : "",
       (g.slices || []).map((s) => `${s.pod}: ${s.state}`).join(", "), g.dra ? `DRA: ${g.dra}` : ""].filter(Boolean);
     if (extra.length) card.append(el("div", { class: "meta", text: extra.join(" · ") }));
@@ -242,7 +244,7 @@ function renderPending() {
       body.append(el("tr", { "data-pod": key },
         el("td", { text: key }), el("td", { text: p.asks }), el("td", { text: age(p.created) }),
         el("td", { text: (p.nominated ? `nominated to ${p.nominated}. ` : "") + (p.message || "") }),
-        el("td", {}, el("button", { class: "why", type: "button", text: "Why?", onclick: () => explain(p.namespace, p.name) }))));
+        el("td", {}, s.explain ? el("button", { class: "why", type: "button", text: "Why?", onclick: () => explain(p.namespace, p.name) }) : null)));
     }
     out.push(el("table", {}, el("thead", {}, el("tr", {}, ...["Pod", "Asks for", "Waiting", "The scheduler said", ""].map((h) => el("th", { text: h })))), body));
   }

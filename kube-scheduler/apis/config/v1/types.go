@@ -100,4 +100,11 @@ type KubeGPUArgs struct {
 	// exporters and would rather not have the scheduler's registry carry
 	// five series per GPU (200,000 at 5,000 8-GPU nodes) at every gather.
 	GPUMetrics string `json:"gpuMetrics,omitempty"`
+	// CapacityConfigMap is the ConfigMap (NAMESPACE/NAME) the scheduler
+	// keeps the cluster's GPU capacity in, by model, for tenants who may
+	// not read nodes (`kubegpu pods`, `kubegpu ui --tenant`); empty
+	// (default): none. The shipped configurations set
+	// kube-system/kubegpu-capacity, which kube-scheduler/deploy lets every
+	// authenticated user read.
+	CapacityConfigMap string `json:"capacityConfigMap,omitempty"`
 }

@@ -53,6 +53,7 @@ func autoConvert_v1_KubeGPUArgs_To_config_KubeGPUArgs(in *KubeGPUArgs, out *conf
 	out.WorkloadHalfLife = (*metav1.Duration)(unsafe.Pointer(in.WorkloadHalfLife))
 	out.WorkloadMaxTypes = in.WorkloadMaxTypes
 	out.GPUMetrics = in.GPUMetrics
+	out.CapacityConfigMap = in.CapacityConfigMap
 	return nil
 }
 
@@ -79,6 +80,7 @@ func autoConvert_config_KubeGPUArgs_To_v1_KubeGPUArgs(in *config.KubeGPUArgs, ou
 	out.WorkloadHalfLife = (*metav1.Duration)(unsafe.Pointer(in.WorkloadHalfLife))
 	out.WorkloadMaxTypes = in.WorkloadMaxTypes
 	out.GPUMetrics = in.GPUMetrics
+	out.CapacityConfigMap = in.CapacityConfigMap
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	devicescheduler "github.com/kubegpu/kubegpu/device-scheduler"
@@ -43,6 +44,12 @@ func ValidateKubeGPUArgs(path *field.Path, a *config.KubeGPUArgs) field.ErrorLis
 	}
 	if a.PodsWithoutDevices != config.PodsWithoutDevicesScore && a.PodsWithoutDevices != config.PodsWithoutDevicesIgnore {
 		errs = append(errs, field.NotSupported(path.Child("podsWithoutDevices"), a.PodsWithoutDevices, []string{config.PodsWithoutDevicesScore, config.PodsWithoutDevicesIgnore}))
+	}
+	if a.CapacityConfigMap != "" {
+		ns, name, ok := strings.Cut(a.CapacityConfigMap, "/")
+		if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+			errs = append(errs, field.Invalid(path.Child("capacityConfigMap"), a.CapacityConfigMap, "must be NAMESPACE/NAME of a ConfigMap"))
+		}
 	}
 	if a.RecordQPS < 1 || a.RecordQPS > 1000 {
 		errs = append(errs, field.Invalid(path.Child("recordQPS"), a.RecordQPS, "must be 1..1000"))
