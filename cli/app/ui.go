@@ -123,6 +123,7 @@ func (o *uiOptions) run(cmd *cobra.Command, c kubernetes.Interface) error {
 	go w.publish(ctx, srv, verifier(o.explain.key))
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
+	hs.RegisterOnShutdown(srv.Close)
 	go func() {
 		<-ctx.Done()
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -55,6 +56,9 @@ type Server struct {
 	streams chan struct{} // a slot per open stream
 	explain chan struct{} // a slot per running explanation
 	mux     *http.ServeMux
+	// closed ends the streams (Close).
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // New returns a server that shows nothing until the first Publish.
@@ -63,7 +67,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("ui: a token is required")
 	}
 	s := &Server{cfg: cfg, board: newBoard(), streams: make(chan struct{}, maxStreams),
-		explain: make(chan struct{}, 2), mux: http.NewServeMux()}
+		explain: make(chan struct{}, 2), mux: http.NewServeMux(), closed: make(chan struct{})}
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
 		return nil, err
@@ -75,6 +79,10 @@ func New(cfg Config) (*Server, error) {
 	s.mux.Handle("GET /api/explain", s.authorized(http.HandlerFunc(s.explainPod)))
 	return s, nil
 }
+
+// Close ends the open streams (an http.Server's Shutdown waits for them
+// otherwise: register it with RegisterOnShutdown).
+func (s *Server) Close() { s.closeOnce.Do(func() { close(s.closed) }) }
 
 // Publish makes v what the pages show.
 func (s *Server) Publish(v View) error { return s.board.publish(v) }
@@ -181,6 +189,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-r.Context().Done():
+			return
+		case <-s.closed:
 			return
 		case <-changed:
 		case <-tick.C:

@@ -581,7 +581,7 @@ func TestHelmTemplate(t *testing.T) {
 			"--set-json", `tolerations=[{"key":"kubegpu.io/scheduler-pool","operator":"Exists","effect":"NoSchedule"}]`,
 			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.sampleLimit=20000",
 			"--set", "metrics.serviceMonitor.labelValueLengthLimit=256", "--set", "metrics.serviceMonitor.labels.release=prometheus",
-			"--set", "plugin.gpuMetrics=PerModel", "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsPodSelector.matchLabels.app\\.kubernetes\\.io/name=prometheus"},
+			"--set", "plugin.gpuMetrics=PerModel", "--set", "ui.enabled=true", "--set", "ui.existingTokenSecret=kubegpu-ui-token", "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsPodSelector.matchLabels.app\\.kubernetes\\.io/name=prometheus"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out := helm(ctx, t, append([]string{"template", "kubegpu", chart, "--namespace", "kube-system", "--kube-version", "1.37.2"}, args...)...)

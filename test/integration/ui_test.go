@@ -24,11 +24,11 @@ import (
 // hostileModel is a GPU model a compromised node publishes.
 const hostileModel = `<img src=x onerror="window.pwned=1">`
 
-// startUI runs `kubegpu ui` as the kubegpu-viewer user until the test ends
-// and returns the URL it printed.
-func startUI(t *testing.T, args ...string) string {
+// startUI runs `kubegpu ui` with kubeconfig until the test ends and
+// returns the URL it printed.
+func startUI(t *testing.T, kubeconfig string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "kubegpu"), append([]string{"ui", "--kubeconfig", viewer.Kubeconfig,
+	cmd := exec.Command(filepath.Join(binDir, "kubegpu"), append([]string{"ui", "--kubeconfig", kubeconfig,
 		"--allocation-key", pubFile, "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -96,7 +96,7 @@ func TestUI(t *testing.T) {
 	createPods(ctx, t, ns, quad)
 	settle(ctx, t, ns, time.Second, time.Minute)
 
-	url := startUI(t)
+	url := startUI(t, viewer.Kubeconfig)
 	b := browser.New(t)
 	if err := chromedp.Do(b, chromedp.Navigate(url), chromedp.SendKeys(chromedp.CSS("#filter"), "ui-")); err != nil {
 		t.Fatal(err)
@@ -160,4 +160,71 @@ func TestUI(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "ui.png"), png, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestUITenant: a tenant bound only to its namespace's edit role may not
+// open the cluster's page, and gets its namespace's view: `kubegpu pods`
+// and `kubegpu ui --tenant` show its pods, the GPUs they hold, why one
+// waits, and the cluster's GPUs as the scheduler publishes them for every
+// authenticated user, and nothing of another namespace's pods.
+func TestUITenant(t *testing.T) {
+	ctx := context.Background()
+	startScheduler(ctx, t)
+	addNodes(ctx, t, "ten-dgx", "dgx1", 1)
+	ns, other := namespace(ctx, t, "ten"), namespace(ctx, t, "ten-other")
+	pair, secret := gpuPod("pair", 2, 0, 0, nil), gpuPod("secret-job", 2, 0, 0, nil)
+	for _, p := range []*corev1.Pod{pair, secret} {
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "ten-dgx-0"}
+	}
+	createPods(ctx, t, ns, pair, gpuPod("too-big", 16, 0, 0, nil))
+	createPods(ctx, t, other, secret)
+	settle(ctx, t, ns, time.Second, time.Minute)
+	settle(ctx, t, other, time.Second, time.Minute)
+	tenantsMu.Lock()
+	id := tenants[ns]
+	tenantsMu.Unlock()
+	as := func(args ...string) (string, error) {
+		out, err := exec.Command(filepath.Join(binDir, "kubegpu"), append([]string{"--kubeconfig", id.Kubeconfig, "--allocation-key", pubFile, "-n", ns}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := as("ui", "--listen", "127.0.0.1:0"); err == nil || !strings.Contains(out, "kubegpu-viewer") {
+		t.Errorf("the cluster's page for a tenant: %v\n%s", err, out)
+	}
+	// The scheduler publishes the capacity within its interval.
+	var out string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var err error
+		if out, err = as("pods"); err != nil {
+			t.Fatalf("kubegpu pods: %v\n%s", err, out)
+		}
+		if strings.Contains(out, "The cluster: ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kubegpu pods shows no capacity within a minute:\n%s", out)
+		}
+		time.Sleep(time.Second) // the poll's step
+	}
+	for _, want := range []string{"pair", "ten-dgx-0", "main=gpu", "waiting: 0/", "Tesla V100-SXM2-16GB (nvidia.com/gpu): "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubegpu pods lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "secret-job") {
+		t.Errorf("kubegpu pods shows another namespace's pod:\n%s", out)
+	}
+
+	url := startUI(t, id.Kubeconfig, "--tenant", "-n", ns)
+	b := browser.New(t)
+	if err := chromedp.Do(b, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	browser.Wait(t, b, time.Minute, `document.querySelectorAll("#nodes .row").length === 1 && document.querySelectorAll('.row[data-node="ten-dgx-0"] .cell.full').length === 2`)
+	browser.Wait(t, b, 30*time.Second, `document.getElementById("totals").innerText.includes("GPU nodes") && !document.getElementById("totals").innerText.startsWith("0")`)
+	if err := chromedp.Do(b, chromedp.Click(chromedp.CSS("#tab-pending"))); err != nil {
+		t.Fatal(err)
+	}
+	browser.Wait(t, b, 2*time.Second, fmt.Sprintf(`(document.querySelector('tr[data-pod="%s/too-big"]') || {innerText: ""}).innerText.includes("nodes are available") && document.querySelectorAll("button.why").length === 0`, ns))
+	browser.Wait(t, b, time.Second, `!document.body.innerText.includes("secret-job")`)
 }

@@ -65,10 +65,14 @@ function apply(u) {
   state.version = u.version;
   refilter();
   render();
+  // Measured once the frame that shows the update is painted (the
+  // second animation frame from here).
   const k = window.kubegpu;
-  k.updates++; k.version = u.version;
-  if (u.published) k.lastLatency = Date.now() - u.published;
-  if (!k.firstRender) k.firstRender = performance.now();
+  requestAnimationFrame(() => requestAnimationFrame(() => {
+    if (u.published) k.lastLatency = Date.now() - u.published;
+    if (!k.firstRender) k.firstRender = performance.now();
+    k.updates++; k.version = u.version;
+  }));
 }
 
 function connect() {

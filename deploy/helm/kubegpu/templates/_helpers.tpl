@@ -18,6 +18,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: scheduler
 {{- end -}}
 
+{{- define "kubegpu.uiSelectorLabels" -}}
+app.kubernetes.io/name: kubegpu
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: ui
+{{- end -}}
+
 {{/* The profile's schedulerName. */}}
 {{- define "kubegpu.schedulerName" -}}
 {{- if eq .Values.mode "only" -}}default-scheduler{{- else -}}{{ .Values.schedulerName }}{{- end -}}
