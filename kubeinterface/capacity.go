@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -34,10 +35,22 @@ const (
 // may be allocated: a GPU, or a MIG instance of a GPU in MIG mode (never
 // the GPU itself).
 type Capacity struct {
+	// Updated is when the scheduler last wrote it (it rewrites an
+	// unchanged capacity every CapacityRefresh, so that a reader can tell
+	// a scheduler that stopped writing).
+	Updated time.Time `json:"updated,omitzero"`
 	// Nodes counts the live nodes with GPUs.
 	Nodes  int             `json:"nodes"`
 	Models []ModelCapacity `json:"models"`
 }
+
+// CapacityRefresh is how often an unchanged capacity is written again;
+// a capacity older than twice that is stale.
+const CapacityRefresh = 5 * time.Minute
+
+// maxCapacityName bounds a model's or resource's name in a Capacity (a
+// node publishes names of up to types.MaxDeviceStringBytes).
+const maxCapacityName = 96
 
 // ModelCapacity counts the GPUs of one model and device resource.
 type ModelCapacity struct {
@@ -66,14 +79,12 @@ type GPUUse struct {
 	FreeMiB, FreeMilli int64
 }
 
-// Add counts one GPU of model and resource.
+// Add counts one GPU of model and resource (names cut to 96 bytes).
+// Bound folds the models past MaxCapacityModels.
 func (c *Capacity) Add(model, resource string, g GPUUse) {
+	model, resource = cut(model), cut(resource)
 	i := slices.IndexFunc(c.Models, func(m ModelCapacity) bool { return m.Model == model && m.Resource == resource })
 	if i < 0 {
-		if len(c.Models) >= MaxCapacityModels-1 && model != CapacityOtherModel {
-			c.Add(CapacityOtherModel, "", g)
-			return
-		}
 		c.Models = append(c.Models, ModelCapacity{Model: model, Resource: resource})
 		i = len(c.Models) - 1
 	}
@@ -92,18 +103,56 @@ func (c *Capacity) Add(model, resource string, g GPUUse) {
 	}
 }
 
-// Sort orders the models by name and resource.
-func (c *Capacity) Sort() {
-	slices.SortFunc(c.Models, func(a, b ModelCapacity) int {
-		if a.Model != b.Model {
-			return strings.Compare(a.Model, b.Model)
-		}
-		return strings.Compare(a.Resource, b.Resource)
-	})
+// cut bounds a name to maxCapacityName bytes, on a rune boundary.
+func cut(s string) string {
+	if len(s) <= maxCapacityName {
+		return s
+	}
+	i := maxCapacityName
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
 }
 
+// Bound keeps the MaxCapacityModels-1 models with the most GPUs (by name
+// among equals) and counts the others as CapacityOtherModel, then sorts
+// the models by name and resource: the same counts give the same result
+// whatever order the GPUs were added in.
+func (c *Capacity) Bound() {
+	if len(c.Models) > MaxCapacityModels {
+		slices.SortFunc(c.Models, func(a, b ModelCapacity) int {
+			if a.GPUs != b.GPUs {
+				return b.GPUs - a.GPUs
+			}
+			return compareModels(a, b)
+		})
+		other := ModelCapacity{Model: CapacityOtherModel}
+		for _, m := range c.Models[MaxCapacityModels-1:] {
+			other.GPUs += m.GPUs
+			other.Idle += m.Idle
+			other.Full += m.Full
+			other.Stranded += m.Stranded
+			other.Unhealthy += m.Unhealthy
+			other.StrandedMiB += m.StrandedMiB
+		}
+		c.Models = append(c.Models[:MaxCapacityModels-1], other)
+	}
+	c.Sort()
+}
+
+func compareModels(a, b ModelCapacity) int {
+	if a.Model != b.Model {
+		return strings.Compare(a.Model, b.Model)
+	}
+	return strings.Compare(a.Resource, b.Resource)
+}
+
+// Sort orders the models by name and resource.
+func (c *Capacity) Sort() { slices.SortFunc(c.Models, compareModels) }
+
 // Total sums the models.
-func (c *Capacity) Total() ModelCapacity {
+func (c Capacity) Total() ModelCapacity {
 	var t ModelCapacity
 	for _, m := range c.Models {
 		t.GPUs += m.GPUs
@@ -120,17 +169,20 @@ func (c *Capacity) Total() ModelCapacity {
 // ErrInvalid.
 var ErrInvalidCapacity = fmt.Errorf("%w: GPU capacity", ErrInvalid)
 
-// EncodeCapacity is c as the ConfigMap holds it.
+// EncodeCapacity is c, bounded (Bound), as the ConfigMap holds it.
 func EncodeCapacity(c Capacity) (string, error) {
-	c.Sort()
-	b, err := json.Marshal(c)
-	if err != nil {
+	c.Models = slices.Clone(c.Models)
+	c.Bound()
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // a model of 96 '<' stays 96 bytes
+	if err := enc.Encode(c); err != nil {
 		return "", err
 	}
-	if len(b) > MaxCapacityBytes {
-		return "", fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidCapacity, len(b), MaxCapacityBytes)
+	if b.Len() > MaxCapacityBytes {
+		return "", fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidCapacity, b.Len(), MaxCapacityBytes)
 	}
-	return string(b), nil
+	return strings.TrimSuffix(b.String(), "\n"), nil
 }
 
 // DecodeCapacity reads what the ConfigMap holds, which its writer (or
@@ -152,19 +204,32 @@ func DecodeCapacity(s string) (Capacity, error) {
 	if len(c.Models) > MaxCapacityModels {
 		return Capacity{}, fmt.Errorf("%w: %d models, at most %d", ErrInvalidCapacity, len(c.Models), MaxCapacityModels)
 	}
-	if c.Nodes < 0 {
+	if !counts(c.Nodes) {
 		return Capacity{}, fmt.Errorf("%w: %d nodes", ErrInvalidCapacity, c.Nodes)
 	}
 	for _, m := range c.Models {
 		for _, s := range []string{m.Model, m.Resource} {
-			if len(s) > 256 || !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+			if len(s) > maxCapacityName || !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 				return Capacity{}, fmt.Errorf("%w: model or resource %q", ErrInvalidCapacity, s)
 			}
 		}
-		if m.GPUs < 0 || m.Idle < 0 || m.Full < 0 || m.Stranded < 0 || m.Unhealthy < 0 || m.StrandedMiB < 0 ||
+		if !counts(m.GPUs, m.Idle, m.Full, m.Stranded, m.Unhealthy) || m.StrandedMiB < 0 || m.StrandedMiB > maxCount<<20 ||
 			m.Idle+m.Full+m.Stranded+m.Unhealthy != m.GPUs {
 			return Capacity{}, fmt.Errorf("%w: the counts of model %q do not add up", ErrInvalidCapacity, m.Model)
 		}
 	}
 	return c, nil
+}
+
+// maxCount bounds each count a Capacity holds (sums of them cannot
+// overflow).
+const maxCount = 1 << 30
+
+func counts(ns ...int) bool {
+	for _, n := range ns {
+		if n < 0 || n > maxCount {
+			return false
+		}
+	}
+	return true
 }

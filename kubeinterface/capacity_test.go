@@ -24,18 +24,43 @@ func TestCapacityAdd(t *testing.T) {
 	if len(c.Models) != 1 || c.Models[0] != want {
 		t.Fatalf("models %+v, want %+v", c.Models, want)
 	}
+	// A node's worst names: many models of 256 characters that JSON
+	// would escape, some named "other" with other resources.
 	for i := range 2 * MaxCapacityModels {
-		c.Add(fmt.Sprintf("model-%d", i), "", GPUUse{Healthy: true})
+		c.Add(fmt.Sprintf("%03d%s", i, strings.Repeat("<", 253)), "", GPUUse{Healthy: true})
+		c.Add(CapacityOtherModel, fmt.Sprintf("r%d", i), GPUUse{Healthy: true})
 	}
-	if len(c.Models) != MaxCapacityModels || c.Total().GPUs != 5+2*MaxCapacityModels {
-		t.Errorf("%d models, %d GPUs", len(c.Models), c.Total().GPUs)
-	}
+	total := c.Total().GPUs
 	s, err := EncodeCapacity(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := DecodeCapacity(s); err != nil {
+	got, err := DecodeCapacity(s)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if len(got.Models) != MaxCapacityModels || got.Total().GPUs != total {
+		t.Errorf("%d models, %d GPUs; want %d models, %d GPUs", len(got.Models), got.Total().GPUs, MaxCapacityModels, total)
+	}
+	// The same GPUs added in another order: the same encoding.
+	type gpu struct {
+		model, resource string
+		use             GPUUse
+	}
+	var gpus []gpu
+	for i := range 3 * MaxCapacityModels {
+		gpus = append(gpus, gpu{fmt.Sprintf("m%d", i%(2*MaxCapacityModels)), "", GPUUse{Healthy: true, Used: i%3 == 0, Exclusive: true}})
+	}
+	var a, b Capacity
+	for i := range gpus {
+		a.Add(gpus[i].model, gpus[i].resource, gpus[i].use)
+		g := gpus[len(gpus)-1-i]
+		b.Add(g.model, g.resource, g.use)
+	}
+	ea, _ := EncodeCapacity(a)
+	eb, _ := EncodeCapacity(b)
+	if ea != eb {
+		t.Error("the encoding depends on the order the GPUs were added in")
 	}
 }
 

@@ -70,14 +70,23 @@ func tenantPods(pods []*corev1.Pod, verify func(kubeinterface.Allocation) error)
 // readCapacity reads the published capacity at ref (NAMESPACE/NAME); when
 // it cannot, the capacity is empty and the note says why.
 func readCapacity(ctx context.Context, c kubernetes.Interface, ref string) (kubeinterface.Capacity, string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	ns, name, _ := strings.Cut(ref, "/")
 	cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return kubeinterface.Capacity{}, fmt.Sprintf("The cluster's GPU capacity is not shown: %v (kubegpu-scheduler publishes it where its capacityConfigMap says, readable by every authenticated user with kube-scheduler/deploy/rbac.yaml).", err)
 	}
-	capa, err := kubeinterface.DecodeCapacity(cm.Data[kubeinterface.CapacityKey])
+	data, ok := cm.Data[kubeinterface.CapacityKey]
+	if !ok {
+		return kubeinterface.Capacity{}, fmt.Sprintf("The cluster's GPU capacity is not shown: ConfigMap %s holds none yet (kubegpu-scheduler writes it when its capacityConfigMap names it).", ref)
+	}
+	capa, err := kubeinterface.DecodeCapacity(data)
 	if err != nil {
 		return kubeinterface.Capacity{}, fmt.Sprintf("The cluster's GPU capacity is not shown: ConfigMap %s: %v", ref, err)
+	}
+	if age := time.Since(capa.Updated); age > 2*kubeinterface.CapacityRefresh {
+		return capa, fmt.Sprintf("The cluster's GPU capacity is %s old: kubegpu-scheduler has not written it since (is it running?).", age.Round(time.Second))
 	}
 	return capa, ""
 }
@@ -178,8 +187,8 @@ func printTenant(w io.Writer, ns string, rows []TenantPod, capa kubeinterface.Ca
 // GPUs they hold; the cluster's capacity as totals; its pending pods and
 // quotas.
 func tenantView(ns string, pods []*corev1.Pod, quotas []*corev1.ResourceQuota, capa kubeinterface.Capacity, capaNote string,
-	verify func(kubeinterface.Allocation) error, now time.Time) ui.View {
-	sum := uiSummary{Scope: "namespace " + ns, Updated: now, Totals: capa, Quotas: gpuQuotas(quotas)}
+	verify func(kubeinterface.Allocation) error) ui.View {
+	sum := uiSummary{Scope: "namespace " + ns, Totals: capa, Quotas: gpuQuotas(quotas)}
 	byNode := map[string]*uiNode{}
 	var order []string
 	for _, tp := range tenantPods(pods, verify) {
@@ -229,7 +238,7 @@ func tenantView(ns string, pods []*corev1.Pod, quotas []*corev1.ResourceQuota, c
 	for _, name := range order {
 		v.Nodes = append(v.Nodes, ui.NamedNode{Name: name, Data: *byNode[name]})
 	}
-	sum.Pending = pendingPods(pods, now)
+	sum.Pending, _ = pendingPods(pods)
 	sum.Notes = append(sum.Notes, "The namespace's view: the nodes its pods are on and the GPUs they hold; the totals are the whole cluster's, as kubegpu-scheduler publishes them.")
 	if capaNote != "" {
 		sum.Notes = append(sum.Notes, capaNote)

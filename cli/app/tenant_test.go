@@ -28,8 +28,7 @@ func tenantCluster(t *testing.T) (*uiCluster, *fake.Clientset) {
 	forged.Annotations[kubeinterface.AnnotationAllocation] = other.Annotations[kubeinterface.AnnotationAllocation]
 	waiting := cachetest.GPUPod("waiting", 16, 0, time.Now())
 	waiting.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Message: "0/2 nodes are available: 2 GPUs: not enough GPUs."}}
-	var capa kubeinterface.Capacity
-	capa.Nodes = 2
+	capa := kubeinterface.Capacity{Nodes: 2, Updated: time.Now()}
 	for range 16 {
 		capa.Add("Tesla V100-SXM2-16GB", "nvidia.com/gpu", kubeinterface.GPUUse{Healthy: true})
 	}
@@ -82,7 +81,7 @@ func TestTenantView(t *testing.T) {
 	if note != "" {
 		t.Fatal(note)
 	}
-	v := tenantView("ns", storeOf[corev1.Pod](w.pods), nil, capa, note, kubeinterface.NewKeySet(c.key).Verify, time.Now())
+	v := tenantView("ns", storeOf[corev1.Pod](w.pods), nil, capa, note, kubeinterface.NewKeySet(c.key).Verify)
 	sum := v.Summary.(uiSummary)
 	if sum.Explain || sum.Totals.Total().GPUs != 16 || len(sum.Pending) != 1 {
 		t.Errorf("summary %+v", sum)

@@ -121,7 +121,7 @@ func (o *uiOptions) run(cmd *cobra.Command, c kubernetes.Interface) error {
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "kubegpu ui: open %s\n", url)
 	go w.publish(ctx, srv, verifier(o.explain.key))
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second,
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	hs.RegisterOnShutdown(srv.Close)
 	go func() {

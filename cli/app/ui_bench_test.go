@@ -43,7 +43,7 @@ func benchPage(b *testing.B, count int) {
 		l.pods = append(l.pods, c.bind(b, fmt.Sprintf("job-%d", i), fmt.Sprintf("node-%d", i), 4))
 	}
 	verify := kubeinterface.NewKeySet(c.key).Verify
-	build := func() ui.View { return uiView(l.state(verify), l.pods, nil, time.Now()) }
+	build := func() ui.View { return uiView(l.state(verify), l.pods, nil) }
 	srv, err := ui.New(ui.Config{NoToken: true})
 	if err != nil {
 		b.Fatal(err)

@@ -34,8 +34,7 @@ type uiNode struct {
 type uiSummary struct {
 	Scope string `json:"scope"`
 	// Explain says whether the page may ask why a pod waits.
-	Explain bool      `json:"explain"`
-	Updated time.Time `json:"updated"`
+	Explain bool `json:"explain"`
 	// Totals counts the GPUs of the nodes that take GPU pods.
 	Totals  kubeinterface.Capacity `json:"totals"`
 	Pending []uiPending            `json:"pending"`
@@ -74,10 +73,10 @@ const maxPending = 500
 
 // uiView builds the page's view of the cluster: s, the pending pods among
 // pods and the quotas.
-func uiView(s *clusterState, pods []*corev1.Pod, quotas []*corev1.ResourceQuota, now time.Time) ui.View {
+func uiView(s *clusterState, pods []*corev1.Pod, quotas []*corev1.ResourceQuota) ui.View {
 	rows := gpus(s)
 	markDRA(s, rows)
-	sum := uiSummary{Scope: "cluster", Explain: true, Updated: now, Pending: []uiPending{}, Quotas: []uiQuota{}}
+	sum := uiSummary{Scope: "cluster", Explain: true, Pending: []uiPending{}, Quotas: []uiQuota{}}
 	byNode := map[string][]GPU{}
 	parents := map[[2]string]bool{} // GPUs in MIG mode: their instances count
 	for _, g := range rows {
@@ -114,10 +113,11 @@ func uiView(s *clusterState, pods []*corev1.Pod, quotas []*corev1.ResourceQuota,
 		}
 		v.Nodes = append(v.Nodes, ui.NamedNode{Name: n.name, Data: un})
 	}
-	sum.Totals.Sort()
-	sum.Pending = pendingPods(pods, now)
-	if len(pods) > 0 && len(sum.Pending) == maxPending {
-		sum.Notes = append(sum.Notes, fmt.Sprintf("Only the %d oldest pending GPU pods are listed.", maxPending))
+	sum.Totals.Bound()
+	var more int
+	sum.Pending, more = pendingPods(pods)
+	if more > 0 {
+		sum.Notes = append(sum.Notes, fmt.Sprintf("Only the %d oldest pending GPU pods are listed, of %d.", maxPending, maxPending+more))
 	}
 	sum.Quotas = gpuQuotas(quotas)
 	if s.draUnread != "" {
@@ -137,15 +137,19 @@ func uiView(s *clusterState, pods []*corev1.Pod, quotas []*corev1.ResourceQuota,
 func notReady(n *corev1.Node) string {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-			return strings.TrimSpace(fmt.Sprintf("not Ready (%s) %s", c.Reason, c.Message))
+			msg := []rune(c.Message)
+			if len(msg) > 256 {
+				msg = append(msg[:256], '…')
+			}
+			return strings.TrimSpace(fmt.Sprintf("not Ready (%s) %s", c.Reason, string(msg)))
 		}
 	}
 	return ""
 }
 
 // pendingPods lists the GPU pods of pods that wait for a node, oldest
-// first, at most maxPending.
-func pendingPods(pods []*corev1.Pod, now time.Time) []uiPending {
+// first, at most maxPending, and counts the others.
+func pendingPods(pods []*corev1.Pod) ([]uiPending, int) {
 	var waiting []*corev1.Pod
 	for _, p := range pods {
 		if p.Spec.NodeName != "" || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -166,7 +170,7 @@ func pendingPods(pods []*corev1.Pod, now time.Time) []uiPending {
 		out = append(out, uiPending{Namespace: p.Namespace, Name: p.Name, Asks: asks(p), Created: p.CreationTimestamp.Time,
 			Nominated: p.Status.NominatedNodeName, Message: schedulerSays(p)})
 	}
-	return out
+	return out, len(waiting) - len(out)
 }
 
 // asks sums what the pod's containers ask of kubegpu's resources, as

@@ -113,6 +113,12 @@ func (w *watcher) start(ctx context.Context, factories ...informers.SharedInform
 		DeleteFunc: func(any) { w.mark() },
 	}
 	for _, inf := range w.informers() {
+		if inf == w.leases {
+			// Kubelets renew every 10 s: 500 events a second at 5,000
+			// nodes, and the page shows no Lease (explanations read
+			// them when asked).
+			continue
+		}
 		if _, err := inf.AddEventHandler(mark); err != nil {
 			return err
 		}
@@ -239,6 +245,7 @@ func (w *watcher) publish(ctx context.Context, srv *ui.Server, verify func(kubei
 		case <-tick.C:
 			readCapa = w.namespace != ""
 		}
+		start := time.Now()
 		var v ui.View
 		quotas := storeOf[corev1.ResourceQuota](w.quotas)
 		if w.namespace != "" {
@@ -246,10 +253,10 @@ func (w *watcher) publish(ctx context.Context, srv *ui.Server, verify func(kubei
 				capa, capaNote = readCapacity(ctx, w.client, w.capacityRef)
 				readCapa = false
 			}
-			v = tenantView(w.namespace, storeOf[corev1.Pod](w.pods), quotas, capa, capaNote, verify, time.Now())
+			v = tenantView(w.namespace, storeOf[corev1.Pod](w.pods), quotas, capa, capaNote, verify)
 		} else {
 			l, _ := w.list(ctx)
-			v = uiView(l.state(verify), l.pods, quotas, time.Now())
+			v = uiView(l.state(verify), l.pods, quotas)
 		}
 		if w.quotasUnread != "" {
 			sum := v.Summary.(uiSummary)
@@ -259,10 +266,12 @@ func (w *watcher) publish(ctx context.Context, srv *ui.Server, verify func(kubei
 		if err := srv.Publish(v); err != nil {
 			logger.Error(err, "Publish the page's view")
 		}
+		// At most a third of a core rebuilding, however busy the
+		// cluster.
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(minRebuild):
+		case <-time.After(max(minRebuild, 2*time.Since(start))):
 		}
 	}
 }

@@ -9,7 +9,9 @@
 // Security Policy allows no inline script, so a string a node publishes
 // (a model name, say) cannot run in the viewer's browser.
 //
-// Access needs the token the server prints with its URL: another local
-// user who can reach the port cannot read what the caller's credentials
-// can.
+// Data needs the token the server prints in its URL: another local user
+// who can reach the port cannot read what the caller's credentials can.
+// The page keeps the token in the tab's session storage, which belongs to
+// the page's origin alone (host and port), never in a cookie (which any
+// port of the host would be sent).
 package ui

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,8 +22,6 @@ import (
 var assets embed.FS
 
 const (
-	// cookieName holds the token once the page was opened with it.
-	cookieName = "kubegpu-ui"
 	// maxStreams bounds the pages streamed to at once.
 	maxStreams = 64
 	// keepAlive is how often an idle stream is sent a comment, so that
@@ -37,9 +37,8 @@ type Explainer func(ctx context.Context, namespace, name string) (any, error)
 
 // Config is what a Server serves.
 type Config struct {
-	// Token is what the page must present: in the URL the first time
-	// (?token=), then in a cookie the server sets. Empty only with
-	// NoToken.
+	// Token is what the page must present for data (the page takes it
+	// from the URL it was opened with). Empty only with NoToken.
 	Token string
 	// NoToken serves everyone who reaches the server, for a server behind
 	// something else that authenticates (kubectl port-forward).
@@ -99,20 +98,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// page serves the page to a holder of the token. Opened with ?token=, it
-// sets the cookie and sends the browser to the URL without the token.
+// page serves the page, which holds no data: its script reads the token
+// from the URL (?token=), keeps it in the tab's session storage (which is
+// the origin's alone: scheme, host and port) and drops it from the
+// address bar, and presents it with each request for data.
 func (s *Server) page(w http.ResponseWriter, r *http.Request) {
-	if t := r.URL.Query().Get("token"); t != "" && !s.cfg.NoToken {
-		if !s.valid(t) {
-			http.Error(w, "kubegpu ui: wrong token: open the URL that kubegpu ui printed", http.StatusUnauthorized)
-			return
-		}
-		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: t, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-		http.Redirect(w, r, "/", http.StatusSeeOther)
-		return
-	}
-	if !s.allowed(r) {
-		http.Error(w, "kubegpu ui: open the URL that kubegpu ui printed (it holds the token)", http.StatusUnauthorized)
+	if !s.hostAllowed(r) {
+		http.Error(w, "kubegpu ui: served without a token, only as localhost or an IP address", http.StatusForbidden)
 		return
 	}
 	page, err := assets.ReadFile("assets/index.html")
@@ -128,19 +120,35 @@ func (s *Server) valid(t string) bool {
 	return subtle.ConstantTimeCompare([]byte(t), []byte(s.cfg.Token)) == 1
 }
 
-// allowed reports whether r carries the token (cookie or bearer).
+// allowed reports whether r carries the token: as a bearer token, or, for
+// the stream (EventSource sends no headers), as ?token=.
 func (s *Server) allowed(r *http.Request) bool {
 	if s.cfg.NoToken {
-		return true
-	}
-	if c, err := r.Cookie(cookieName); err == nil && s.valid(c.Value) {
-		return true
+		return s.hostAllowed(r)
 	}
 	const bearer = "Bearer "
 	if a := r.Header.Get("Authorization"); len(a) > len(bearer) && a[:len(bearer)] == bearer {
 		return s.valid(a[len(bearer):])
 	}
+	if t := r.URL.Query().Get("token"); t != "" {
+		return s.valid(t)
+	}
 	return false
+}
+
+// hostAllowed reports whether r names the server as localhost or an IP
+// address, where it serves without a token: a page of another site that
+// had its name resolve to this address (DNS rebinding) names that site.
+// With a token, any name.
+func (s *Server) hostAllowed(r *http.Request) bool {
+	if !s.cfg.NoToken {
+		return true
+	}
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = r.Host
+	}
+	return host == "localhost" || net.ParseIP(strings.Trim(host, "[]")) != nil
 }
 
 func (s *Server) authorized(next http.Handler) http.Handler {

@@ -44,36 +44,37 @@ func get(t *testing.T, c *http.Client, url string, header ...string) *http.Respo
 	return resp
 }
 
-// TestToken: without the token, nothing but the assets and the health
-// check is served; the URL's token becomes a cookie the page then uses.
+// TestToken: without the token, no data: the page (which holds none), its
+// assets and the health check only; the token is taken as a bearer token
+// or, for the stream, in the URL; no cookie is set.
 func TestToken(t *testing.T) {
 	_, hs := newTestServer(t, Config{Explain: func(context.Context, string, string) (any, error) { return "ok", nil }})
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for _, path := range []string{"/", "/api/events", "/api/explain?namespace=a&pod=b", "/?token=wrong-token-000000"} {
-		if resp := get(t, noRedirect, hs.URL+path); resp.StatusCode != http.StatusUnauthorized {
+	for _, path := range []string{"/api/events", "/api/explain?namespace=a&pod=b", "/api/explain?namespace=a&pod=b&token=wrong-token-000000"} {
+		if resp := get(t, http.DefaultClient, hs.URL+path); resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("GET %s without the token: %s, want 401", path, resp.Status)
 		}
 	}
-	if resp := get(t, noRedirect, hs.URL+"/api/explain?namespace=a&pod=b", "Authorization", "Bearer "+testToken); resp.StatusCode != http.StatusOK {
+	if resp := get(t, http.DefaultClient, hs.URL+"/api/explain?namespace=a&pod=b", "Authorization", "Bearer "+testToken); resp.StatusCode != http.StatusOK {
 		t.Errorf("explain with the bearer token: %s", resp.Status)
 	}
-	for _, path := range []string{"/assets/app.js", "/healthz"} {
-		if resp := get(t, noRedirect, hs.URL+path); resp.StatusCode != http.StatusOK {
-			t.Errorf("GET %s: %s", path, resp.Status)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+"/api/events?token="+testToken, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("the stream with ?token=: %s", resp.Status)
+	}
+	cancel()
+	resp.Body.Close()
+	for _, path := range []string{"/", "/?token=" + testToken, "/assets/app.js", "/healthz"} {
+		resp := get(t, http.DefaultClient, hs.URL+path)
+		if resp.StatusCode != http.StatusOK || len(resp.Cookies()) > 0 {
+			t.Errorf("GET %s: %s, cookies %v", path, resp.Status, resp.Cookies())
 		}
 	}
-	resp := get(t, noRedirect, hs.URL+"/?token="+testToken)
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
-		t.Fatalf("GET /?token=: %s to %q, want 303 to /", resp.Status, resp.Header.Get("Location"))
-	}
-	cookies := resp.Cookies()
-	if len(cookies) != 1 || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteStrictMode {
-		t.Fatalf("cookie %+v, want one HttpOnly SameSite=Strict", cookies)
-	}
-	page := get(t, noRedirect, hs.URL+"/", "Cookie", cookies[0].Name+"="+cookies[0].Value)
-	if page.StatusCode != http.StatusOK {
-		t.Fatalf("GET / with the cookie: %s", page.Status)
-	}
+	page := get(t, http.DefaultClient, hs.URL+"/")
 	csp := page.Header.Get("Content-Security-Policy")
 	if !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
 		t.Errorf("Content-Security-Policy %q", csp)
@@ -83,6 +84,35 @@ func TestToken(t *testing.T) {
 	}
 	if _, err := New(Config{}); err == nil {
 		t.Error("a server without a token or NoToken was made")
+	}
+}
+
+// TestNoTokenHost: served without a token, only to requests that name the
+// server as localhost or an IP address (not a rebinding site's name).
+func TestNoTokenHost(t *testing.T) {
+	_, hs := newTestServer(t, Config{NoToken: true})
+	for host, want := range map[string]int{"": http.StatusOK, "localhost:8080": http.StatusOK, "[::1]:80": http.StatusOK, "evil.example:8080": http.StatusForbidden} {
+		for _, path := range []string{"/", "/api/events?x=1"} {
+			req, _ := http.NewRequest(http.MethodGet, hs.URL+path, nil)
+			if host != "" {
+				req.Host = host
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+			if err != nil {
+				cancel()
+				t.Fatal(err)
+			}
+			got := resp.StatusCode
+			if path != "/" && want == http.StatusForbidden {
+				want = http.StatusUnauthorized
+			}
+			resp.Body.Close()
+			cancel()
+			if got != want {
+				t.Errorf("GET %s as host %q: %d, want %d", path, host, got, want)
+			}
+		}
 	}
 }
 

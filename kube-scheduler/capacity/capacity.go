@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -49,16 +48,19 @@ func Compute(c *devicecache.Cache, now time.Time) kubeinterface.Capacity {
 			})
 		}
 	}
-	out.Sort()
+	out.Bound()
 	return out
 }
 
-// Publisher writes Compute's result into the ConfigMap Namespace/Name
-// when it changed.
+// Publisher writes Compute's result into the ConfigMap Namespace/Name,
+// which the manifests create (the scheduler may update only that one).
 type Publisher struct {
 	Cache           *devicecache.Cache
 	Client          kubernetes.Interface
 	Namespace, Name string
+	// last is the capacity computed the time before, encoded without its
+	// time.
+	last string
 }
 
 // Run publishes every Interval until ctx ends.
@@ -85,27 +87,39 @@ func (p *Publisher) Run(ctx context.Context) {
 	}
 }
 
-// Publish writes the capacity at now if the ConfigMap holds another.
+// Publish writes the capacity at now when the ConfigMap holds none, a
+// stale one (older than kubeinterface.CapacityRefresh), or another one
+// than the last two computations agree on: replicas whose caches differ
+// for a moment (a pod the leader is binding) do not overwrite each other
+// at every turn.
 func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
-	value, err := kubeinterface.EncodeCapacity(Compute(p.Cache, now))
+	capa := Compute(p.Cache, now)
+	value, err := kubeinterface.EncodeCapacity(capa)
 	if err != nil {
 		return err
 	}
+	last := p.last
+	p.last = value
 	cms := p.Client.CoreV1().ConfigMaps(p.Namespace)
 	cm, err := cms.Get(ctx, p.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace,
-			Labels: map[string]string{"app.kubernetes.io/part-of": "kubegpu"}},
-			Data: map[string]string{kubeinterface.CapacityKey: value}}
-		if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create ConfigMap %s/%s: %w", p.Namespace, p.Name, err)
-		}
-		return nil
-	case err != nil:
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("ConfigMap %s/%s does not exist: kube-scheduler/deploy/rbac.yaml (or the chart) creates it: %w", p.Namespace, p.Name, err)
+	}
+	if err != nil {
 		return fmt.Errorf("get ConfigMap %s/%s: %w", p.Namespace, p.Name, err)
-	case cm.Data[kubeinterface.CapacityKey] == value:
-		return nil
+	}
+	stored, err := kubeinterface.DecodeCapacity(cm.Data[kubeinterface.CapacityKey])
+	fresh := err == nil && now.Sub(stored.Updated) < kubeinterface.CapacityRefresh
+	if fresh {
+		old := stored
+		old.Updated = time.Time{}
+		if same, _ := kubeinterface.EncodeCapacity(old); same == value || value != last {
+			return nil
+		}
+	}
+	capa.Updated = now.UTC().Truncate(time.Second)
+	if value, err = kubeinterface.EncodeCapacity(capa); err != nil {
+		return err
 	}
 	cm.Data = map[string]string{kubeinterface.CapacityKey: value}
 	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {

@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,42 +67,66 @@ func TestCompute(t *testing.T) {
 	}
 }
 
-// TestPublish: the ConfigMap is created, then written only when the
-// capacity changed.
+// TestPublish: the ConfigMap is written at once when it holds no
+// capacity, then only when two computations agree on a change, or when
+// what it holds is stale; without the ConfigMap, a clear error.
 func TestPublish(t *testing.T) {
 	c := testCache(t)
-	client := fake.NewClientset()
-	p := &Publisher{Cache: c, Client: client, Namespace: "kube-system", Name: kubeinterface.CapacityConfigMap}
 	ctx := context.Background()
-	for range 3 {
-		if err := p.Publish(ctx, time.Now()); err != nil {
+	p := &Publisher{Cache: c, Client: fake.NewClientset(), Namespace: "kube-system", Name: kubeinterface.CapacityConfigMap}
+	if err := p.Publish(ctx, time.Now()); err == nil || !strings.Contains(err.Error(), "rbac.yaml") {
+		t.Errorf("without the ConfigMap: %v", err)
+	}
+	client := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: kubeinterface.CapacityConfigMap}})
+	p = &Publisher{Cache: c, Client: client, Namespace: "kube-system", Name: kubeinterface.CapacityConfigMap}
+	writes := func() int {
+		n := 0
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "update" {
+				n++
+			}
+		}
+		return n
+	}
+	read := func() kubeinterface.Capacity {
+		t.Helper()
+		cm, err := client.CoreV1().ConfigMaps("kube-system").Get(ctx, kubeinterface.CapacityConfigMap, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		capa, err := kubeinterface.DecodeCapacity(cm.Data[kubeinterface.CapacityKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return capa
+	}
+	now := time.Now()
+	for i := range 3 {
+		if err := p.Publish(ctx, now.Add(time.Duration(i)*Interval)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	writes := 0
-	for _, a := range client.Actions() {
-		if a.GetVerb() == "create" || a.GetVerb() == "update" {
-			writes++
-		}
-	}
-	if writes != 1 {
-		t.Errorf("%d writes for one capacity, want 1", writes)
-	}
-	cm, err := client.CoreV1().ConfigMaps("kube-system").Get(ctx, kubeinterface.CapacityConfigMap, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	capa, err := kubeinterface.DecodeCapacity(cm.Data[kubeinterface.CapacityKey])
-	if err != nil || capa.Total().GPUs != 12 {
-		t.Fatalf("published %+v, %v", capa, err)
+	if writes() != 1 || read().Total().GPUs != 12 {
+		t.Fatalf("%d writes, capacity %+v; want 1 write of 12 GPUs", writes(), read())
 	}
 	c.UpdateNode(klog.Background(), cachetest.Node(t, "down", "t4x4")) // Ready again
-	if err := p.Publish(ctx, time.Now()); err != nil {
+	if err := p.Publish(ctx, now.Add(3*Interval)); err != nil {
 		t.Fatal(err)
 	}
-	cm, _ = client.CoreV1().ConfigMaps("kube-system").Get(ctx, kubeinterface.CapacityConfigMap, metav1.GetOptions{})
-	if capa, _ := kubeinterface.DecodeCapacity(cm.Data[kubeinterface.CapacityKey]); capa.Nodes != 3 {
-		t.Errorf("after a node came back: %+v", capa)
+	if writes() != 1 {
+		t.Error("a change was written before a second computation agreed")
+	}
+	if err := p.Publish(ctx, now.Add(4*Interval)); err != nil {
+		t.Fatal(err)
+	}
+	if writes() != 2 || read().Nodes != 3 {
+		t.Errorf("after a node came back: %d writes, %+v", writes(), read())
+	}
+	if err := p.Publish(ctx, now.Add(4*Interval+kubeinterface.CapacityRefresh)); err != nil {
+		t.Fatal(err)
+	}
+	if writes() != 3 {
+		t.Error("a stale capacity was not written again")
 	}
 }
 

@@ -5,7 +5,7 @@
 const ROW = 44;        // height of a node's row, px
 const MAX_CELLS = 16;  // GPU cells shown in a row
 const state = { order: [], nodes: new Map(), summary: null, version: 0 };
-const view = { shown: [], selected: null, pod: null, filter: "", tab: "node", explained: null };
+const view = { shown: [], selected: null, pod: null, filter: "", tab: "node", explained: null, token: "" };
 window.kubegpu = { firstRender: 0, lastLatency: 0, updates: 0, version: 0 };
 
 function el(tag, attrs, ...children) {
@@ -27,9 +27,10 @@ function gpuClass(g, parts) {
   if (g.dra) return "dra";
   const pods = g.pods.length + (parts ? parts.pods : 0);
   if (pods === 0) return "idle";
+  if (g.exclusive || g.usedCoresPercent >= 100) return "full";
   const used = g.usedMemoryMiB + (parts ? parts.mib : 0);
-  if (g.exclusive || used >= g.memoryMiB || g.usedCoresPercent >= 100) return "full";
-  return "part";
+  // memoryMiB is 0 where unknown (a tenant's view of a shared GPU).
+  return g.memoryMiB && used >= g.memoryMiB ? "full" : "part";
 }
 
 // Whole GPUs of a node, with their MIG partitions' use.
@@ -63,6 +64,7 @@ function apply(u) {
   if (u.order) state.order = u.order;
   if (u.summary) state.summary = u.summary;
   state.version = u.version;
+  state.published = u.published;
   refilter();
   render();
   // Measured once the frame that shows the update is painted (the
@@ -75,10 +77,26 @@ function apply(u) {
   }));
 }
 
+// The token: from the URL kubegpu ui printed, then from this tab's
+// session storage (this origin's alone); never left in the address bar.
+function token() {
+  const fromURL = new URLSearchParams(location.search).get("token");
+  if (fromURL) {
+    sessionStorage.setItem("kubegpu-token", fromURL);
+    history.replaceState(null, "", "/");
+  }
+  return sessionStorage.getItem("kubegpu-token") || "";
+}
+
 function connect() {
-  const es = new EventSource("/api/events");
+  const es = new EventSource("/api/events?token=" + encodeURIComponent(view.token));
   es.onopen = () => { $("status").textContent = "live"; $("status").className = "live"; };
-  es.onerror = () => { $("status").textContent = "reconnecting…"; $("status").className = "down"; };
+  es.onerror = () => {
+    // A refused stream is not retried: say what to do.
+    const closed = es.readyState === EventSource.CLOSED;
+    $("status").textContent = closed ? "disconnected: open the URL kubegpu ui printed" : "reconnecting…";
+    $("status").className = "down";
+  };
   es.onmessage = (ev) => {
     // A message is handled after the browser paints the previous one at most.
     apply(JSON.parse(ev.data));
@@ -262,7 +280,8 @@ async function explain(ns, name) {
   renderPending();
   let body;
   try {
-    const r = await fetch(`/api/explain?namespace=${encodeURIComponent(ns)}&pod=${encodeURIComponent(name)}`);
+    const r = await fetch(`/api/explain?namespace=${encodeURIComponent(ns)}&pod=${encodeURIComponent(name)}`,
+      { headers: { Authorization: "Bearer " + view.token } });
     if (!r.ok) throw new Error(await r.text());
     body = await r.json();
   } catch (e) {
@@ -297,7 +316,7 @@ function renderNotes() {
   if (!s) return;
   const notes = s.notes || [];
   $("panel-notes").replaceChildren(...(notes.length ? notes.map((n) => el("p", { text: n })) : [el("p", { class: "hint", text: "Nothing to note." })]),
-    el("p", { class: "hint", text: `Updated ${new Date(s.updated).toLocaleTimeString()}.` }));
+    el("p", { class: "hint", text: `Updated ${new Date(state.published || Date.now()).toLocaleTimeString()}.` }));
 }
 
 function showTab(name) {
@@ -336,5 +355,6 @@ document.addEventListener("DOMContentLoaded", () => {
     if (i * ROW < box.scrollTop) box.scrollTop = i * ROW;
     else if ((i + 1) * ROW > box.scrollTop + box.clientHeight) box.scrollTop = (i + 1) * ROW - box.clientHeight;
   });
+  view.token = token();
   connect();
 });
