@@ -40,7 +40,7 @@ func New(t testing.TB) context.Context {
 		chromedp.NoFirstRun,
 		chromedp.NoDefaultBrowserCheck,
 		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1400, 900),
+		chromedp.WindowSize(1400, 1150),
 		// This machine's network is closed: Chromium's own connections
 		// would only be refused.
 		chromedp.Flag("disable-background-networking", true),
