@@ -17,6 +17,9 @@ import (
 // ResourceSlice publishes as well (dra.Overlaps, the rule the scheduler
 // applies).
 func markDRA(s *clusterState, rows []GPU) {
+	if len(s.slices) == 0 {
+		return // no other driver publishes anything
+	}
 	at := map[[2]string]int{}
 	for i, g := range rows {
 		at[[2]string{g.Node, g.ID}] = i

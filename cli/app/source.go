@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,7 @@ import (
 	"github.com/kubegpu/kubegpu/kubeinterface"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 	"github.com/kubegpu/kubegpu/kubeinterface/objects"
+	"github.com/kubegpu/kubegpu/types"
 )
 
 // listed is what the commands read from the API server, as one set of
@@ -36,6 +38,47 @@ type listed struct {
 	// read it), or is empty.
 	claimsRead bool
 	draUnread  string
+	// inventories, when set, keeps the nodes' decoded inventories
+	// between builds (the watches' lists change a node at a time).
+	inventories *inventoryCache
+}
+
+// inventoryCache keeps each node's decoded inventory while the node
+// publishes the same one: decoding is most of a rebuild's cost (5,000
+// nodes: about 0.7 s of 0.8).
+type inventoryCache struct {
+	mu sync.Mutex
+	m  map[string]decodedInventory
+}
+
+type decodedInventory struct {
+	value string
+	inv   types.Inventory
+	err   error
+}
+
+// decode is objects.NodeInventory(n), from the cache where n publishes
+// what it published last. The cache keeps only the nodes of the last
+// call, nodes.
+func (c *inventoryCache) decode(nodes []*corev1.Node) []nodeState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next := make(map[string]decodedInventory, len(nodes))
+	out := make([]nodeState, 0, len(nodes))
+	for _, n := range nodes {
+		value, ok := n.Annotations[kubeinterface.AnnotationInventory]
+		d, hit := c.m[n.Name]
+		if !ok || !hit || d.value != value {
+			d.value = value
+			d.inv, d.err = objects.NodeInventory(n)
+		}
+		if ok {
+			next[n.Name] = d
+		}
+		out = append(out, nodeState{name: n.Name, inv: d.inv, invErr: d.err, node: n})
+	}
+	c.m = next
+	return out
 }
 
 // loadState reads the cluster. With key, allocations must be signed by it;
@@ -163,9 +206,13 @@ func (l *listed) state(verify func(kubeinterface.Allocation) error) *clusterStat
 			}
 		}
 	}
-	for _, n := range l.nodes {
-		inv, err := objects.NodeInventory(n)
-		s.nodes = append(s.nodes, nodeState{name: n.Name, inv: inv, invErr: err, node: n})
+	if l.inventories != nil {
+		s.nodes = l.inventories.decode(l.nodes)
+	} else {
+		for _, n := range l.nodes {
+			inv, err := objects.NodeInventory(n)
+			s.nodes = append(s.nodes, nodeState{name: n.Name, inv: inv, invErr: err, node: n})
+		}
 	}
 	slices.SortFunc(s.nodes, func(a, b nodeState) int { return strings.Compare(a.name, b.name) })
 	for _, p := range l.pods {

@@ -38,6 +38,7 @@ type watcher struct {
 	// maxRebuild.
 	namespace, capacityRef string
 	client                 kubernetes.Interface
+	inventories            inventoryCache
 }
 
 // newWatcher starts the watches and waits for their first lists.
@@ -202,7 +203,7 @@ func (w *watcher) mark() {
 
 // list is what the watches hold now, as listFromAPI lists it.
 func (w *watcher) list(context.Context) (*listed, error) {
-	l := &listed{draUnread: w.draUnread, claimsRead: w.claims != nil}
+	l := &listed{draUnread: w.draUnread, claimsRead: w.claims != nil, inventories: &w.inventories}
 	l.nodes = storeOf[corev1.Node](w.nodes)
 	l.leases = storeOf[coordinationv1.Lease](w.leases)
 	l.pods = storeOf[corev1.Pod](w.pods)
