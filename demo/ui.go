@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -44,7 +45,7 @@ func startUI(ctx context.Context, dir string, o options, viewer *localcluster.Id
 		}
 		if time.Now().After(deadline) {
 			_ = p.Stop()
-			return "", nil, fmt.Errorf("kubegpu ui did not show %d nodes within a minute (%v); see %s", want, err, p.Log)
+			return "", nil, fmt.Errorf("kubegpu ui did not show %d nodes within a minute (see %s): %w", want, p.Log, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -86,5 +87,8 @@ func uiNodes(ctx context.Context, base, token string) (int, error) {
 			return len(u.Order), nil
 		}
 	}
-	return 0, fmt.Errorf("the stream ended: %v", lines.Err())
+	if err := lines.Err(); err != nil {
+		return 0, fmt.Errorf("the stream ended: %w", err)
+	}
+	return 0, errors.New("the stream ended before its first update")
 }

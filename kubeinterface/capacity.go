@@ -196,7 +196,7 @@ func DecodeCapacity(s string) (Capacity, error) {
 	d := json.NewDecoder(strings.NewReader(s))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&c); err != nil {
-		return Capacity{}, fmt.Errorf("%w: %v", ErrInvalidCapacity, err)
+		return Capacity{}, fmt.Errorf("%w: %w", ErrInvalidCapacity, err)
 	}
 	if d.More() {
 		return Capacity{}, fmt.Errorf("%w: data after the object", ErrInvalidCapacity)

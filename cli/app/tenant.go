@@ -50,7 +50,7 @@ func tenantPods(pods []*corev1.Pod, verify func(kubeinterface.Allocation) error)
 	out := []TenantPod{}
 	for _, p := range pods {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed ||
-			!(objects.WantsDevices(p) || len(p.Spec.ResourceClaims) > 0) {
+			!objects.WantsDevices(p) && len(p.Spec.ResourceClaims) == 0 {
 			continue
 		}
 		tp := TenantPod{Name: p.Name, Node: p.Spec.NodeName, Phase: string(p.Status.Phase)}

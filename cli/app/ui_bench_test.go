@@ -74,7 +74,7 @@ func benchPage(b *testing.B, count int) {
 		if _, err := chromedp.Run(ctx, chromedp.NavigateResponse(hs.URL+"/")); err != nil {
 			b.Fatal(err)
 		}
-		browser.Wait(b, ctx, time.Minute, fmt.Sprintf(`window.kubegpu.updates >= 1 && document.getElementById("list-count").innerText === "%d nodes"`, count))
+		browser.Wait(ctx, b, time.Minute, fmt.Sprintf(`window.kubegpu.updates >= 1 && document.getElementById("list-count").innerText === "%d nodes"`, count))
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`window.kubegpu.firstRender`))
 		if err != nil {
 			b.Fatal(err)
@@ -85,7 +85,7 @@ func benchPage(b *testing.B, count int) {
 		if err := srv.Publish(build()); err != nil {
 			b.Fatal(err)
 		}
-		browser.Wait(b, ctx, time.Minute, `window.kubegpu.updates >= 2`)
+		browser.Wait(ctx, b, time.Minute, `window.kubegpu.updates >= 2`)
 		if v, err = chromedp.Run(ctx, chromedp.Evaluate[float64](`window.kubegpu.lastLatency`)); err != nil {
 			b.Fatal(err)
 		}

@@ -154,21 +154,21 @@ func TestPageInBrowser(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
 		t.Fatal(err)
 	}
-	browser.Wait(t, ctx, 30*time.Second, `document.querySelectorAll("#nodes .row").length === 3`)
-	browser.Wait(t, ctx, time.Second, `document.querySelectorAll('.row[data-node="node-0"] .cell').length === 8 && document.querySelectorAll('.row[data-node="node-0"] .cell.full').length === 4`)
+	browser.Wait(ctx, t, 30*time.Second, `document.querySelectorAll("#nodes .row").length === 3`)
+	browser.Wait(ctx, t, time.Second, `document.querySelectorAll('.row[data-node="node-0"] .cell').length === 8 && document.querySelectorAll('.row[data-node="node-0"] .cell.full').length === 4`)
 
 	// The keyboard: the list takes the focus, arrows choose nodes.
 	if err := chromedp.Do(ctx, chromedp.Focus(chromedp.CSS("#nodes")), chromedp.KeyEvent(kb.ArrowDown)); err != nil {
 		t.Fatal(err)
 	}
-	browser.Wait(t, ctx, time.Second, `document.querySelector('.row[data-node="node-0"]').getAttribute("aria-selected") === "true" && document.getElementById("panel-node").innerText.includes("ns/quad")`)
+	browser.Wait(ctx, t, time.Second, `document.querySelector('.row[data-node="node-0"]').getAttribute("aria-selected") === "true" && document.getElementById("panel-node").innerText.includes("ns/quad")`)
 
 	// A hostile model is text: no element made of it, no script run.
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`.row[data-node="node-2"]`))); err != nil {
 		t.Fatal(err)
 	}
-	browser.Wait(t, ctx, time.Second, fmt.Sprintf(`document.getElementById("panel-node").innerText.includes(%q)`, hostileModel))
-	browser.Wait(t, ctx, time.Second, `document.querySelectorAll("img").length === 0 && window.pwned === undefined`)
+	browser.Wait(ctx, t, time.Second, fmt.Sprintf(`document.getElementById("panel-node").innerText.includes(%q)`, hostileModel))
+	browser.Wait(ctx, t, time.Second, `document.querySelectorAll("img").length === 0 && window.pwned === undefined`)
 
 	// A pod bound now shows within 2 s.
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`.row[data-node="node-1"]`))); err != nil {
@@ -178,18 +178,18 @@ func TestPageInBrowser(t *testing.T) {
 	if _, err := client.CoreV1().Pods("ns").Create(context.Background(), half, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	browser.Wait(t, ctx, 2*time.Second, `document.getElementById("panel-node").innerText.includes("ns/pair") && document.querySelectorAll('.row[data-node="node-1"] .cell.full').length === 2`)
+	browser.Wait(ctx, t, 2*time.Second, `document.getElementById("panel-node").innerText.includes("ns/pair") && document.querySelectorAll('.row[data-node="node-1"] .cell.full').length === 2`)
 
 	// The pending pod, what the scheduler said, and explain's reasons.
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#tab-pending"))); err != nil {
 		t.Fatal(err)
 	}
-	browser.Wait(t, ctx, time.Second, `document.getElementById("panel-pending").innerText.includes("ns/too-big") && document.getElementById("panel-pending").innerText.includes("not enough GPUs")`)
+	browser.Wait(ctx, t, time.Second, `document.getElementById("panel-pending").innerText.includes("ns/too-big") && document.getElementById("panel-pending").innerText.includes("not enough GPUs")`)
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`tr[data-pod="ns/too-big"] button.why`))); err != nil {
 		t.Fatal(err)
 	}
-	browser.Wait(t, ctx, 30*time.Second, `(document.getElementById("explanation") || {innerText: ""}).innerText.includes("Fits on 0 of 3 nodes")`)
-	browser.Wait(t, ctx, time.Second, `document.getElementById("explanation").innerText.includes("16 needed")`)
+	browser.Wait(ctx, t, 30*time.Second, `(document.getElementById("explanation") || {innerText: ""}).innerText.includes("Fits on 0 of 3 nodes")`)
+	browser.Wait(ctx, t, time.Second, `document.getElementById("explanation").innerText.includes("16 needed")`)
 	if dir := os.Getenv("KUBEGPU_SCREENSHOT_DIR"); dir != "" {
 		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`.row[data-node="node-0"]`)), chromedp.Click(chromedp.CSS(`button.pod`))); err != nil {
 			t.Fatal(err)

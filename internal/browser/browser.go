@@ -66,7 +66,7 @@ func New(t testing.TB) context.Context {
 
 // Wait polls a JavaScript condition in the page until it holds, and fails
 // the test, printing what the page shows, when within has passed.
-func Wait(t testing.TB, ctx context.Context, within time.Duration, cond string) {
+func Wait(ctx context.Context, t testing.TB, within time.Duration, cond string) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {

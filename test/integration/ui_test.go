@@ -101,12 +101,12 @@ func TestUI(t *testing.T) {
 	if err := chromedp.Do(b, chromedp.Navigate(url), chromedp.SendKeys(chromedp.CSS("#filter"), "ui-")); err != nil {
 		t.Fatal(err)
 	}
-	browser.Wait(t, b, time.Minute, `document.querySelectorAll("#nodes .row").length === 3`)
-	browser.Wait(t, b, time.Second, `document.querySelectorAll('.row[data-node="ui-dgx-0"] .cell').length === 8 && document.querySelectorAll('.row[data-node="ui-dgx-0"] .cell.full').length === 4`)
+	browser.Wait(b, t, time.Minute, `document.querySelectorAll("#nodes .row").length === 3`)
+	browser.Wait(b, t, time.Second, `document.querySelectorAll('.row[data-node="ui-dgx-0"] .cell').length === 8 && document.querySelectorAll('.row[data-node="ui-dgx-0"] .cell.full').length === 4`)
 	if err := chromedp.Do(b, chromedp.Click(chromedp.CSS(`.row[data-node="ui-dgx-0"]`))); err != nil {
 		t.Fatal(err)
 	}
-	browser.Wait(t, b, time.Second, fmt.Sprintf(`document.getElementById("panel-node").innerText.includes(%q)`, ns+"/quad"))
+	browser.Wait(b, t, time.Second, fmt.Sprintf(`document.getElementById("panel-node").innerText.includes(%q)`, ns+"/quad"))
 
 	// A pod bound while the page is open shows within 2 s of its binding.
 	if err := chromedp.Do(b, chromedp.Click(chromedp.CSS(`.row[data-node="ui-t4-0"]`))); err != nil {
@@ -116,7 +116,7 @@ func TestUI(t *testing.T) {
 	pair.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "ui-t4-0"}
 	createPods(ctx, t, ns, pair)
 	waitPod(ctx, t, ns, "pair", "bound", func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
-	browser.Wait(t, b, 2*time.Second, fmt.Sprintf(`document.getElementById("panel-node").innerText.includes(%q) && document.querySelectorAll('.row[data-node="ui-t4-0"] .cell.full').length === 2`, ns+"/pair"))
+	browser.Wait(b, t, 2*time.Second, fmt.Sprintf(`document.getElementById("panel-node").innerText.includes(%q) && document.querySelectorAll('.row[data-node="ui-t4-0"] .cell.full').length === 2`, ns+"/pair"))
 
 	// A pod that fits nowhere: the scheduler's reason, then explain's.
 	createPods(ctx, t, ns, gpuPod("too-big", 16, 0, 0, nil))
@@ -125,25 +125,25 @@ func TestUI(t *testing.T) {
 		t.Fatal(err)
 	}
 	row := fmt.Sprintf(`tr[data-pod="%s/too-big"]`, ns)
-	browser.Wait(t, b, 2*time.Second, fmt.Sprintf(`(document.querySelector(%q) || {innerText: ""}).innerText.includes("nodes are available")`, row))
+	browser.Wait(b, t, 2*time.Second, fmt.Sprintf(`(document.querySelector(%q) || {innerText: ""}).innerText.includes("nodes are available")`, row))
 	if err := chromedp.Do(b, chromedp.Click(chromedp.CSS(row+" button.why"))); err != nil {
 		t.Fatal(err)
 	}
-	browser.Wait(t, b, time.Minute, `(document.getElementById("explanation") || {innerText: ""}).innerText.includes("Fits on 0 of")`)
-	browser.Wait(t, b, time.Second, `document.getElementById("explanation").innerText.includes("16 needed")`)
+	browser.Wait(b, t, time.Minute, `(document.getElementById("explanation") || {innerText: ""}).innerText.includes("Fits on 0 of")`)
+	browser.Wait(b, t, time.Second, `document.getElementById("explanation").innerText.includes("16 needed")`)
 
 	// The namespace's quota.
 	if err := chromedp.Do(b, chromedp.Click(chromedp.CSS("#tab-quotas"))); err != nil {
 		t.Fatal(err)
 	}
-	browser.Wait(t, b, 2*time.Second, fmt.Sprintf(`document.getElementById("panel-quotas").innerText.includes(%q) && document.getElementById("panel-quotas").innerText.includes("2200 / 4000")`, ns))
+	browser.Wait(b, t, 2*time.Second, fmt.Sprintf(`document.getElementById("panel-quotas").innerText.includes(%q) && document.getElementById("panel-quotas").innerText.includes("2200 / 4000")`, ns))
 
 	// The hostile node's model is text.
 	if err := chromedp.Do(b, chromedp.Click(chromedp.CSS(`.row[data-node="ui-evil-0"]`))); err != nil {
 		t.Fatal(err)
 	}
-	browser.Wait(t, b, 2*time.Second, fmt.Sprintf(`document.getElementById("panel-node").innerText.includes(%q)`, hostileModel))
-	browser.Wait(t, b, time.Second, `document.querySelectorAll("img").length === 0 && window.pwned === undefined`)
+	browser.Wait(b, t, 2*time.Second, fmt.Sprintf(`document.getElementById("panel-node").innerText.includes(%q)`, hostileModel))
+	browser.Wait(b, t, time.Second, `document.querySelectorAll("img").length === 0 && window.pwned === undefined`)
 
 	// The screenshot: the DGX-1 with the quad's GPUs marked.
 	if err := chromedp.Do(b, chromedp.Click(chromedp.CSS(`.row[data-node="ui-dgx-0"]`)), chromedp.Click(chromedp.CSS("button.pod"))); err != nil {
@@ -221,11 +221,11 @@ func TestUITenant(t *testing.T) {
 	if err := chromedp.Do(b, chromedp.Navigate(url)); err != nil {
 		t.Fatal(err)
 	}
-	browser.Wait(t, b, time.Minute, `document.querySelectorAll("#nodes .row").length === 1 && document.querySelectorAll('.row[data-node="ten-dgx-0"] .cell.full').length === 2`)
-	browser.Wait(t, b, 30*time.Second, `document.getElementById("totals").innerText.includes("GPU nodes") && !document.getElementById("totals").innerText.startsWith("0")`)
+	browser.Wait(b, t, time.Minute, `document.querySelectorAll("#nodes .row").length === 1 && document.querySelectorAll('.row[data-node="ten-dgx-0"] .cell.full').length === 2`)
+	browser.Wait(b, t, 30*time.Second, `document.getElementById("totals").innerText.includes("GPU nodes") && !document.getElementById("totals").innerText.startsWith("0")`)
 	if err := chromedp.Do(b, chromedp.Click(chromedp.CSS("#tab-pending"))); err != nil {
 		t.Fatal(err)
 	}
-	browser.Wait(t, b, 2*time.Second, fmt.Sprintf(`(document.querySelector('tr[data-pod="%s/too-big"]') || {innerText: ""}).innerText.includes("nodes are available") && document.querySelectorAll("button.why").length === 0`, ns))
-	browser.Wait(t, b, time.Second, `!document.body.innerText.includes("secret-job")`)
+	browser.Wait(b, t, 2*time.Second, fmt.Sprintf(`(document.querySelector('tr[data-pod="%s/too-big"]') || {innerText: ""}).innerText.includes("nodes are available") && document.querySelectorAll("button.why").length === 0`, ns))
+	browser.Wait(b, t, time.Second, `!document.body.innerText.includes("secret-job")`)
 }
