@@ -129,12 +129,7 @@ func (c *Capacity) Bound() {
 		})
 		other := ModelCapacity{Model: CapacityOtherModel}
 		for _, m := range c.Models[MaxCapacityModels-1:] {
-			other.GPUs += m.GPUs
-			other.Idle += m.Idle
-			other.Full += m.Full
-			other.Stranded += m.Stranded
-			other.Unhealthy += m.Unhealthy
-			other.StrandedMiB += m.StrandedMiB
+			other.add(m)
 		}
 		c.Models = append(c.Models[:MaxCapacityModels-1], other)
 	}
@@ -155,14 +150,19 @@ func (c *Capacity) Sort() { slices.SortFunc(c.Models, compareModels) }
 func (c Capacity) Total() ModelCapacity {
 	var t ModelCapacity
 	for _, m := range c.Models {
-		t.GPUs += m.GPUs
-		t.Idle += m.Idle
-		t.Full += m.Full
-		t.Stranded += m.Stranded
-		t.Unhealthy += m.Unhealthy
-		t.StrandedMiB += m.StrandedMiB
+		t.add(m)
 	}
 	return t
+}
+
+// add adds o's counts to m's.
+func (m *ModelCapacity) add(o ModelCapacity) {
+	m.GPUs += o.GPUs
+	m.Idle += o.Idle
+	m.Full += o.Full
+	m.Stranded += o.Stranded
+	m.Unhealthy += o.Unhealthy
+	m.StrandedMiB += o.StrandedMiB
 }
 
 // ErrInvalidCapacity is wrapped by DecodeCapacity's errors; it wraps
