@@ -232,7 +232,7 @@ const (
 // built-in edit role in the default namespace to the tenant: what an
 // operator installs.
 func install(ctx context.Context, c *localcluster.Cluster) (identities, error) {
-	if err := c.Apply(ctx, "kube-scheduler/deploy/rbac.yaml", "cli/deploy/rbac.yaml", "deploy/prometheus/kubegpu-metrics-reader.yaml",
+	if err := c.Apply(ctx, "kube-scheduler/deploy/rbac.yaml", "kube-scheduler/deploy/capacity.yaml", "cli/deploy/rbac.yaml", "deploy/prometheus/kubegpu-metrics-reader.yaml",
 		"deploy/admission/kubegpu-policies.yaml", "deploy/dra/kubegpu-deviceclass.yaml"); err != nil {
 		return identities{}, err
 	}

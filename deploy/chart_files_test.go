@@ -17,6 +17,7 @@ var update = flag.Bool("update", false, "copy the manifests into the chart's fil
 // at each command, and a packaged chart holds no links.
 var chartFiles = map[string]string{
 	"kubegpu-alerts.yaml":         "prometheus/kubegpu-alerts.yaml",
+	"kubegpu-capacity.yaml":       "../kube-scheduler/deploy/capacity.yaml",
 	"kubegpu-deviceclass.yaml":    "dra/kubegpu-deviceclass.yaml",
 	"kubegpu-metrics-reader.yaml": "prometheus/kubegpu-metrics-reader.yaml",
 	"kubegpu-policies.yaml":       "admission/kubegpu-policies.yaml",

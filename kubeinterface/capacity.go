@@ -12,7 +12,7 @@ import (
 
 // The cluster's GPU capacity in aggregate, which kubegpu-scheduler
 // publishes in a ConfigMap that every authenticated user may read
-// (kube-scheduler/deploy/rbac-capacity.yaml): what a tenant, who may not
+// (kube-scheduler/deploy/capacity.yaml): what a tenant, who may not
 // read nodes, sees of the GPUs outside its namespace.
 const (
 	// CapacityConfigMap is the ConfigMap's default name, in the

@@ -75,7 +75,7 @@ func readCapacity(ctx context.Context, c kubernetes.Interface, ref string) (kube
 	ns, name, _ := strings.Cut(ref, "/")
 	cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return kubeinterface.Capacity{}, fmt.Sprintf("The cluster's GPU capacity is not shown: %v (kubegpu-scheduler publishes it where its capacityConfigMap says, readable by every authenticated user with kube-scheduler/deploy/rbac.yaml).", err)
+		return kubeinterface.Capacity{}, fmt.Sprintf("The cluster's GPU capacity is not shown: %v (kubegpu-scheduler publishes it where its capacityConfigMap says, readable by every authenticated user with kube-scheduler/deploy/capacity.yaml).", err)
 	}
 	data, ok := cm.Data[kubeinterface.CapacityKey]
 	if !ok {

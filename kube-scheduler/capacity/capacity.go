@@ -103,7 +103,7 @@ func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
 	cms := p.Client.CoreV1().ConfigMaps(p.Namespace)
 	cm, err := cms.Get(ctx, p.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("ConfigMap %s/%s does not exist: kube-scheduler/deploy/rbac.yaml (or the chart) creates it: %w", p.Namespace, p.Name, err)
+		return fmt.Errorf("ConfigMap %s/%s does not exist: kube-scheduler/deploy/capacity.yaml (or the chart) creates it: %w", p.Namespace, p.Name, err)
 	}
 	if err != nil {
 		return fmt.Errorf("get ConfigMap %s/%s: %w", p.Namespace, p.Name, err)

@@ -74,7 +74,7 @@ func TestPublish(t *testing.T) {
 	c := testCache(t)
 	ctx := context.Background()
 	p := &Publisher{Cache: c, Client: fake.NewClientset(), Namespace: "kube-system", Name: kubeinterface.CapacityConfigMap}
-	if err := p.Publish(ctx, time.Now()); err == nil || !strings.Contains(err.Error(), "rbac.yaml") {
+	if err := p.Publish(ctx, time.Now()); err == nil || !strings.Contains(err.Error(), "capacity.yaml") {
 		t.Errorf("without the ConfigMap: %v", err)
 	}
 	client := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: kubeinterface.CapacityConfigMap}})

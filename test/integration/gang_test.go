@@ -103,14 +103,18 @@ func TestSchedulerGangs(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("no job ran whole: job-a %d of 4 bound, job-b %d of 4", boundOf(pods, "job-a"), boundOf(pods, "job-b"))
 	}
-	time.Sleep(3 * time.Second)
+	first, second := "job-a", "job-b"
+	if boundOf(pods, "job-b") == 4 {
+		first, second = second, first
+	}
+	// The scheduler's decision on each pod of the other job, not a
+	// guessed delay, before asserting that none of them was placed.
+	for i := range 4 {
+		judged(ctx, t, ns, fmt.Sprintf("%s-%d", second, i))
+	}
 	list, err := viewer.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
-	}
-	first, second := "job-a", "job-b"
-	if boundOf(list.Items, "job-b") == 4 {
-		first, second = second, first
 	}
 	if n := boundOf(list.Items, second); n != 0 {
 		t.Fatalf("%s ran whole and %s has %d of 4 pods bound: half placed", first, second, n)

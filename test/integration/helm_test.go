@@ -703,6 +703,7 @@ func goldenView(out string) string {
 	for _, doc := range strings.Split(out, "\n---\n") {
 		if strings.Contains(doc, "# Source: kubegpu/templates/admission-policies.yaml") ||
 			strings.Contains(doc, "# Source: kubegpu/templates/viewer.yaml") ||
+			strings.Contains(doc, "# Source: kubegpu/templates/capacity.yaml") ||
 			strings.Contains(doc, "# Source: kubegpu/templates/prometheusrule.yaml") {
 			var kind, name string
 			for _, l := range strings.Split(doc, "\n") {

@@ -50,6 +50,7 @@ var (
 // shipped are the manifests the tests install, as an operator would.
 var shipped = []string{
 	"kube-scheduler/deploy/rbac.yaml",
+	"kube-scheduler/deploy/capacity.yaml",
 	"cli/deploy/rbac.yaml",
 	"deploy/admission/kubegpu-policies.yaml",
 	"deploy/dra/kubegpu-deviceclass.yaml",

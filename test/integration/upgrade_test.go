@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -563,8 +564,16 @@ func TestShimRollingUpgrade(t *testing.T) {
 		t.Fatalf("the restarted shim is not the new build (%v); see %s", err, u.shim.Log)
 	}
 	// kubelet's next syncs and the advertiser's next rounds pass through
-	// the new shim before the containers are compared.
-	time.Sleep(5 * time.Second)
+	// the new shim before the containers are compared: kubelet connected
+	// to it, and two rounds of its advertiser done.
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, body := u.get("/metrics")
+		return metricAtLeast(body, "kubegpu_crishim_connections_total", 1) &&
+			metricAtLeast(body, `kubegpu_crishim_node_syncs_total{result="ok"}`, 2), nil
+	}); err != nil {
+		_, body := u.get("/metrics")
+		t.Fatalf("kubelet and the advertiser did not go through the new shim within a minute:\n%s", body)
+	}
 	if after := running(ctx, t, ns, pods...); !maps.Equal(after, want) {
 		t.Errorf("containers after the upgrade:\n%v\nwant them unchanged:\n%v", after, want)
 	}
@@ -686,4 +695,16 @@ func TestShimModuleFailsToLoad(t *testing.T) {
 	}); err != nil {
 		t.Errorf("restarting GPU container after the good build: %+v, want it restarted again", last)
 	}
+}
+
+// metricAtLeast reports whether the Prometheus text body has the series
+// (name with its labels, as printed) at min or more.
+func metricAtLeast(body, series string, minimum float64) bool {
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return err == nil && f >= minimum
+		}
+	}
+	return false
 }
