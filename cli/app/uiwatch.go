@@ -55,35 +55,49 @@ func newWatcher(ctx context.Context, c kubernetes.Interface) (*watcher, error) {
 	w.nodes = all.Core().V1().Nodes().Informer()
 	w.pods = unfinished.Core().V1().Pods().Informer()
 	w.leases = leases.Coordination().V1().Leases().Informer()
-	for _, kind := range []struct{ what string }{{"nodes"}, {"pods"}, {"the nodes' Leases"}} {
-		if err := w.mayList(ctx, c, kind.what); err != nil {
-			return nil, err
+	for _, need := range []struct {
+		what string
+		try  func() error
+	}{
+		{"nodes", func() error { return listAndWatch(ctx, c.CoreV1().Nodes()) }},
+		{"pods", func() error { return listAndWatch(ctx, c.CoreV1().Pods(metav1.NamespaceAll)) }},
+		{"the nodes' Leases", func() error { return listAndWatch(ctx, c.CoordinationV1().Leases(kubeinterface.LeaseNamespace)) }},
+	} {
+		if err := need.try(); err != nil {
+			return nil, fmt.Errorf("list and watch %s (kubegpu ui needs the role kubegpu-viewer of this version): %w", need.what, err)
 		}
 	}
-	probe := func(what string, list func() error) bool {
-		err := list()
-		if apierrors.IsForbidden(err) {
-			note := fmt.Sprintf("Not read: %s (%v); the role kubegpu-viewer grants it.", what, err)
-			if what == "ResourceQuotas" {
+	// What a role from before kubegpu read them may not list is said on
+	// the page; any other error fails the start.
+	for _, opt := range []struct {
+		what string
+		try  func() error
+		inf  func() cache.SharedIndexInformer
+		into *cache.SharedIndexInformer
+	}{
+		{"the ResourceSlices of other DRA drivers", func() error { return listAndWatch(ctx, c.ResourceV1().ResourceSlices()) },
+			all.Resource().V1().ResourceSlices().Informer, &w.slices},
+		{"the DeviceClasses", func() error { return listAndWatch(ctx, c.ResourceV1().DeviceClasses()) },
+			all.Resource().V1().DeviceClasses().Informer, &w.classes},
+		{"the GPUs that ResourceClaims hold", func() error { return listAndWatch(ctx, c.ResourceV1().ResourceClaims(metav1.NamespaceAll)) },
+			all.Resource().V1().ResourceClaims().Informer, &w.claims},
+		{"ResourceQuotas", func() error { return listAndWatch(ctx, c.CoreV1().ResourceQuotas(metav1.NamespaceAll)) },
+			all.Core().V1().ResourceQuotas().Informer, &w.quotas},
+	} {
+		err := opt.try()
+		switch {
+		case apierrors.IsForbidden(err):
+			note := fmt.Sprintf("Not read: %s (%v); the role kubegpu-viewer grants it.", opt.what, err)
+			if opt.into == &w.quotas {
 				w.quotasUnread = note
 			} else if w.draUnread == "" {
 				w.draUnread = note
 			}
-			return false
+		case err != nil:
+			return nil, fmt.Errorf("list and watch %s: %w", opt.what, err)
+		default:
+			*opt.into = opt.inf()
 		}
-		return err == nil
-	}
-	if probe("the ResourceSlices of other DRA drivers", func() error { return listAndWatch(ctx, c.ResourceV1().ResourceSlices()) }) {
-		w.slices = all.Resource().V1().ResourceSlices().Informer()
-	}
-	if probe("the DeviceClasses", func() error { return listAndWatch(ctx, c.ResourceV1().DeviceClasses()) }) {
-		w.classes = all.Resource().V1().DeviceClasses().Informer()
-	}
-	if probe("the GPUs that ResourceClaims hold", func() error { return listAndWatch(ctx, c.ResourceV1().ResourceClaims(metav1.NamespaceAll)) }) {
-		w.claims = all.Resource().V1().ResourceClaims().Informer()
-	}
-	if probe("ResourceQuotas", func() error { return listAndWatch(ctx, c.CoreV1().ResourceQuotas(metav1.NamespaceAll)) }) {
-		w.quotas = all.Core().V1().ResourceQuotas().Informer()
 	}
 	return w, w.start(ctx, all, leases, unfinished)
 }
@@ -144,24 +158,6 @@ func stripManagedFields(obj any) (any, error) {
 		m.SetManagedFields(nil)
 	}
 	return obj, nil
-}
-
-// mayList fails clearly when the caller may not list and watch what the
-// page needs.
-func (w *watcher) mayList(ctx context.Context, c kubernetes.Interface, what string) error {
-	var err error
-	switch what {
-	case "nodes":
-		err = listAndWatch(ctx, c.CoreV1().Nodes())
-	case "pods":
-		err = listAndWatch(ctx, c.CoreV1().Pods(metav1.NamespaceAll))
-	default:
-		err = listAndWatch(ctx, c.CoordinationV1().Leases(kubeinterface.LeaseNamespace))
-	}
-	if err != nil {
-		return fmt.Errorf("list and watch %s (kubegpu ui needs the role kubegpu-viewer of this version): %w", what, err)
-	}
-	return nil
 }
 
 // listWatcher is what a typed client of one kind offers.
