@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
 	"github.com/kubegpu/kubegpu/internal/browser"
@@ -193,19 +194,14 @@ func TestUITenant(t *testing.T) {
 	// The scheduler publishes the capacity within two of its intervals
 	// (a change is written once two computations agree on it).
 	var out string
-	deadline := time.Now().Add(time.Minute)
-	for {
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
 		var err error
 		if out, err = as("pods"); err != nil {
-			t.Fatalf("kubegpu pods: %v\n%s", err, out)
+			return false, fmt.Errorf("kubegpu pods: %w\n%s", err, out)
 		}
-		if strings.Contains(out, "Tesla V100-SXM2-16GB (nvidia.com/gpu): ") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kubegpu pods shows no capacity within a minute:\n%s", out)
-		}
-		time.Sleep(time.Second) // the poll's step
+		return strings.Contains(out, "Tesla V100-SXM2-16GB (nvidia.com/gpu): "), nil
+	}); err != nil {
+		t.Fatalf("kubegpu pods shows no capacity of the node within a minute (%v):\n%s", err, out)
 	}
 	for _, want := range []string{"pair", "ten-dgx-0", "main=gpu", "waiting: 0/", "The cluster: "} {
 		if !strings.Contains(out, want) {
