@@ -238,7 +238,10 @@ func tenantView(ns string, pods []*corev1.Pod, quotas []*corev1.ResourceQuota, c
 	for _, name := range order {
 		v.Nodes = append(v.Nodes, ui.NamedNode{Name: name, Data: *byNode[name]})
 	}
-	sum.Pending, _ = pendingPods(pods)
+	var more int
+	if sum.Pending, more = pendingPods(pods); more > 0 {
+		sum.Notes = append(sum.Notes, fmt.Sprintf("Only the %d oldest pending GPU pods are listed, of %d.", maxPending, maxPending+more))
+	}
 	sum.Notes = append(sum.Notes, "The namespace's view: the nodes its pods are on and the GPUs they hold; the totals are the whole cluster's, as kubegpu-scheduler publishes them.")
 	if capaNote != "" {
 		sum.Notes = append(sum.Notes, capaNote)

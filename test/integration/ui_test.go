@@ -45,9 +45,10 @@ func startUI(t *testing.T, kubeconfig string, args ...string) string {
 	})
 	first := make(chan string, 1)
 	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
+		r := bufio.NewReader(out)
+		line, _ := r.ReadString('\n')
 		first <- line
-		_, _ = bufio.NewReader(out).WriteTo(os.Stdout) // nothing more is expected
+		_, _ = r.WriteTo(os.Stdout) // nothing more is expected
 	}()
 	select {
 	case line := <-first:
