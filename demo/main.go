@@ -32,12 +32,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kubegpu/kubegpu/internal/gpunode"
 	"github.com/kubegpu/kubegpu/internal/keyfiles"
 	"github.com/kubegpu/kubegpu/internal/localcluster"
-	"github.com/kubegpu/kubegpu/internal/localnode"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 )
 
@@ -400,72 +399,18 @@ func kubegpu(ctx context.Context, o options, id *localcluster.Identity, pubFile 
 
 // startRealNode starts containerd (with the busybox image), kubegpu-crishim
 // in front of it (serving metrics on metricsAddr) and a kubelet on the
-// shim, registered as real-node. The returned function stops them, in
-// reverse order.
+// shim, registered as real-node and tainted so that only the example
+// written for it (06) goes there: the others land on the simulated nodes
+// whatever the scores, and their busybox image would not be pulled here.
+// The returned function stops them, in reverse order.
 func startRealNode(ctx context.Context, c *localcluster.Cluster, o options, pubFile, metricsAddr string) (func(), error) {
-	var stops []func()
-	stop := func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}
-	dir, err := os.MkdirTemp("", "kg-demo-node-") // short: socket paths are limited
+	n, err := gpunode.Start(ctx, c, gpunode.Options{Name: "real-node", BinDir: o.binDir, NodeBinDir: o.nodeBinDir, PluginDir: o.pluginDir,
+		PluginOptions: []string{"simgpu.preset=t4x4"}, AllocationKey: pubFile, MetricsAddress: metricsAddr,
+		Taint: &corev1.Taint{Key: realNodeTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}})
 	if err != nil {
-		return stop, err
+		return func() {}, err
 	}
-	stops = append(stops, func() { os.RemoveAll(dir) })
-	n, err := localnode.Start(ctx, localnode.Options{Dir: dir, BinDir: o.nodeBinDir})
-	if err != nil {
-		return stop, fmt.Errorf("containerd: %w (make node-binaries builds it)", err)
-	}
-	stops = append(stops, func() { _ = n.Stop() })
-	archive := filepath.Join(dir, "busybox.tar")
-	if err := localnode.WriteImageArchive(archive, localnode.ImageSpec{Names: []string{"docker.io/library/busybox:latest"}}); err != nil {
-		return stop, err
-	}
-	if err := n.ImportImage(ctx, archive); err != nil {
-		return stop, err
-	}
-	// The shim publishes the node's devices with kubelet's credentials.
-	nodeID, err := c.NodeIdentity("real-node")
-	if err != nil {
-		return stop, err
-	}
-	sock := filepath.Join(dir, "crishim.sock")
-	shim, err := localcluster.StartProcess(filepath.Join(dir, "kubegpu-crishim.log"), filepath.Join(o.binDir, "kubegpu-crishim"),
-		"--node-name=real-node", "--plugin-dir="+o.pluginDir, "--plugin-option=simgpu.preset=t4x4",
-		"--listen="+sock, "--runtime-endpoint="+n.Endpoint(), "--allocation-key="+pubFile,
-		"--kubeconfig="+nodeID.Kubeconfig, "--interval=5s", "--metrics-bind-address="+metricsAddr,
-		"--kubelet-root-dir="+filepath.Join(n.Dir, "kubelet"), "--claims-dir="+filepath.Join(dir, "claims"))
-	if err != nil {
-		return stop, err
-	}
-	stops = append(stops, func() { _ = shim.Stop() })
-	if err := shim.WaitFor(ctx, 30*time.Second, func(context.Context) error { _, err := os.Stat(sock); return err }); err != nil {
-		return stop, err
-	}
-	k, err := c.StartKubelet(ctx, localcluster.KubeletOptions{Kubelet: filepath.Join(o.binDir, "kubelet"), Node: "real-node",
-		RuntimeEndpoint: "unix://" + sock, Dir: dir, IP: n.IP})
-	if err != nil {
-		return stop, err
-	}
-	stops = append(stops, func() { _ = k.Stop() })
-	// Only the example written for it (06) goes there: the others land on
-	// the simulated nodes whatever the scores, and their busybox image
-	// would not be pulled here.
-	taint := corev1.Taint{Key: realNodeTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}
-	// kubelet and the shim write the Node meanwhile.
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		node, err := c.Client.CoreV1().Nodes().Get(ctx, "real-node", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		node.Spec.Taints = append(node.Spec.Taints, taint)
-		_, err = c.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		return stop, fmt.Errorf("taint real-node: %w", err)
-	}
-	fmt.Printf("    %-10s kubelet %s, kubegpu-crishim %s, containerd %s\n", "real-node", k.Log, shim.Log, n.Log)
-	return stop, nil
+	shim, kubelet, containerd := n.Logs()
+	fmt.Printf("    %-10s kubelet %s, kubegpu-crishim %s, containerd %s\n", "real-node", kubelet, shim, containerd)
+	return n.Stop, nil
 }

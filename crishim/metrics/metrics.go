@@ -17,6 +17,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -348,6 +349,7 @@ func (s *Shim) WriteText(w io.Writer) error {
 	gaugeVec(b, "kubegpu_crishim_gpu_slices", "Running containers with GPU slices at the last enforcement check, by state: enforced (limits read back equal the grant), mismatch, unproven (the enforcer did not answer), unenforced (no enforcer).", &s.Slices)
 	counter(b, "kubegpu_crishim_enforcement_mismatches_total", "Enforcement checks that found a container's applied GPU limits other than its grant.", s.EnforcementMismatches.Value())
 	counter(b, "kubegpu_crishim_enforcement_stops_total", "Containers stopped because their GPU slice was not enforced as granted under enforcement Required.", s.EnforcementStops.Value())
+	gauge(b, "go_goroutines", "Number of goroutines that currently exist.", int64(runtime.NumGoroutine()))
 	if rss, ok := residentBytes(); ok {
 		gauge(b, "process_resident_memory_bytes", "Resident memory size in bytes.", rss)
 	}

@@ -82,6 +82,9 @@ func TestWriteTextParses(t *testing.T) {
 	if value("process_resident_memory_bytes", "") <= 0 {
 		t.Error("process_resident_memory_bytes is not positive")
 	}
+	if value("go_goroutines", "") <= 0 {
+		t.Error("go_goroutines is not positive")
+	}
 }
 
 // TestRefusalReasons: every reason is written from 0, so that rates and

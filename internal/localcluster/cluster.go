@@ -61,11 +61,12 @@ type Cluster struct {
 	// Client is an admin clientset.
 	Client kubernetes.Interface
 
-	etcdURL   string
-	port      int
-	etcd      *Process
-	apiserver *Process
-	kcm       *Process
+	etcdURL     string
+	etcdPeerURL string
+	port        int
+	etcd        *Process
+	apiserver   *Process
+	kcm         *Process
 
 	idMu       sync.Mutex
 	identities map[string]*Identity
@@ -136,18 +137,36 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		return err
 	}
 	c.etcdURL = "http://127.0.0.1:" + strconv.Itoa(clientPort)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	c.etcdPeerURL = "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	return c.runEtcd(ctx)
+}
+
+// runEtcd starts etcd on the cluster's URLs and data directory.
+func (c *Cluster) runEtcd(ctx context.Context) error {
+	var err error
 	c.etcd, err = StartProcess(filepath.Join(c.opts.Dir, "etcd.log"), c.opts.Etcd,
 		"--name=kubegpu", "--data-dir="+filepath.Join(c.opts.Dir, "etcd"),
 		"--listen-client-urls="+c.etcdURL, "--advertise-client-urls="+c.etcdURL,
-		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=kubegpu="+peerURL, "--log-level=warn")
+		"--listen-peer-urls="+c.etcdPeerURL, "--initial-advertise-peer-urls="+c.etcdPeerURL,
+		"--initial-cluster=kubegpu="+c.etcdPeerURL, "--log-level=warn")
 	if err != nil {
 		return fmt.Errorf("localcluster: start etcd: %w", err)
 	}
 	return c.etcd.WaitFor(ctx, 30*time.Second, func(ctx context.Context) error {
-		return dial(ctx, "127.0.0.1:"+strconv.Itoa(clientPort))
+		return dial(ctx, strings.TrimPrefix(c.etcdURL, "http://"))
 	})
+}
+
+// RestartEtcd kills etcd, as a crash would, and starts it again on the same
+// data and URLs; kube-apiserver keeps running and reconnects.
+func (c *Cluster) RestartEtcd(ctx context.Context) error {
+	if c.etcd != nil {
+		if err := c.etcd.Kill(); err != nil {
+			return fmt.Errorf("localcluster: kill etcd: %w", err)
+		}
+		c.etcd = nil
+	}
+	return c.runEtcd(ctx)
 }
 
 // StartAPIServer starts kube-apiserver (again, after StopAPIServer) on the

@@ -65,6 +65,10 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 		"--cert-dir="+filepath.Join(c.opts.Dir, "kcm-certs"),
 		"--leader-elect=false",
 		"--controllers="+c.opts.Controllers,
+		// As on kube-apiserver (PodGroups served): the PodGroup protection
+		// controller removes the finalizer admission puts on each group,
+		// without which no deleted PodGroup would go.
+		"--feature-gates=GenericWorkload=true",
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file="+c.pki.saKeyFile,
 		"--root-ca-file="+c.pki.caFile,

@@ -129,6 +129,13 @@ func (k *SimKubelet) Resume() {
 	}(k.done)
 }
 
+// Restart does what a kubelet that starts again does: registers the node
+// (reporting it Ready) and renews its Lease.
+func (k *SimKubelet) Restart(ctx context.Context) error {
+	k.Resume()
+	return k.register(ctx)
+}
+
 // setOwner makes the Lease go with the Node, as kubelet's does.
 func (k *SimKubelet) setOwner(l *coordinationv1.Lease) error {
 	if len(l.OwnerReferences) > 0 {
