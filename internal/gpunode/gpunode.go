@@ -57,7 +57,7 @@ type Node struct {
 
 // Start starts containerd, the shim and a kubelet, and waits until the Node
 // is Ready and schedulable. On error nothing is left running.
-func Start(ctx context.Context, c *localcluster.Cluster, opts Options) (n *Node, err error) {
+func Start(ctx context.Context, c *localcluster.Cluster, opts Options) (_ *Node, err error) {
 	if opts.Interval <= 0 {
 		opts.Interval = 5 * time.Second
 	}
@@ -65,7 +65,7 @@ func Start(ctx context.Context, c *localcluster.Cluster, opts Options) (n *Node,
 	if err != nil {
 		return nil, err
 	}
-	n = &Node{opts: opts, cluster: c, Dir: dir}
+	n := &Node{opts: opts, cluster: c, Dir: dir}
 	defer func() {
 		if err != nil {
 			n.Stop()
@@ -116,6 +116,21 @@ func (n *Node) Containerd() *localnode.Node { return n.containerd }
 // Logs are the paths of the shim's and kubelet's logs and containerd's.
 func (n *Node) Logs() (shim, kubelet, containerd string) {
 	return filepath.Join(n.Dir, "kubegpu-crishim.log"), filepath.Join(n.Dir, "kubelet.log"), n.containerd.Log
+}
+
+// KeepLogs copies the node's logs into dir (Stop removes the node's own
+// directory).
+func (n *Node) KeepLogs(dir string) error {
+	shim, kubelet, containerd := n.Logs()
+	var errs []error
+	for _, f := range []string{shim, kubelet, containerd} {
+		b, err := os.ReadFile(f)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, n.opts.Name+"-"+filepath.Base(f)), b, 0o600)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // ShimPid is the shim's process ID (0 while it is down).
@@ -240,7 +255,7 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 }
 
 // Stop stops kubelet, the shim and containerd (removing its containers)
-// and removes the node's directory.
+// and removes the node's directory; KeepLogs copies the logs out first.
 func (n *Node) Stop() {
 	n.mu.Lock()
 	defer n.mu.Unlock()

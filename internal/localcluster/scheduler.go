@@ -101,6 +101,17 @@ func (c *Cluster) ShippedSchedulerConfig(path, kubeconfig, pluginDir, keyFile st
 	return strings.Join(out, "\n"), nil
 }
 
+// WithLeaderElection turns on leader election in a configuration from
+// ShippedSchedulerConfig (which turns it off) with the given timings, as
+// replicas of a Deployment run.
+func WithLeaderElection(config string, leaseDuration, renewDeadline, retryPeriod time.Duration) (string, error) {
+	if !strings.Contains(config, "leaderElect: false") {
+		return "", fmt.Errorf("the configuration has no leaderElection to turn on")
+	}
+	election := fmt.Sprintf("leaderElect: true\n  leaseDuration: %s\n  renewDeadline: %s\n  retryPeriod: %s", leaseDuration, renewDeadline, retryPeriod)
+	return strings.Replace(config, "leaderElect: false", election, 1), nil
+}
+
 // RegisterNode creates a Node as cluster-admin, Ready and untainted, with
 // the given capacity: for benchmarks of thousands of nodes without a
 // controller-manager's node lifecycle. Tests register nodes with their own

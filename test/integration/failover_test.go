@@ -30,12 +30,10 @@ func startReplica(ctx context.Context, t *testing.T) *localcluster.Scheduler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	election := "leaderElect: true\n  leaseDuration: " + failoverLeaseDuration.String() +
-		"\n  renewDeadline: " + failoverRenewDeadline.String() + "\n  retryPeriod: " + failoverRetryPeriod.String()
-	if !strings.Contains(config, "leaderElect: false") {
-		t.Fatal("the shipped configuration has no leaderElection")
+	config, err = localcluster.WithLeaderElection(config, failoverLeaseDuration, failoverRenewDeadline, failoverRetryPeriod)
+	if err != nil {
+		t.Fatal(err)
 	}
-	config = strings.Replace(config, "leaderElect: false", election, 1)
 	s, err := cluster.StartScheduler(ctx, binDir+"/kubegpu-scheduler", config, "kubegpu-scheduler", "--v=2")
 	if err != nil {
 		t.Fatal(err)

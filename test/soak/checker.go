@@ -85,6 +85,14 @@ type checker struct {
 	rounds         int
 	pending        int
 	samples        *samples
+	// calmFor is the time pending pods were judged (no disruptive fault);
+	// realRounds and realFailures count the real node's checks and the
+	// ones that could not list its containers; suspects are containers
+	// seen once with the wrong devices (a second sighting is a violation).
+	calmFor      time.Duration
+	realRounds   int
+	realFailures int
+	suspects     map[string]bool
 }
 
 // latency is a pod's time from creation to binding, seen by the checker.
@@ -96,7 +104,7 @@ type latency struct {
 func newChecker(s *soak, client kubernetes.Interface) *checker {
 	c := &checker{s: s, start: time.Now(), byKind: map[string]int{}, seen: map[string]bool{}, created: map[string]time.Time{},
 		renewed: map[string]time.Time{}, renewal: map[string]time.Time{}, fitting: map[string]time.Time{},
-		gone: map[string]time.Time{}, active: map[string]int{}, samples: newSamples()}
+		gone: map[string]time.Time{}, active: map[string]int{}, samples: newSamples(), suspects: map[string]bool{}}
 	f := informers.NewSharedInformerFactory(client, 0)
 	c.podInf = f.Core().V1().Pods().Informer()
 	c.nodeInf = f.Core().V1().Nodes().Informer()
@@ -118,9 +126,7 @@ func (c *checker) run(ctx context.Context) {
 		go inf.Run(ctx.Done())
 	}
 	toolscache.WaitForCacheSync(ctx.Done(), c.podInf.HasSynced, c.nodeInf.HasSynced, c.leaseInf.HasSynced)
-	sk := &simKubelets{s: c.s, chk: c}
-	c.s.simKubelets = sk
-	go sk.run(ctx)
+	go c.s.simKubelets.run(ctx)
 	go c.samples.run(ctx, c)
 	go c.checkRealNodeEvery(ctx, 10*time.Second)
 	t := time.NewTicker(checkEvery)
@@ -131,7 +137,13 @@ func (c *checker) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		c.checkAPI(time.Now())
+		now := time.Now()
+		if c.calm(now) {
+			c.mu.Lock()
+			c.calmFor += checkEvery
+			c.mu.Unlock()
+		}
+		c.checkAPI(now)
 	}
 }
 
@@ -208,13 +220,14 @@ func (c *checker) faultEnded(kind string) {
 }
 
 // disruptive are the faults that stop scheduling everywhere for a while:
-// the API server or etcd away, the leader cut off or restarted. While one
-// is under way or just over, no pod is judged stuck. The others act on
-// one node (whose room the checker judges by the same signs the scheduler
-// reads) or must not disturb scheduling at all (a skewed clock, a Helm
-// upgrade): pods are judged through them.
+// the API server or etcd away, the leader cut off, or the replicas
+// restarted (by a key rotation). While one is under way or just over, no
+// pod is judged stuck. The others act on one node (whose room the checker
+// judges by what the scheduler reads too: the node's Ready condition, its
+// Lease seen renewed) or must not stop scheduling (a Helm upgrade, the
+// wait for the old key's pods to end): pods are judged through them.
 var disruptive = map[string]bool{"apiserver-restart": true, "etcd-restart": true, "leader-partition": true,
-	"leader-latency": true, "leader-reset": true, "key-rotation": true}
+	"leader-latency": true, "leader-reset": true, "replica-restart": true}
 
 // recentFaultsLocked are the faults under way or ended within faultCalm.
 func (c *checker) recentFaultsLocked(now time.Time) []string {

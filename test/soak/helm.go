@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,7 +75,7 @@ func (s *soak) installChart(ctx context.Context) error {
 }
 
 // helmUpgrade upgrades the release with another log verbosity.
-func (f *faults) helmUpgrade(ctx context.Context) error {
+func (f *faults) helmUpgrade(ctx context.Context, _ *rand.Rand) error {
 	f.mu.Lock()
 	n := f.injected["helm-upgrade"]
 	f.mu.Unlock()

@@ -168,6 +168,7 @@ func run(ctx context.Context, o options) (*report, error) {
 		return nil, fmt.Errorf("set up: %w", err)
 	}
 	chk := newChecker(s, s.cluster.Client)
+	s.simKubelets = &simKubelets{s: s, chk: chk}
 	start := time.Now()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -193,7 +194,7 @@ func run(ctx context.Context, o options) (*report, error) {
 	chk.finalChecks(ctx)
 	cancel()
 	<-done
-	r := chk.report(o, churn, faults, time.Since(start))
+	r := chk.report(o, churn, faults, start, time.Since(start))
 	if err := r.write(o.out); err != nil {
 		return r, err
 	}

@@ -88,6 +88,10 @@ type replica struct {
 	signing string // private key file
 	verify  string // extra verification keys file, or ""
 	starts  int
+	// failedStarts counts starts that failed (the supervisor retries).
+	failedStarts int
+	// stopped is set when the soak stops the replica for good.
+	stopped bool
 }
 
 // Leader election of the shipped configuration: upstream's defaults.
@@ -132,16 +136,13 @@ func (r *replica) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	election := fmt.Sprintf("leaderElect: true\n  leaseDuration: %s\n  renewDeadline: %s\n  retryPeriod: %s", leaseDuration, renewDeadline, retryPeriod)
-	if !strings.Contains(config, "leaderElect: false") {
-		return fmt.Errorf("the shipped configuration has no leaderElection")
+	if config, err = localcluster.WithLeaderElection(config, leaseDuration, renewDeadline, retryPeriod); err != nil {
+		return err
 	}
-	config = strings.Replace(config, "leaderElect: false", election, 1)
 	id, err := r.s.cluster.Identity(localcluster.SchedulerUser)
 	if err != nil {
 		return err
 	}
-	r.starts++
 	// Delegated authentication and authorization of /metrics go to the
 	// API server directly: only the scheduling client is behind the proxy.
 	sched, err := r.s.cluster.StartScheduler(ctx, filepath.Join(r.s.o.binDir, "kubegpu-scheduler"), config, "kubegpu-scheduler-"+r.name, "--v=2",
@@ -152,6 +153,7 @@ func (r *replica) start(ctx context.Context) error {
 		return fmt.Errorf("replica %s: %w", r.name, err)
 	}
 	r.sched = sched
+	r.starts++
 	return nil
 }
 
@@ -162,7 +164,8 @@ func (r *replica) restart(ctx context.Context, signing, verify string) error {
 	defer r.mu.Unlock()
 	if r.sched != nil {
 		if err := r.sched.Stop(); err != nil {
-			return fmt.Errorf("stop replica %s: %w", r.name, err)
+			// Killed after its grace period: down either way.
+			logf("replica %s: %v", r.name, err)
 		}
 		r.sched = nil
 	}
@@ -173,11 +176,12 @@ func (r *replica) restart(ctx context.Context, signing, verify string) error {
 }
 
 // restarts is how many times the replica was started after its first
-// start (by a fault, or by its supervisor after it exited).
-func (r *replica) restarts() int {
+// start (by a fault, or by its supervisor after it exited), and how many
+// starts failed.
+func (r *replica) restarts() (started, failed int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.starts - 1
+	return r.starts - 1, r.failedStarts
 }
 
 // supervise starts the replica again when its process exits, as its
@@ -196,7 +200,12 @@ func (r *replica) supervise(ctx context.Context, stopping <-chan struct{}) {
 		if r.sched != nil && r.sched.Exited() {
 			logf("replica %s exited (%s); starting it again", r.name, r.sched.Log)
 			r.sched = nil
+		}
+		// Down (exited, or a start that failed): start it, again and
+		// again, as a Deployment's kubelet would.
+		if r.sched == nil && !r.stopped {
 			if err := r.start(ctx); err != nil {
+				r.failedStarts++
 				logf("replica %s: %v", r.name, err)
 			}
 		}
@@ -207,6 +216,7 @@ func (r *replica) supervise(ctx context.Context, stopping <-chan struct{}) {
 func (r *replica) stop() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.stopped = true
 	if r.sched == nil {
 		return nil
 	}

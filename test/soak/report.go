@@ -18,23 +18,32 @@ import (
 
 // report is the soak's outcome, written as OUT/report.json.
 type report struct {
-	Seed            int64              `json:"seed"`
-	Duration        string             `json:"duration"`
-	SimulatedNodes  int                `json:"simulatedNodes"`
-	WorkloadsByKind map[string]int     `json:"workloadsByKind"`
-	PodsScheduled   int                `json:"podsScheduled"`
-	ChurnErrors     int                `json:"churnErrors"`
-	Faults          int                `json:"faults"`
-	FaultsByKind    map[string]int     `json:"faultsByKind"`
-	FaultEvents     []faultEvent       `json:"faultEvents"`
-	ReplicaRestarts map[string]int     `json:"replicaRestarts"`
-	Violations      int                `json:"violations"`
-	ViolationsKind  map[string]int     `json:"violationsByKind"`
-	ViolationList   []violation        `json:"violationList"`
-	CheckRounds     int                `json:"checkRounds"`
-	Latency         map[string]latSum  `json:"schedulingLatency"`
-	Growth          []growth           `json:"growth"`
-	Thresholds      map[string]float64 `json:"thresholds"`
+	Seed                int64          `json:"seed"`
+	Duration            string         `json:"duration"`
+	SimulatedNodes      int            `json:"simulatedNodes"`
+	WorkloadsByKind     map[string]int `json:"workloadsByKind"`
+	PodsScheduled       int            `json:"podsScheduled"`
+	ChurnErrors         int            `json:"churnErrors"`
+	Faults              int            `json:"faults"`
+	FaultsByKind        map[string]int `json:"faultsByKind"`
+	FaultEvents         []faultEvent   `json:"faultEvents"`
+	FaultsSkipped       map[string]int `json:"faultsSkipped"`
+	ReplicaRestarts     map[string]int `json:"replicaRestarts"`
+	ReplicaFailedStarts map[string]int `json:"replicaFailedStarts"`
+	// PendingJudgedSeconds is the time pending pods were judged for
+	// stuck-pending (no disruptive fault under way or just over).
+	PendingJudgedSeconds float64 `json:"pendingJudgedSeconds"`
+	// RealNodeChecks counts the checks of the real node's containers and
+	// RealNodeCheckFailures those that could not list them.
+	RealNodeChecks        int                `json:"realNodeChecks"`
+	RealNodeCheckFailures int                `json:"realNodeCheckFailures"`
+	Violations            int                `json:"violations"`
+	ViolationsKind        map[string]int     `json:"violationsByKind"`
+	ViolationList         []violation        `json:"violationList"`
+	CheckRounds           int                `json:"checkRounds"`
+	Latency               map[string]latSum  `json:"schedulingLatency"`
+	Growth                []growth           `json:"growth"`
+	Thresholds            map[string]float64 `json:"thresholds"`
 
 	series []*series
 	start  time.Time
@@ -48,11 +57,12 @@ type latSum struct {
 	P99ms float64 `json:"p99ms"`
 }
 
-// report assembles the report; violations for growing processes and for
-// fault kinds injected fewer than faultRounds times are counted here.
-func (c *checker) report(o options, ch *churn, f *faults, elapsed time.Duration) *report {
-	injected, _ := f.counts()
-	growths := c.samples.growths(c.start.Add(elapsed / 2))
+// report assembles the report; violations for growing components are
+// counted here, judged over the second half of the churn (the drain
+// after it is quiet).
+func (c *checker) report(o options, ch *churn, f *faults, start time.Time, elapsed time.Duration) *report {
+	injected, skipped := f.counts()
+	growths := c.samples.growths(start.Add(o.duration/2), start.Add(o.duration))
 	for _, g := range growths {
 		if g.Grows {
 			c.violate("growth", g.Component, "memory %+.1f MiB/h (median %.0f MiB), goroutines %+.1f/h over the second half of the run (%d processes)",
@@ -65,14 +75,15 @@ func (c *checker) report(o options, ch *churn, f *faults, elapsed time.Duration)
 	defer ch.mu.Unlock()
 	r := &report{Seed: o.seed, Duration: elapsed.Round(time.Second).String(), SimulatedNodes: o.nodes,
 		WorkloadsByKind: ch.created, PodsScheduled: c.scheduled, ChurnErrors: ch.errors,
-		FaultsByKind: injected, FaultEvents: f.eventList(), ReplicaRestarts: map[string]int{},
+		FaultsByKind: injected, FaultsSkipped: skipped, FaultEvents: f.eventList(), ReplicaRestarts: map[string]int{}, ReplicaFailedStarts: map[string]int{},
+		PendingJudgedSeconds: c.calmFor.Seconds(), RealNodeChecks: c.realRounds, RealNodeCheckFailures: c.realFailures,
 		ViolationsKind: c.byKind, ViolationList: c.violations, CheckRounds: c.rounds, Latency: map[string]latSum{}, Growth: growths,
 		Thresholds: map[string]float64{"stuckAfterSeconds": stuckAfter.Seconds(), "leakAfterSeconds": leakAfter.Seconds(),
 			"rssSlopeMiBPerHour": slopeRSSPerHour >> 20, "rssSlopeFractionPerHour": slopeRSSFraction,
 			"goroutineSlopePerHour": slopeGoroutinesPerHour, "judgeSpanMinutes": judgeSpan.Minutes()},
 		start: c.start}
 	for _, rp := range c.s.replicas {
-		r.ReplicaRestarts[rp.name] = rp.restarts()
+		r.ReplicaRestarts[rp.name], r.ReplicaFailedStarts[rp.name] = rp.restarts()
 	}
 	for _, n := range injected {
 		r.Faults += n
@@ -126,7 +137,8 @@ func (r *report) write(dir string) error {
 func (r *report) table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n| Soak (seed %d, %s, %d simulated nodes + 1 real) | |\n|---|---|\n", r.Seed, r.Duration, r.SimulatedNodes)
-	fmt.Fprintf(&b, "| Pods scheduled | %d |\n| Violations | %d |\n", r.PodsScheduled, r.Violations)
+	fmt.Fprintf(&b, "| Pods scheduled | %d |\n| Violations | %d |\n| Pending pods judged for | %.0f s (no disruptive fault) |\n",
+		r.PodsScheduled, r.Violations, r.PendingJudgedSeconds)
 	kinds := make([]string, 0, len(r.FaultsByKind))
 	for k := range r.FaultsByKind {
 		kinds = append(kinds, k)

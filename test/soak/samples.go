@@ -45,10 +45,13 @@ type samples struct {
 
 func newSamples() *samples { return &samples{series: map[string]*series{}} }
 
-func (s *samples) add(component string, pid int, rss, goroutines float64) {
+// add records a reading of a process; a replica's readings as leader and
+// as standby are series of their own (a standby that takes the lease
+// starts its scheduling loop, a step up that is not growth).
+func (s *samples) add(component string, pid int, leader bool, rss, goroutines float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	key := fmt.Sprintf("%s/%d", component, pid)
+	key := fmt.Sprintf("%s/%d/%v", component, pid, leader)
 	sr := s.series[key]
 	if sr == nil {
 		sr = &series{component: component, pid: pid}
@@ -72,13 +75,15 @@ func (s *samples) run(ctx context.Context, c *checker) {
 			if err != nil {
 				continue
 			}
-			g := -1.0
-			if m, err := r.scrape(ctx, "go_goroutines"); err == nil {
-				if v, ok := m["go_goroutines"]; ok {
-					g = v
-				}
+			m, err := r.scrape(ctx, "go_goroutines", leaderMetric)
+			if err != nil {
+				continue // its role unknown: no reading
 			}
-			s.add("kubegpu-scheduler-"+r.name, pid, mem, g)
+			g, ok := m["go_goroutines"]
+			if !ok {
+				g = -1
+			}
+			s.add("kubegpu-scheduler-"+r.name, pid, m[leaderMetric] == 1, mem, g)
 		}
 		if pid := c.s.real.ShimPid(); pid != 0 {
 			if mem, err := rss(pid); err == nil {
@@ -89,7 +94,7 @@ func (s *samples) run(ctx context.Context, c *checker) {
 						g = v
 					}
 				}
-				s.add("kubegpu-crishim", pid, mem, g)
+				s.add("kubegpu-crishim", pid, false, mem, g)
 			}
 		}
 		select {
@@ -124,8 +129,8 @@ type growth struct {
 	Grows                 bool    `json:"grows"`
 }
 
-// growths judges every component from mid on.
-func (s *samples) growths(mid time.Time) []growth {
+// growths judges every component on its samples from mid to end.
+func (s *samples) growths(mid, end time.Time) []growth {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	byComponent := map[string][][]sample{}
@@ -136,7 +141,7 @@ func (s *samples) growths(mid time.Time) []growth {
 		from := sr.points[0].at.Add(warmUpSamples)
 		var pts []sample
 		for _, p := range sr.points {
-			if !p.at.Before(mid) && !p.at.Before(from) {
+			if !p.at.Before(mid) && !p.at.Before(from) && !p.at.After(end) {
 				pts = append(pts, p)
 			}
 		}

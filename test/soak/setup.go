@@ -14,6 +14,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubegpu/kubegpu/crishim/advertiser"
@@ -215,12 +216,8 @@ func (s *soak) addSimNode(ctx context.Context, name string, spec sim.NodeSpec) e
 	if err := advertiser.PublishInventory(ctx, client, name, inv, advertiser.Capacity(inv, advertiser.DefaultSlicesPerDevice)); err != nil {
 		return fmt.Errorf("node %s: %w", name, err)
 	}
-	node, err := s.cluster.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	node.Labels[simLabel] = "true"
-	if _, err := s.cluster.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:"true"}}}`, simLabel)
+	if _, err := s.cluster.Client.CoreV1().Nodes().Patch(ctx, name, ktypes.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("label node %s: %w", name, err)
 	}
 	s.simMu.Lock()
@@ -249,6 +246,11 @@ func (s *soak) stop() {
 		n.kubelet.Pause()
 	}
 	if s.real != nil {
+		if s.o.keep {
+			if err := s.real.KeepLogs(s.dir); err != nil {
+				logf("keep the real node's logs: %v", err)
+			}
+		}
 		s.real.Stop()
 	}
 	if s.cluster != nil {
