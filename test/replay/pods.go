@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,7 +21,7 @@ import (
 
 	"github.com/kubegpu/kubegpu/device-scheduler/sim"
 	"github.com/kubegpu/kubegpu/internal/localcluster"
-	"github.com/kubegpu/kubegpu/kubeinterface"
+	"github.com/kubegpu/kubegpu/internal/tracepods"
 	"github.com/kubegpu/kubegpu/kubeinterface/dra"
 )
 
@@ -85,17 +84,8 @@ const (
 // podOf is the pod a trace line asks for, in mode m, and the claim it
 // uses (claim modes, with GPUs).
 func podOf(p *sim.PodSpec, m mode) (*corev1.Pod, *resourceapi.ResourceClaim) {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: strings.ToLower(p.Name)},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{nodeLabel: "true"},
-			Containers: []corev1.Container{{Name: "main", Image: "busybox",
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceCPU:    *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI),
-					corev1.ResourceMemory: *resource.NewQuantity(p.MemoryMiB<<20, resource.BinarySI),
-				}}}},
-		},
-	}
+	pod := tracepods.Host(p, strings.ToLower(p.Name))
+	pod.Spec.NodeSelector = map[string]string{nodeLabel: "true"}
 	if p.NumGPU == 0 {
 		return pod, nil
 	}
@@ -105,21 +95,10 @@ func podOf(p *sim.PodSpec, m mode) (*corev1.Pod, *resourceapi.ResourceClaim) {
 	case claimsKubegpu, claimsStock:
 		return pod, claimOf(pod, p, m)
 	default:
-		limits := corev1.ResourceList{kubeinterface.ResourceGPU: *resource.NewQuantity(int64(p.NumGPU), resource.DecimalSI)}
-		if p.GPUMilli < 1000 {
-			limits[kubeinterface.ResourceGPUCores] = *resource.NewQuantity(cores(p), resource.DecimalSI)
-		}
-		pod.Spec.Containers[0].Resources.Limits = limits
-		if len(p.GPUSpec) > 0 {
-			pod.Annotations = map[string]string{kubeinterface.AnnotationModelInclude: strings.Join(p.GPUSpec, ",")}
-		}
+		tracepods.AskGPUs(pod, p)
 	}
 	return pod, nil
 }
-
-// cores is a slice's compute in per cent of a GPU, as kubegpu.io/gpu-cores
-// and the claims' capacity request "cores" take it.
-func cores(p *sim.PodSpec) int64 { return int64(max(1, int(math.Round(float64(p.GPUMilli)/10)))) }
 
 // stockGPUs gives pod num_gpu × gpu_milli of the node's stockGPUMilli, and
 // the models of gpu_spec as a node label it selects.
@@ -148,7 +127,7 @@ func claimOf(pod *corev1.Pod, p *sim.PodSpec, m mode) *resourceapi.ResourceClaim
 	}
 	if p.GPUMilli < 1000 {
 		r.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-			dra.CapacityCores: *resource.NewQuantity(cores(p), resource.DecimalSI)}}
+			dra.CapacityCores: *resource.NewQuantity(tracepods.Cores(p), resource.DecimalSI)}}
 	}
 	if len(p.GPUSpec) > 0 {
 		q := make([]string, len(p.GPUSpec))

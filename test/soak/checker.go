@@ -128,15 +128,8 @@ func (c *checker) run(ctx context.Context) {
 	toolscache.WaitForCacheSync(ctx.Done(), c.podInf.HasSynced, c.nodeInf.HasSynced, c.leaseInf.HasSynced)
 	go c.s.simKubelets.run(ctx)
 	go c.samples.run(ctx, c)
-	go c.checkRealNodeEvery(ctx, 10*time.Second)
-	t := time.NewTicker(checkEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	go every(ctx, 10*time.Second, func() { c.checkRealNode(ctx, time.Now()) })
+	every(ctx, checkEvery, func() {
 		now := time.Now()
 		if c.calm(now) {
 			c.mu.Lock()
@@ -144,7 +137,7 @@ func (c *checker) run(ctx context.Context) {
 			c.mu.Unlock()
 		}
 		c.checkAPI(now)
-	}
+	})
 }
 
 // violate records a violation once per kind and object.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubegpu/kubegpu/device-scheduler/sim"
+	"github.com/kubegpu/kubegpu/internal/tracepods"
 	"github.com/kubegpu/kubegpu/kubeinterface"
 )
 
@@ -175,29 +175,9 @@ func (c *churn) tracePod(name string, whole bool) *corev1.Pod {
 			break
 		}
 	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{simLabel: "true"},
-			Containers: []corev1.Container{{Name: "main", Image: "busybox",
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceCPU:    *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI),
-					corev1.ResourceMemory: *resource.NewQuantity(p.MemoryMiB<<20, resource.BinarySI),
-				}}}},
-		},
-	}
-	if p.NumGPU == 0 {
-		return pod
-	}
-	limits := corev1.ResourceList{kubeinterface.ResourceGPU: *resource.NewQuantity(int64(p.NumGPU), resource.DecimalSI)}
-	if p.GPUMilli < 1000 {
-		cores := max(1, int64(math.Round(float64(p.GPUMilli)/10)))
-		limits[kubeinterface.ResourceGPUCores] = *resource.NewQuantity(cores, resource.DecimalSI)
-	}
-	pod.Spec.Containers[0].Resources.Limits = limits
-	if len(p.GPUSpec) > 0 {
-		pod.Annotations = map[string]string{kubeinterface.AnnotationModelInclude: strings.Join(p.GPUSpec, ",")}
-	}
+	pod := tracepods.Host(&p, name)
+	pod.Spec.NodeSelector = map[string]string{simLabel: "true"}
+	tracepods.AskGPUs(pod, &p)
 	return pod
 }
 

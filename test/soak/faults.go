@@ -169,16 +169,14 @@ var faultPart = map[string]string{
 // inject injects one fault once its part is free, unless the schedule
 // (scheduleCtx) ended meanwhile.
 func (f *faults) inject(scheduleCtx, ctx context.Context, ft scheduled) {
-	f.mu.Lock()
-	part := faultPart[ft.kind]
-	lock := f.busy[part]
-	if lock == nil {
-		lock = &sync.Mutex{}
-		f.busy[part] = lock
-	}
-	f.mu.Unlock()
-	lock.Lock()
-	defer lock.Unlock()
+	_ = f.withPart(faultPart[ft.kind], func() error {
+		f.injectNow(scheduleCtx, ctx, ft)
+		return nil
+	})
+}
+
+// injectNow injects a fault, its part's lock held.
+func (f *faults) injectNow(scheduleCtx, ctx context.Context, ft scheduled) {
 	if scheduleCtx.Err() != nil {
 		f.skip(ft.kind)
 		return
@@ -236,8 +234,8 @@ func (f *faults) counts() (injected, skipped map[string]int) {
 // pod to force-delete): it is counted as skipped, not injected.
 var errNothingToDo = errors.New("nothing to act on")
 
-// withPart runs fn holding the lock of a part, for a fault that acts on
-// a part besides its own.
+// withPart runs fn holding the lock of a part: a fault holds its own
+// part's, and takes another's when it acts on that part too.
 func (f *faults) withPart(part string, fn func() error) error {
 	f.mu.Lock()
 	lock := f.busy[part]

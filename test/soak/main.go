@@ -201,3 +201,17 @@ func run(ctx context.Context, o options) (*report, error) {
 	logf("%d pods scheduled, %d faults, %d violations: %s", r.PodsScheduled, r.Faults, r.Violations, filepath.Join(o.out, "report.json"))
 	return r, ctx.Err()
 }
+
+// every calls fn every period until ctx ends.
+func every(ctx context.Context, period time.Duration, fn func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fn()
+	}
+}

@@ -27,21 +27,6 @@ const (
 	envVisible     = "NVIDIA_VISIBLE_DEVICES"
 )
 
-// checkRealNodeEvery checks the real node's containers and leftovers
-// every period.
-func (c *checker) checkRealNodeEvery(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		c.checkRealNode(ctx, time.Now())
-	}
-}
-
 // realContainer is a running container of the real node, as containerd
 // (not the shim) reports it.
 type realContainer struct {

@@ -23,14 +23,7 @@ type simKubelets struct {
 
 // run removes the deleted pods of simulated nodes every second.
 func (k *simKubelets) run(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, time.Second, func() {
 		for _, p := range k.chk.podsNow() {
 			if p.DeletionTimestamp == nil || p.Spec.NodeName == "" || k.s.simNode(p.Spec.NodeName) == nil {
 				continue
@@ -41,7 +34,7 @@ func (k *simKubelets) run(ctx context.Context) {
 				logf("simulated kubelet: remove pod %s: %v", p.Name, err)
 			}
 		}
-	}
+	})
 }
 
 // succeedJob ends a Job: when all its pods are bound, they succeed (and
