@@ -101,28 +101,7 @@ func (f *faults) run(ctx, injectCtx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		return errors.New("faults: the run has no end")
 	}
-	run := f.s.o.duration
-	var kinds []fault
-	for range max(1, min(faultRounds, int(run/(15*time.Minute)))) {
-		round := append([]fault(nil), f.s.o.faults...)
-		f.rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
-		kinds = append(kinds, round...)
-	}
-	// The last fault starts a quarter of the run (at most 3 minutes)
-	// before the end, so that it can finish and its effects be checked.
-	span := run - warmUp - min(3*time.Minute, run/4)
-	gap := max(10*time.Second, span/time.Duration(len(kinds)))
-	// Everything drawn from the seed is drawn here, before any fault
-	// runs: each fault's start (the gap, with a jitter of up to a third
-	// of it) and a source of its own for its choices (which node, how
-	// long, kill or stop), so that the same seed gives the same schedule
-	// whatever the timing.
-	schedule := make([]scheduled, len(kinds))
-	at := warmUp
-	for i, ft := range kinds {
-		schedule[i] = scheduled{fault: ft, at: at, rng: rand.New(rand.NewPCG(f.rng.Uint64(), uint64(i)))}
-		at += gap - gap/6 + time.Duration(f.rng.Int64N(int64(gap/3)+1))
-	}
+	schedule := plan(f.rng, f.s.o.faults, f.s.o.duration)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, sc := range schedule {
@@ -139,6 +118,32 @@ func (f *faults) run(ctx, injectCtx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// plan draws the schedule of a run of the given length from rng: the
+// kinds in shuffled rounds (one per 15 minutes, at least one, at most
+// faultRounds), each fault's start (spread evenly after the warm-up, the
+// last a quarter of the run, at most 3 minutes, before the end, with a
+// jitter of up to a third of the gap) and a source of its own for its
+// choices (which node, how long, kill or stop). Everything is drawn here,
+// before any fault runs, so that the same seed gives the same schedule
+// whatever the timing.
+func plan(rng *rand.Rand, faults []fault, run time.Duration) []scheduled {
+	var kinds []fault
+	for range max(1, min(faultRounds, int(run/(15*time.Minute)))) {
+		round := append([]fault(nil), faults...)
+		rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
+		kinds = append(kinds, round...)
+	}
+	span := run - warmUp - min(3*time.Minute, run/4)
+	gap := max(10*time.Second, span/time.Duration(len(kinds)))
+	schedule := make([]scheduled, len(kinds))
+	at := warmUp
+	for i, ft := range kinds {
+		schedule[i] = scheduled{fault: ft, at: at, rng: rand.New(rand.NewPCG(rng.Uint64(), uint64(i)))}
+		at += gap - gap/6 + time.Duration(rng.Int64N(int64(gap/3)+1))
+	}
+	return schedule
 }
 
 // scheduled is a fault of the schedule: when it starts after the churn's
