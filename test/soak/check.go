@@ -77,7 +77,7 @@ func (c *checker) checkAPI(now time.Time) {
 			c.violate("unverified-allocation", podKey(p), "bound to %s: %v", p.Spec.NodeName, err)
 			continue
 		}
-		c.countDevices(p, a.Allocation.PodAllocation, invs[p.Spec.NodeName], held)
+		c.countDevices(p, a.PodAllocation, invs[p.Spec.NodeName], held)
 	}
 	for node, devs := range held {
 		inv := invs[node]

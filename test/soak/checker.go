@@ -315,7 +315,7 @@ func (c *checker) waitKeyRetired(ctx context.Context, keyID string, timeout time
 			if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 				continue
 			}
-			if h, err := objects.HeldAllocation(p, nil); err == nil && kubeinterface.SignatureKeyID(h.Allocation.Signature) == keyID {
+			if h, err := objects.HeldAllocation(p, nil); err == nil && kubeinterface.SignatureKeyID(h.Signature) == keyID {
 				last = p.Name
 				return false, nil
 			}

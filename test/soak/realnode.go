@@ -111,7 +111,7 @@ func (c *checker) checkRealNode(ctx context.Context, now time.Time) {
 			c.mu.Unlock()
 			var want []string
 			if h, err := objects.HeldAllocation(p, verify); err == nil {
-				if ca, ok := h.Allocation.Container(rc.name); ok {
+				if ca, ok := h.Container(rc.name); ok {
 					for _, d := range ca.Devices {
 						want = append(want, d.UUID)
 					}
