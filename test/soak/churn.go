@@ -272,7 +272,8 @@ func (c *churn) expire(ctx context.Context, now time.Time) {
 	c.mu.Unlock()
 	for _, w := range due {
 		if err := c.end(ctx, w); err != nil {
-			// Try again next tick (the API server may be down).
+			// Try again in 5 s: the API server may be down, or a Job
+			// not gone yet.
 			w.deadline = now.Add(5 * time.Second)
 			c.mu.Lock()
 			c.live = append(c.live, w)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,10 +38,21 @@ func (k *simKubelets) run(ctx context.Context) {
 	})
 }
 
+// errJobRunning is returned by succeedJob while the Job is still there:
+// the churn asks again, since the Job controller may have replaced a pod
+// (one preempted, say) after the others succeeded.
+var errJobRunning = errors.New("the Job is still there")
+
 // succeedJob ends a Job: when all its pods are bound, they succeed (and
 // the Job completes; its TTL deletes it); otherwise the Job is deleted.
+// It returns errJobRunning until the Job is gone.
 func (k *simKubelets) succeedJob(ctx context.Context, job string) error {
 	client := k.s.cluster.Client
+	if _, err := client.BatchV1().Jobs(soakNamespace).Get(ctx, job, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
 	pods, err := client.CoreV1().Pods(soakNamespace).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job})
 	if err != nil {
 		return err
@@ -51,10 +63,10 @@ func (k *simKubelets) succeedJob(ctx context.Context, job string) error {
 	}
 	if !bound {
 		err := client.BatchV1().Jobs(soakNamespace).Delete(ctx, job, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
-		if apierrors.IsNotFound(err) {
-			return nil
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
 		}
-		return err
+		return errJobRunning
 	}
 	now := metav1.Now()
 	for i := range pods.Items {
@@ -69,5 +81,5 @@ func (k *simKubelets) succeedJob(ctx context.Context, job string) error {
 			return fmt.Errorf("pod %s succeeds: %w", p.Name, err)
 		}
 	}
-	return nil
+	return errJobRunning
 }
