@@ -76,7 +76,6 @@ type faults struct {
 	mu       sync.Mutex
 	events   []faultEvent
 	injected map[string]int
-	failed   map[string]int
 	// skipped counts the faults of the schedule that did not run: the
 	// schedule ended while they waited for their part, or there was
 	// nothing to act on.
@@ -87,7 +86,7 @@ type faults struct {
 
 func newFaults(s *soak, chk *checker) *faults {
 	return &faults{s: s, chk: chk, rng: rand.New(rand.NewPCG(uint64(s.o.seed), 3)),
-		injected: map[string]int{}, failed: map[string]int{}, skipped: map[string]int{}, busy: map[string]*sync.Mutex{}}
+		injected: map[string]int{}, skipped: map[string]int{}, busy: map[string]*sync.Mutex{}}
 }
 
 // warmUp is how long the cluster runs before the first fault.
@@ -201,7 +200,6 @@ func (f *faults) injectNow(scheduleCtx, ctx context.Context, ft scheduled) {
 	f.injected[ft.kind]++
 	e := faultEvent{Kind: ft.kind, Start: start, End: time.Now()}
 	if err != nil {
-		f.failed[ft.kind]++
 		e.Error = err.Error()
 	}
 	f.events = append(f.events, e)
